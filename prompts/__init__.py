@@ -1,0 +1,1 @@
+"""Content loaded as package data: stage rules, catalogue, report templates."""

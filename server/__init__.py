@@ -1,0 +1,1 @@
+"""Thin MCP adapter: transport, tool registration, schemas, error mapping."""

@@ -1,0 +1,1 @@
+"""Domain library (no MCP imports): session rules, runner, ledger, analysis, patching, reports."""

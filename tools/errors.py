@@ -1,0 +1,96 @@
+"""The flat family of errors the domain library raises.
+
+Every error carries a stable ``code`` and a ``hint`` that names what to do next, so that ``server/`` can map
+any of them to a ToolError the agent can act on, and the CLI to a one-line message. Nothing here is an MCP type.
+"""
+
+from __future__ import annotations
+
+
+class PyptoTuneError(Exception):
+    """Base class. ``code`` is stable (scripts match on it); ``hint`` says what to do next."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, hint: str = "", code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if code is not None:
+            self.code = code
+
+    def __str__(self) -> str:  # the text an agent reads
+        return f"{self.message}" + (f"\nNext: {self.hint}" if self.hint else "")
+
+
+class GateRefusal(PyptoTuneError):
+    """A tuning rule forbids the call. ``rule`` is the rule id shown as ``GATE <rule>:``."""
+
+    code = "gate"
+
+    def __init__(self, rule: str, message: str, *, allowed: list[str] | None = None, hint: str = "") -> None:
+        self.rule = rule
+        self.allowed = list(allowed or [])
+        super().__init__(message, hint=hint)
+
+    def __str__(self) -> str:
+        text = f"GATE {self.rule}: {self.message}"
+        if self.hint:
+            text += f"\nNext: {self.hint}"
+        if self.allowed:
+            text += "\nAllowed now: " + ", ".join(self.allowed)
+        return text
+
+
+class InputError(PyptoTuneError):
+    """An argument is malformed or out of range (bad path, unknown knob, illegal value...)."""
+
+    code = "input"
+
+
+class ArtifactError(PyptoTuneError):
+    """A run's artifact is missing, empty, truncated or malformed. Names the file and the place."""
+
+    code = "artifact"
+
+    def __init__(self, message: str, *, path: str = "", where: str = "", expected: str = "", hint: str = "") -> None:
+        self.path = path
+        self.where = where
+        self.expected = expected
+        parts = [message]
+        if path:
+            parts.append(f"file: {path}")
+        if where:
+            parts.append(f"at: {where}")
+        if expected:
+            parts.append(f"expected: {expected}")
+        super().__init__("; ".join(parts), hint=hint)
+
+
+class PatchError(PyptoTuneError):
+    """A source edit could not be planned or applied; the files were not touched."""
+
+    code = "patch"
+
+
+class KnobValueError(PatchError):
+    """A knob value breaks its legality rule (domain.md C). ``rule`` names it, ``legal`` the allowed range."""
+
+    code = "knob-value"
+
+    def __init__(self, message: str, *, rule: str, legal: str, hint: str = "") -> None:
+        self.rule = rule
+        self.legal = legal
+        super().__init__(f"{message} (rule {rule}; legal: {legal})", hint=hint)
+
+
+class RunError(PyptoTuneError):
+    """The test command could not be started at all (missing interpreter, bad cwd...)."""
+
+    code = "run"
+
+
+class LedgerError(PyptoTuneError):
+    """The ledger cannot be opened or written (read-only workspace, disk full, locked by another server)."""
+
+    code = "ledger"
