@@ -1,0 +1,14 @@
+import sys, torch, pypto
+B, N, D = 32, 32, 256
+TILE_B = 1
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def k(x: pypto.Tensor([B, N, D], pypto.DT_FP32), y: pypto.Tensor([B, N, D], pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(1, 4, 256)
+    for b in pypto.loop(B // TILE_B, name="LOOP_B", idx_name="b"):
+        xv = pypto.view(x, [TILE_B, N, D], [b * TILE_B, 0, 0])
+        r = pypto.exp(xv)
+        s = pypto.sum(r, -1, keepdim=True)
+        y[b*TILE_B:(b+1)*TILE_B, :, :] = r / s
+x = torch.randn(B, N, D); y = torch.zeros(B, N, D)
+k(x, y)
+print("done")

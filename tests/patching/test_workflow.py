@@ -1,0 +1,68 @@
+"""The calls the session layer makes, in order, on a real workspace: list, debug on, edit, write, drift, revert."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from patching_helpers import DATA
+
+from pypto_tune.tools.errors import KnobValueError
+from pypto_tune.tools.patching import (
+    check_knob_value, extract_knobs, functional_sources, hash_files, hash_sources, make_snapshot, plan_diff_edit,
+    plan_knob_edit, read_sources, restore_snapshot, set_runtime_debug, unified_diff, verify_unchanged, write_sources,
+)
+
+
+def test_a_round_then_its_revert_restores_the_exact_bytes(tmp_path: Path):
+    shutil.copy(DATA / "awkward.py", tmp_path / "awkward.py")
+    (tmp_path / "awkward.py").write_bytes((tmp_path / "awkward.py").read_bytes().replace(b"\n", b"\r\n"))
+    files = ["awkward.py"]
+    original = read_sources(tmp_path, files)
+    start_hash = hash_files(tmp_path, files)
+    assert start_hash == hash_sources(original)
+
+    # S2: runtime debug on; the functional hash (precision binding) does not move.
+    debug_hash = write_sources(tmp_path, set_runtime_debug(original, True))
+    debugged = read_sources(tmp_path, files)
+    assert hash_sources(functional_sources(debugged)) == hash_sources(functional_sources(original))
+
+    # Round 1: one knob, snapshot first, then write.
+    snap = make_snapshot(debugged)
+    plan = plan_knob_edit(debugged, "vec_nbuffer_setting", {"-2": 1, "-1": 8}, target="awkward.py:12")
+    assert len(plan.changes) == 1
+    after_hash = write_sources(tmp_path, plan.new_sources)
+    assert verify_unchanged(tmp_path, files, after_hash) and after_hash != debug_hash
+
+    # An external edit is drift.
+    p = tmp_path / "awkward.py"
+    p.write_bytes(p.read_bytes().replace(b"BLOCK_M = 128", b"BLOCK_M = 64"))
+    assert not verify_unchanged(tmp_path, files, after_hash)
+
+    # Revert: the snapshot's bytes come back and the hash proves it.
+    assert restore_snapshot(tmp_path, snap) == snap.hash == debug_hash
+    # S5 (R22): debug off against the pre-toggle baseline gives the original file back.
+    write_sources(tmp_path, set_runtime_debug(read_sources(tmp_path, files), False, baseline=original))
+    assert hash_files(tmp_path, files) == start_hash
+    assert p.read_bytes() == (DATA / "awkward.py").read_bytes().replace(b"\n", b"\r\n")
+
+
+def test_two_knob_diff_is_reported_with_both_changes_for_the_gate():
+    src = {"awkward.py": (DATA / "awkward.py").read_text()}
+    one = plan_knob_edit(src, "BLOCK_M", 64).new_sources
+    two = plan_knob_edit(one, "combine_axis", False).new_sources
+    plan = plan_diff_edit(src, unified_diff(src, two))
+    assert sorted(c.knob_id for c in plan.changes) == [
+        "awkward.py:BLOCK_M", "awkward.py:mm.set_operation_options#1.combine_axis"]
+    # A debug-only diff is zero changes (not a tuning round at all).
+    assert plan_diff_edit(src, unified_diff(src, set_runtime_debug(src, True))).changes == []
+
+
+def test_check_knob_value_uses_the_knobs_own_context():
+    knobs = {k.id: k for k in extract_knobs({"awkward.py": (DATA / "awkward.py").read_text()})}
+    unroll = knobs["awkward.py:mm.loop_unroll[LOOP_M].unroll_list"]
+    assert check_knob_value(unroll, [2, 1]) == [2, 1]
+    with pytest.raises(KnobValueError, match="trip count 2"):
+        check_knob_value(unroll, [4, 1])
+    assert check_knob_value(knobs["awkward.py:PASS_OPTS.vec_nbuffer_setting"], {"-2": 1, "0": 4}) == {-2: 1, 0: 4}

@@ -1,0 +1,183 @@
+"""The workflow prompts must agree with what the server enforces.
+
+Conventions the prompts follow (and these tests rely on): a tool call is written as ``name(...)`` with no module
+prefix (PyPTO APIs always carry one, e.g. ``pypto.set_vec_tile_shapes(...)``); a rule id is written ``GATE <id>``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPTS = ROOT / "prompts" / "workflow"
+NAMES = ["perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf"]
+LANGS = ["zh", "en"]
+EXTRA_TOOLS = {"wait_job"}
+
+
+def _load_rules():
+    try:
+        from pypto_tune.tools import rules  # type: ignore[import-not-found]
+
+        return rules
+    except ImportError:
+        spec = importlib.util.spec_from_file_location("_pt_rules", ROOT / "tools" / "rules.py")
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["_pt_rules"] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+
+rules = _load_rules()
+
+
+def _service_ops() -> set[str]:
+    tree = ast.parse((ROOT / "tools" / "service.py").read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TuningService")
+    return {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not n.name.startswith("_")}
+
+
+def _start_session_default(name: str) -> float:
+    tree = ast.parse((ROOT / "tools" / "service.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "start_session":
+            args = node.args.kwonlyargs
+            for a, d in zip(args, node.args.kw_defaults):
+                if a.arg == name and isinstance(d, ast.Constant):
+                    return float(d.value)
+    raise AssertionError(f"start_session has no default for {name}")
+
+
+OPS = _service_ops() | EXTRA_TOOLS
+RULE_IDS = {r.id for r in rules.RULES}
+CALL = re.compile(r"(?<![\w.])([a-z][a-z0-9]*_[a-z0-9_]+)\(")
+GATE = re.compile(r"GATE ([a-z][a-z0-9-]*)")
+# Bare backticked names that look like tool names (verb-ish suffixes) must be real operations too.
+TOOLISH = re.compile(r"`([a-z][a-z0-9]*_(?:[a-z0-9]+_)*(?:session|patch|round|swimlane|check|stage|report|status|knobs"
+                     r"|job|bubbles|debug|checklist))`")
+
+
+def _text(name: str, lang: str) -> str:
+    return (PROMPTS / f"{name}.{lang}.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lang", LANGS)
+def test_prompt_exists_and_is_focused(name: str, lang: str) -> None:
+    path = PROMPTS / f"{name}.{lang}.md"
+    assert path.is_file(), path
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# ")
+    assert "{session_id}" not in text and "{" + "lang}" not in text, "prompts take only lang, no placeholders"
+    limit = 250 if name == "perf_tune" else 120
+    assert len(text.splitlines()) <= limit
+
+
+def test_service_ops_parsed() -> None:
+    for op in ("start_session", "run_precision_check", "apply_tuning_patch", "record_round", "render_report"):
+        assert op in OPS
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lang", LANGS)
+def test_tool_names_are_real(name: str, lang: str) -> None:
+    text = _text(name, lang)
+    called = set(CALL.findall(text)) | (set(TOOLISH.findall(text)) - set(NAMES))  # prompt names may be cited
+    unknown = called - OPS
+    assert not unknown, f"{name}.{lang}: not operations of tools/service.py: {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("lang", LANGS)
+def test_rule_ids_exist(name: str, lang: str) -> None:
+    cited = set(GATE.findall(_text(name, lang)))
+    unknown = cited - RULE_IDS
+    assert not unknown, f"{name}.{lang}: unknown rule ids {sorted(unknown)}"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_perf_tune_lists_every_rule_and_the_loop(lang: str) -> None:
+    text = _text("perf_tune", lang)
+    assert set(GATE.findall(text)) == RULE_IDS, sorted(RULE_IDS - set(GATE.findall(text)))
+    used = set(CALL.findall(text))
+    for op in ("start_session", "run_precision_check", "enable_runtime_debug", "collect_swimlane", "analyze_bubbles",
+               "list_knobs", "apply_tuning_patch", "record_round", "revert_patch", "mark_checklist", "advance_stage",
+               "stop_session", "render_report", "get_status", "wait_job"):
+        assert op in used, f"perf_tune.{lang} does not show {op}(...)"
+    # the round order
+    order = [text.index(f"{op}(", text.index("list_knobs()")) for op in
+             ("apply_tuning_patch", "run_precision_check", "collect_swimlane", "record_round")]
+    assert order == sorted(order)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_perf_tune_thresholds_match_rules(lang: str) -> None:
+    text = _text("perf_tune", lang)
+    by_group = {}
+    for s in rules.STAGES:
+        by_group.setdefault(s.group, set()).add(s.no_gain_threshold)
+    assert all(len(v) == 1 for v in by_group.values())
+    triple = "/".join(str(next(iter(by_group[g]))) for g in ("frontend", "swimlane", "incore"))
+    assert triple in text
+    attempts = f"{rules.BASELINE_ATTEMPTS} attempts" if lang == "en" else f"{rules.BASELINE_ATTEMPTS} 次"
+    assert attempts in text
+    assert f"{rules.DEFAULT_TIMEOUT_S:g} s" in text
+    assert f"{_start_session_default('timeout_s'):g} s" in text
+    assert f"> {rules.GLOBAL_UTIL_PCT:g} %" in text
+    assert f"< {rules.GLOBAL_BUBBLE_PCT:g} %" in text
+    assert f"{_start_session_default('time_limit_h'):g} h" in text
+    outer = max(s.outer_round for s in rules.STAGES)
+    assert f"n ≤ {outer}" in text
+    for pct in (rules.SIM_TRANSFER_WARN_PCT, rules.NPU_MIN_MARGIN_PCT, rules.NPU_SINGLE_SHOT_MARGIN_PCT):
+        assert f"{pct:g} %" in text
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_contradictions_section(lang: str) -> None:
+    text = _text("perf_tune", lang)
+    heading = ("## How this server resolves the skill's contradictions" if lang == "en"
+               else "## 本服务器如何处理原技能中的矛盾")
+    assert heading in text
+    section = text[text.index(heading):]
+    assert len(re.findall(r"^\d+\. ", section, flags=re.M)) >= 14
+    for key in ("max(2σ", "max_work_time", "runtime_debug_mode", "R23"):
+        assert key in section
+
+
+@pytest.mark.parametrize("name,prefix,count", [("tune_frontend", "F", 15), ("tune_swimlane", "S", 13),
+                                                ("tune_incore", "I", 9)])
+@pytest.mark.parametrize("lang", LANGS)
+def test_stage_checklists_complete(name: str, prefix: str, count: int, lang: str) -> None:
+    text = _text(name, lang)
+    rows = set(re.findall(rf"^\| ({prefix}-\d+) \|", text, flags=re.M))
+    assert rows == {f"{prefix}-{i}" for i in range(1, count + 1)}
+    stage = next(s for s in rules.STAGES if s.catalog_prefix == f"{prefix}-")
+    assert f"**{stage.no_gain_threshold}**" in text
+
+
+def test_stage_thresholds_consistent_with_rules_text() -> None:
+    # rules.py states the triple in the stage-exit rule text too; the prompts cite the same one.
+    triple = "/".join(str(s.no_gain_threshold) for s in rules.STAGES[:3])
+    assert triple in rules.RULES_BY_ID["stage-exit"].text_en
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_languages_in_sync(name: str) -> None:
+    zh, en = _text(name, "zh"), _text(name, "en")
+    assert set(GATE.findall(zh)) == set(GATE.findall(en))
+    assert set(CALL.findall(zh)) == set(CALL.findall(en))
+    ids = re.compile(r"\b[FSI]-\d+\b")
+    assert set(ids.findall(zh)) == set(ids.findall(en))
+    assert len(re.findall(r"^#+ ", zh, flags=re.M)) == len(re.findall(r"^#+ ", en, flags=re.M))
+
+
+def test_readme_exists() -> None:
+    assert (PROMPTS / "README.md").is_file()

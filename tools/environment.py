@@ -1,0 +1,223 @@
+"""The environment gate R3 (domain D.2): can this machine run the operator at all, before any measurement?
+
+Each check becomes one :class:`EnvCheck` (``ok`` False = blocks the session; warnings are ``ok=True`` with a
+detail that starts with ``warning:``). Checks that need the child's view of the world (``import pypto``,
+``torch_npu``, the ``python3`` on PATH) run as subprocesses with the same environment the test command gets,
+through :func:`run_command`, so they share its timeout and process-group cleanup.
+
+NPU: ``npu-smi info``; ``torch_npu.npu.device_count() > 0`` and ``torch.npu.is_available()``; TILE_FWK_DEVICE_ID
+set and in range; ``$PTO_TILE_LIB_CODE_PATH/include/pto/`` exists and mentions ``DivAlgorithm``; ``import pypto``;
+each operator file byte-compiles. SIM: ``import pypto`` and byte-compile apply (R3's last column), plus two
+checks from A.2b: a ``python3`` on the child's PATH (else no swimlane is written) and matplotlib absent from it
+(else every SIM run also draws a PNG and takes ~15 s instead of ~3 s) — the latter only a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import anyio
+
+from pypto_tune.tools.errors import RunError
+from pypto_tune.tools.runner import RunResult, run_command
+from pypto_tune.tools.snapshot import EnvCheck
+
+CHECK_TIMEOUT_S = 60.0
+# pypto 0.2.0 has no __version__: ask the distribution metadata, and show where it was imported from.
+_PYPTO_PROBE = ("import importlib.metadata as m, pypto; "
+                "print('pypto', m.version('pypto'), 'from', pypto.__file__)")
+#: Files larger than this are not searched for DivAlgorithm (headers are small; this skips stray binaries).
+_GREP_MAX_FILE_BYTES = 8 * 1024 * 1024
+
+
+def now_iso() -> str:
+    """Same format as the ledger's timestamps (local time with offset); not imported to keep this module light."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _check(name: str, ok: bool, detail: str) -> EnvCheck:
+    return EnvCheck(name=name, ok=ok, detail=detail[:1000], at=now_iso())
+
+
+def _short(result: RunResult, limit: int = 400) -> str:
+    text = result.output.strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-4:])[-limit:] if lines else "(no output)"
+
+
+async def _run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float) -> RunResult | str:
+    """Run a probe; a string is the reason it could not even start."""
+    try:
+        return await run_command(argv, cwd=cwd, env=env, timeout_s=timeout_s, output_cap_bytes=64 * 1024,
+                                 kill_grace_s=1.0)
+    except RunError as exc:
+        return exc.message
+
+
+def _failed_probe(res: RunResult | str, what: str) -> str | None:
+    if isinstance(res, str):
+        return f"{what} could not start: {res}"
+    if res.timed_out:
+        return f"{what} timed out after {res.duration_s:.0f} s"
+    if res.exit_code != 0:
+        how = f"signal {res.signal}" if res.signal else f"exit {res.exit_code}"
+        return f"{what} failed ({how}): {_short(res)}"
+    return None
+
+
+async def _python_import(name: str, code: str, *, python: str, cwd: Path, env: dict[str, str],
+                         timeout_s: float) -> tuple[EnvCheck, RunResult | str]:
+    res = await _run([python, "-c", code], cwd=cwd, env=env, timeout_s=timeout_s)
+    bad = _failed_probe(res, f"{python} -c {code!r}")
+    if bad:
+        return _check(name, False, bad), res
+    assert isinstance(res, RunResult)
+    return _check(name, True, _short(res)), res
+
+
+def byte_compile_check(workspace: Path, rel: str) -> EnvCheck:
+    """compile() the file in-process: catches syntax errors without writing a .pyc into the user's tree."""
+    name = f"byte-compile {rel}"
+    path = (workspace / rel) if not Path(rel).is_absolute() else Path(rel)
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        return _check(name, False, f"cannot read {path}: {exc.strerror or exc}")
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as exc:  # IndentationError / TabError are subclasses
+        where = f"{exc.filename or rel}:{exc.lineno}" + (f":{exc.offset}" if exc.offset else "")
+        return _check(name, False, f"{type(exc).__name__} at {where}: {exc.msg}"
+                      + (f" — {exc.text.strip()!r}" if exc.text else ""))
+    except (ValueError, UnicodeDecodeError) as exc:  # NUL bytes, bad encoding
+        return _check(name, False, f"{type(exc).__name__}: {exc}")
+    return _check(name, True, f"{path} compiles")
+
+
+def _grep_tree(root: Path, needle: bytes) -> Path | None:
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            p = Path(dirpath) / f
+            try:
+                if p.stat().st_size > _GREP_MAX_FILE_BYTES:
+                    continue
+                if needle in p.read_bytes():
+                    return p
+            except OSError:
+                continue
+    return None
+
+
+async def _pto_isa_check(env: dict[str, str], timeout_s: float) -> EnvCheck:
+    name = "PTO-ISA DivAlgorithm"
+    root = env.get("PTO_TILE_LIB_CODE_PATH")
+    if not root:
+        return _check(name, False, "PTO_TILE_LIB_CODE_PATH is not set in the child environment; clone PTO-ISA and "
+                      "export PTO_TILE_LIB_CODE_PATH=<clone> before starting the server")
+    inc = Path(root) / "include" / "pto"
+    if not inc.is_dir():
+        return _check(name, False, f"{inc} does not exist; PTO_TILE_LIB_CODE_PATH must point at a PTO-ISA clone")
+    with anyio.move_on_after(timeout_s):
+        hit = await anyio.to_thread.run_sync(_grep_tree, inc, b"DivAlgorithm", abandon_on_cancel=True)
+        if hit is None:
+            return _check(name, False, f"no file under {inc} mentions DivAlgorithm: the PTO-ISA clone is too old; "
+                          "update it")
+        return _check(name, True, f"DivAlgorithm found in {hit}")
+    return _check(name, False, f"searching {inc} for DivAlgorithm took more than {timeout_s:.0f} s")
+
+
+async def _device_checks(*, python: str, cwd: Path, env: dict[str, str], device_ids: list[str] | None,
+                         timeout_s: float) -> list[EnvCheck]:
+    checks: list[EnvCheck] = []
+    smi = shutil.which("npu-smi", path=env.get("PATH"))
+    if smi is None:
+        checks.append(_check("npu-smi info", False, "npu-smi is not on the child's PATH: no Ascend driver here "
+                             "(use run_mode 'sim' on a machine without an NPU)"))
+    else:
+        res = await _run([smi, "info"], cwd=cwd, env=env, timeout_s=timeout_s)
+        bad = _failed_probe(res, "npu-smi info")
+        checks.append(_check("npu-smi info", bad is None, bad or "npu-smi info works"))
+    code = ("import torch, torch_npu; print('count', torch_npu.npu.device_count()); "
+            "print('available', torch.npu.is_available())")
+    chk, res = await _python_import("torch_npu devices", code, python=python, cwd=cwd, env=env, timeout_s=timeout_s)
+    count: int | None = None
+    if chk.ok and isinstance(res, RunResult):
+        words = res.output.split()
+        try:
+            count = int(words[words.index("count") + 1])
+            available = words[words.index("available") + 1] == "True"
+        except (ValueError, IndexError):
+            chk = _check(chk.name, False, f"unexpected output: {_short(res)}")
+        else:
+            if count <= 0 or not available:
+                chk = _check(chk.name, False, f"torch_npu.npu.device_count() = {count}, torch.npu.is_available() = "
+                             f"{available}: no usable NPU")
+            else:
+                chk = _check(chk.name, True, f"device_count {count}, torch.npu.is_available() True")
+    checks.append(chk)
+    dev = env.get("TILE_FWK_DEVICE_ID")
+    name = "TILE_FWK_DEVICE_ID"
+    if dev is None or not dev.strip().isdigit():
+        checks.append(_check(name, False, f"TILE_FWK_DEVICE_ID must be set to a chip number, got {dev!r}; pass "
+                             "device_ids when starting the session"))
+    elif count is not None and int(dev) >= count:
+        checks.append(_check(name, False, f"TILE_FWK_DEVICE_ID={dev} but only {count} device(s) (0..{count - 1})"))
+    elif device_ids and dev not in device_ids:
+        checks.append(_check(name, False, f"TILE_FWK_DEVICE_ID={dev} is not one of the session's device_ids "
+                             f"{device_ids}"))
+    else:
+        checks.append(_check(name, True, f"TILE_FWK_DEVICE_ID={dev}"
+                             + (f" (of {count} devices)" if count is not None else "")))
+    checks.append(await _pto_isa_check(env, timeout_s))
+    return checks
+
+
+async def _path_python_checks(*, cwd: Path, env: dict[str, str], timeout_s: float) -> list[EnvCheck]:
+    py3 = shutil.which("python3", path=env.get("PATH"))
+    if py3 is None:
+        return [_check("python3 on PATH", False, "no python3 on the child's PATH: pypto runs its swimlane writer "
+                       "with it, so bubble_analysis.log / merged_swimlane.json would be missing (A.2b)")]
+    code = "import importlib.util, sys; print(sys.version.split()[0], importlib.util.find_spec('matplotlib') is not None)"
+    res = await _run([py3, "-c", code], cwd=cwd, env=env, timeout_s=timeout_s)
+    bad = _failed_probe(res, f"{py3} -c ...")
+    if bad:
+        return [_check("python3 on PATH", False, f"{py3} does not run: {bad}")]
+    assert isinstance(res, RunResult)
+    words = res.output.split()
+    version = words[0] if words else "?"
+    has_mpl = len(words) > 1 and words[1] == "True"
+    mpl = (_check("matplotlib absent", True, f"warning: matplotlib is importable by {py3}: every SIM run will also "
+                  "draw _simulate.swim.png and take ~15 s instead of ~3 s; uninstall it from that environment "
+                  "(A.2b)") if has_mpl else
+           _check("matplotlib absent", True, f"matplotlib not importable by {py3}: no PNG drawing, fast SIM runs "
+                  "(its ModuleNotFoundError tracebacks are harmless)"))
+    return [_check("python3 on PATH", True, f"{py3} (Python {version})"), mpl]
+
+
+async def check_environment(*, run_mode: str, workspace: Path, operator_files: list[str], env: dict[str, str],
+                            python: str = sys.executable, device_ids: list[str] | None = None,
+                            timeout_s: float = CHECK_TIMEOUT_S) -> list[EnvCheck]:
+    """Run the R3 checklist for ``run_mode`` ('sim' or 'npu') and return one EnvCheck per item, in a fixed order.
+
+    ``env`` is the child environment the test command will get (:func:`build_child_env`); ``python`` the
+    interpreter the checks import with; ``operator_files`` are relative to ``workspace``. Never raises for a
+    failing check — a failed check is data (``ok=False`` with a detail saying what to fix).
+    """
+    mode = run_mode.lower()
+    cwd = workspace if workspace.is_dir() else Path.cwd()
+    checks: list[EnvCheck] = []
+    if mode == "npu":
+        checks += await _device_checks(python=python, cwd=cwd, env=env, device_ids=device_ids, timeout_s=timeout_s)
+    chk, _ = await _python_import("import pypto", _PYPTO_PROBE,
+                                  python=python, cwd=cwd, env=env, timeout_s=timeout_s)
+    checks.append(chk)
+    checks += await _path_python_checks(cwd=cwd, env=env, timeout_s=timeout_s)
+    if not operator_files:
+        checks.append(_check("byte-compile", False, "no operator files were given"))
+    for rel in operator_files:
+        checks.append(byte_compile_check(workspace, rel))
+    return checks

@@ -1,0 +1,279 @@
+"""Gates: which call the rules allow in a given state, and the refusal (with rule id) when they do not.
+
+Pure functions of ``SessionState``; ``tools/service.py`` calls ``check`` before doing anything and records refusals.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pypto_tune.tools import rules
+from pypto_tune.tools.errors import GateRefusal
+from pypto_tune.tools.state import SessionState
+
+READ_ONLY = {"get_status", "list_knobs", "analyze_bubbles"}
+DRIFT_ALLOWED = ["revert_patch", "run_precision_check(adopt_drift=true)", "get_status", "list_knobs"]
+
+
+def _refuse(rule: str, message: str, st: SessionState, hint: str = "") -> GateRefusal:
+    return GateRefusal(rule, message, allowed=allowed_actions(st), hint=hint)
+
+
+def has_pass(st: SessionState, code_hash: str | None = None) -> bool:
+    return (code_hash or st.current_hash) in st.passed_hashes
+
+
+def last_precision(st: SessionState) -> dict[str, Any] | None:
+    """The latest precision record on the current code hash, if any."""
+    for r in reversed(st.rows["precision_records"]):
+        if r["code_hash"] == st.current_hash:
+            return r
+    return None
+
+
+def round_phase(st: SessionState) -> str:
+    """Level-3 step of the open round: VERIFY, VERIFY_FAILED, MEASURE, RECORD."""
+    r = st.open_round
+    if r is None:
+        return "START"
+    prec = [p for p in r.precision if p["code_hash"] == st.current_hash]
+    if not prec:
+        return "VERIFY"
+    if prec[-1]["verdict"] != "passed":
+        return "VERIFY_FAILED"
+    if not any(m["code_hash"] == st.current_hash for m in r.measurements):
+        return "MEASURE"
+    return "RECORD"
+
+
+def time_limit_exceeded(st: SessionState) -> bool:
+    started = float(st.session["config"].get("started_epoch", time.time()))
+    return time.time() - started > float(st.session["time_limit_h"]) * 3600.0
+
+
+def check(tool: str, st: SessionState, *, disk_raw_hash: str, **kw: Any) -> None:
+    """Raise the first GateRefusal that applies to ``tool`` in ``st``."""
+    drift = disk_raw_hash != st.expected_raw_hash
+    if tool in READ_ONLY:
+        if tool == "analyze_bubbles" and st.open_round is not None and not has_pass(st):
+            raise _refuse("precision-first", "the open round's code has no passing precision record yet", st,
+                          "run_precision_check first")
+        return
+    if tool == "render_report":
+        if not st.finished:
+            raise _refuse("report-end", f"the session is still tuning ({st.level1}/{st.stage}); the final report "
+                          "comes after termination", st, "reach an exit condition, or stop_session(reason) when the "
+                          "user asks to stop; get_status shows the live board")
+        if drift:
+            raise _refuse("drift", "operator files changed outside the server; restoring the debug options now "
+                          "would overwrite that edit", st, "undo the external edit (or copy it away), then retry")
+        return
+    if st.finished:
+        raise _refuse("finished", f"the session has terminated ({st.finish_reason or st.level1}); only reporting "
+                      "is allowed", st, "call render_report")
+    if drift:
+        adopting = tool == "run_precision_check" and kw.get("adopt_drift")
+        if not adopting and tool != "revert_patch":
+            raise GateRefusal(
+                "drift", "the operator files on disk differ from the last state the server wrote (an edit made "
+                "behind its back, or an interrupted write); tuning is blocked", allowed=DRIFT_ALLOWED,
+                hint="revert_patch restores the server's sources byte-for-byte; run_precision_check(adopt_drift="
+                "true) adopts the edit as a manual round, verified like any other change")
+        if adopting and st.open_round is not None:
+            raise _refuse("round-open", "cannot adopt an external edit while a round is open", st,
+                          "revert_patch first (it also undoes the external edit)")
+        return
+
+    if tool == "run_precision_check":
+        if st.awaiting_user and not kw.get("confirm_retry"):
+            raise GateRefusal(
+                "baseline-retry", f"the baseline precision check failed {st.baseline_failures} times; the operator "
+                "must not be fixed by the tuner and the user must decide (R5)",
+                allowed=["run_precision_check(confirm_retry=true)", "get_status"],
+                hint="ask the user; only with their explicit confirmation call run_precision_check(confirm_retry="
+                "true)")
+        return
+
+    if tool == "enable_runtime_debug":
+        if st.open_round is not None:
+            raise _refuse("round-open", "the debug switch cannot change while a round is open", st,
+                          "finish the round first (record_round or revert_patch)")
+        if not has_pass(st):
+            raise _refuse("precision-first", "no passing precision record for the current code hash "
+                          f"{st.current_hash[:12]}", st, "run_precision_check first")
+        return
+
+    if tool == "collect_swimlane":
+        if st.level1 == "S1_SETUP" or not has_pass(st):
+            rule = "verify-after-change" if st.open_round is not None else "precision-first"
+            raise _refuse(rule, "no passing precision record for the current code hash "
+                          f"{st.current_hash[:12]}; measuring unverified code is not allowed", st,
+                          "run_precision_check first")
+        if not st.debug_enabled:
+            raise _refuse("debug-mode", "measurements need runtime_debug_mode 1 on every jit (R2/R7)", st,
+                          "call enable_runtime_debug")
+        if st.level1 == "S3_ANALYZE":
+            raise _refuse("sequence", "the baseline is collected; analyse it before anything else", st,
+                          "call analyze_bubbles")
+        return
+
+    if tool == "apply_tuning_patch":
+        if st.level1 != "S4_TUNE":
+            raise _refuse("sequence", f"tuning starts after setup, baseline collection and analysis (now "
+                          f"{st.level1})", st)
+        if time_limit_exceeded(st):
+            raise _refuse("finished", f"the tuning time limit of {st.session['time_limit_h']} h is exceeded", st,
+                          "stop_session('time limit') then render_report")
+        phase = round_phase(st)
+        if st.open_round is not None:
+            if phase == "VERIFY_FAILED" and st.open_round.corrections == 0:
+                pass  # R11: one quick correction of the same knob
+            elif phase == "VERIFY_FAILED":
+                raise _refuse("correction-limit", f"round {st.open_round.number} already used its one correction",
+                              st, "record_round (it rolls back and records the failure) or revert_patch")
+            else:
+                raise _refuse("round-open", f"round {st.open_round.number} is open (step {phase})", st,
+                              "finish it: " + ", ".join(allowed_actions(st)))
+        elif not has_pass(st):
+            raise _refuse("precision-first", "the current code has no passing precision record", st,
+                          "run_precision_check first")
+        if not (st.stage_measured and st.stage_analyzed):
+            raise _refuse("stage-analysis", f"{st.stage} needs its own fresh collection and analysis before the "
+                          "first change (R15/R16)", st, "collect_swimlane, then analyze_bubbles")
+        cid = str(kw.get("catalog_id") or "")
+        stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+        algorithm = bool(kw.get("algorithm"))
+        if stage.group == "algorithm":
+            if not algorithm:
+                raise _refuse("algorithm", "in the ALGORITHM stage every round is a declared algorithm change", st,
+                              "pass algorithm=true with one catalogue id")
+        else:
+            if algorithm:
+                raise _refuse("algorithm", "algorithm-level changes come only after the configuration stages "
+                              "converged without reaching the target (R23)", st,
+                              "change one knob, or finish the configuration stages first")
+            if not cid.startswith(stage.catalog_prefix):
+                raise _refuse("catalog-stage", f"catalogue id {cid!r} does not belong to stage {st.stage} "
+                              f"(expects {stage.catalog_prefix}*)", st,
+                              "read pypto-tune://catalog and pick an id of the current stage")
+        from pypto_tune.tools.analysis import load_catalog
+
+        if stage.group != "algorithm" and cid not in {i.id for i in load_catalog().items}:
+            raise _refuse("catalog-stage", f"unknown catalogue id {cid!r}", st, "see pypto-tune://catalog")
+        return
+
+    if tool == "revert_patch":
+        if st.open_round is None:
+            raise _refuse("no-round", "there is no open round to revert (and no external edit to undo)", st)
+        return
+
+    if tool == "record_round":
+        if st.open_round is None:
+            raise _refuse("no-round", "there is no open round to record", st, "apply_tuning_patch opens a round")
+        phase = round_phase(st)
+        if phase == "VERIFY":
+            raise _refuse("verify-after-change", f"round {st.open_round.number}'s code has not been verified",
+                          st, "run_precision_check")
+        if phase == "MEASURE":
+            raise _refuse("measure-first", f"round {st.open_round.number} passed precision but was not measured; "
+                          "the server decides keep/revert from its own measurement", st, "collect_swimlane")
+        return
+
+    if tool in ("mark_checklist", "advance_stage"):
+        if st.level1 != "S4_TUNE" or st.stage is None:
+            raise _refuse("sequence", "the checklist belongs to a tuning stage", st)
+        if tool == "advance_stage" and st.open_round is not None:
+            raise _refuse("round-open", f"round {st.open_round.number} is open", st, "finish it first")
+        if tool == "mark_checklist":
+            stage = rules.STAGES_BY_NAME[st.stage]
+            cid = str(kw.get("catalog_id") or "")
+            if not cid.startswith(stage.catalog_prefix):
+                raise _refuse("catalog-stage", f"{cid!r} is not an item of {st.stage}'s checklist", st)
+        return
+
+    if tool == "stop_session":
+        return
+    raise _refuse("sequence", f"unknown operation {tool}", st)
+
+
+def check_one_change(delta: list[Any], *, algorithm: bool, first_knobs: list[str] | None) -> None:
+    """R9: exactly one knob differs from the last kept state (a correction must touch the same knob)."""
+    ids = [c.knob_id for c in delta]
+    if algorithm:
+        return
+    if not delta:
+        raise GateRefusal("one-change", "the patch changes no recognised tuning knob (a structural edit)",
+                          allowed=["apply_tuning_patch", "list_knobs"],
+                          hint="change one knob from list_knobs; structural edits are algorithm-level (R23)")
+    if len(delta) > 1:
+        raise GateRefusal("one-change", f"the patch changes {len(delta)} knobs at once: {', '.join(ids)}",
+                          allowed=["apply_tuning_patch", "list_knobs"],
+                          hint="split it: one knob per round, each verified and measured on its own")
+    if first_knobs is not None and ids != first_knobs:
+        raise GateRefusal("correction-limit", f"a correction must adjust the round's own knob {first_knobs}, "
+                          f"not {ids}", allowed=["apply_tuning_patch", "record_round", "revert_patch"],
+                          hint="correct the same knob, or roll the round back")
+
+
+def global_stop_reason(st: SessionState) -> str:
+    """R14b, evaluated at every JUDGE: target, utilisation+bubble on active cores (E.2), time limit."""
+    if st.kept_us is not None and st.target_us is not None and st.kept_us <= st.target_us:
+        return f"target reached ({st.kept_us:.3f} µs ≤ {st.target_us:.3f} µs)"
+    m = st.last_valid_measurement(st.kept_hash)
+    if m is not None:
+        a = m["analysis"]
+        util, bubble = a.get("active_core_utilization_pct"), a.get("active_bubble_rate_pct")
+        if util is not None and bubble is not None and util > rules.GLOBAL_UTIL_PCT and bubble < rules.GLOBAL_BUBBLE_PCT:
+            return (f"theoretical limit: active-core utilisation {util:.1f} % > {rules.GLOBAL_UTIL_PCT:g} % and "
+                    f"bubble {bubble:.1f} % < {rules.GLOBAL_BUBBLE_PCT:g} %")
+    if time_limit_exceeded(st):
+        return f"time limit of {st.session['time_limit_h']} h reached"
+    return ""
+
+
+def stage_summary(st: SessionState) -> dict[str, Any]:
+    """R19 hand-off summary, generated from server state instead of trusting the agent."""
+    c = st.counters.get(st.stage or "")
+    stage_rounds = [r for r in st.rounds if r["stage"] == st.stage]
+    kept = [r for r in stage_rounds if st.decisions.get(int(r["number"]), {}).get("decision") == "kept"]
+    failed = [r for r in stage_rounds if st.decisions.get(int(r["number"]), {}).get("decision") == "failed"]
+    reached = bool(st.kept_us is not None and st.target_us is not None and st.kept_us <= st.target_us)
+    return {
+        "stage": st.stage, "rounds": c.rounds if c else 0, "consecutive_no_gain": c.consecutive_no_gain if c else 0,
+        "failures": c.failures if c else 0, "baseline_us": st.baseline_us, "best_us": st.kept_us,
+        "target_us": st.target_us, "reached": reached,
+        "kept": [{"round": r["number"], "catalog_id": r["catalog_id"], "change": r["change"]} for r in kept],
+        "failed": [{"round": r["number"], "catalog_id": r["catalog_id"], "change": r["change"]} for r in failed],
+    }
+
+
+def allowed_actions(st: SessionState) -> list[str]:
+    """The calls the rules allow now (every result and refusal ends with these)."""
+    if st.finished:
+        return ["render_report", "get_status"]
+    if st.level1 == "S1_SETUP":
+        if st.awaiting_user:
+            return ["run_precision_check(confirm_retry=true) once the user confirms", "get_status"]
+        return ["run_precision_check", "get_status"]
+    if st.level1 == "S2_COLLECT":
+        return (["collect_swimlane"] if st.debug_enabled else ["enable_runtime_debug"]) + ["get_status"]
+    if st.level1 == "S3_ANALYZE":
+        return ["analyze_bubbles", "get_status"]
+    phase = round_phase(st)
+    if phase == "VERIFY":
+        return ["run_precision_check", "revert_patch", "get_status"]
+    if phase == "VERIFY_FAILED":
+        first = ["apply_tuning_patch (one correction of the same knob)"] if st.open_round and \
+            st.open_round.corrections == 0 else []
+        return first + ["record_round", "revert_patch", "get_status"]
+    if phase == "MEASURE":
+        return ["collect_swimlane", "revert_patch", "get_status"]
+    if phase == "RECORD":
+        return ["record_round", "analyze_bubbles", "revert_patch", "get_status"]
+    if not st.stage_measured:
+        return ["collect_swimlane", "get_status"]
+    if not st.stage_analyzed:
+        return ["analyze_bubbles", "get_status"]
+    return ["apply_tuning_patch", "list_knobs", "analyze_bubbles", "mark_checklist", "advance_stage",
+            "stop_session", "get_status"]

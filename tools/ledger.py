@@ -1,0 +1,292 @@
+"""The durable, append-only ledger of a tuning session (SQLite in ``WORKSPACE/.pypto-tune/ledger.sqlite3``).
+
+Why SQLite with WAL and ``synchronous=FULL``: a server may be SIGKILLed in the middle of an eight-hour session; every
+event is one transaction, so after a crash the file holds exactly the events that were committed, never half of one.
+Why append-only (enforced by triggers, not by convention): the ledger is the evidence the report is built from; a
+number that could be edited later would be worth nothing. Current state is *derived* from the rows (``tools/state.py``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pypto_tune.tools.errors import LedgerError
+
+LEDGER_DIR = ".pypto-tune"
+LEDGER_FILE = "ledger.sqlite3"
+
+# Each migration runs once, in its own transaction, and leaves a row in schema_migrations.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "initial schema",
+        """
+        CREATE TABLE sessions(
+            id TEXT PRIMARY KEY, created_at TEXT NOT NULL, workspace TEXT NOT NULL, operator TEXT NOT NULL,
+            operator_files TEXT NOT NULL, test_command TEXT NOT NULL, shell INTEGER NOT NULL DEFAULT 0,
+            run_mode TEXT NOT NULL, goal_kind TEXT NOT NULL, goal_value REAL NOT NULL, timeout_s REAL NOT NULL,
+            device_ids TEXT NOT NULL, time_limit_h REAL NOT NULL, repeats INTEGER NOT NULL,
+            original_sources TEXT NOT NULL, original_hash TEXT NOT NULL, original_raw_hash TEXT NOT NULL,
+            config TEXT NOT NULL);
+        CREATE TABLE env_checks(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            batch INTEGER NOT NULL, name TEXT NOT NULL, ok INTEGER NOT NULL, detail TEXT NOT NULL);
+        CREATE TABLE runs(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            purpose TEXT NOT NULL, round INTEGER, argv TEXT NOT NULL, env TEXT NOT NULL, cwd TEXT NOT NULL,
+            exit_code INTEGER, signal INTEGER, timed_out INTEGER NOT NULL, cancelled INTEGER NOT NULL,
+            duration_s REAL NOT NULL, started_epoch REAL NOT NULL, output_head TEXT NOT NULL,
+            output_tail TEXT NOT NULL, output_bytes INTEGER NOT NULL, output_dirs TEXT NOT NULL,
+            code_hash TEXT NOT NULL, raw_hash TEXT NOT NULL, device_id TEXT);
+        CREATE TABLE precision_records(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            run_id INTEGER REFERENCES runs(id), command TEXT NOT NULL, verdict TEXT NOT NULL,
+            numerics_checked INTEGER NOT NULL, exit_code INTEGER, duration_s REAL NOT NULL, key_output TEXT NOT NULL,
+            reason TEXT NOT NULL, code_hash TEXT NOT NULL, round INTEGER, device_id TEXT, result_type TEXT);
+        CREATE TABLE measurements(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            round INTEGER NOT NULL, code_hash TEXT NOT NULL, valid INTEGER NOT NULL, invalid_reasons TEXT NOT NULL,
+            operator_time_us REAL, e2e_us REAL, samples TEXT NOT NULL, analysis TEXT NOT NULL, archive TEXT NOT NULL,
+            run_ids TEXT NOT NULL, stage TEXT);
+        CREATE TABLE analyses(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            measurement_id INTEGER REFERENCES measurements(id), stage TEXT, report_path TEXT NOT NULL,
+            suggestions TEXT NOT NULL);
+        CREATE TABLE patches(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            round INTEGER, kind TEXT NOT NULL, catalog_id TEXT, diff TEXT NOT NULL, before_hash TEXT NOT NULL,
+            after_hash TEXT NOT NULL, before_raw_hash TEXT NOT NULL, after_raw_hash TEXT NOT NULL,
+            before_sources TEXT NOT NULL, after_sources TEXT NOT NULL, knob_changes TEXT NOT NULL,
+            note TEXT NOT NULL);
+        CREATE TABLE rounds(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), number INTEGER NOT NULL,
+            opened_at TEXT NOT NULL, stage TEXT NOT NULL, outer_round INTEGER NOT NULL, kind TEXT NOT NULL,
+            catalog_id TEXT NOT NULL, change TEXT NOT NULL, rationale TEXT NOT NULL, before_hash TEXT NOT NULL,
+            before_raw_hash TEXT NOT NULL, before_us REAL, UNIQUE(session_id, number));
+        CREATE TABLE round_decisions(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), number INTEGER NOT NULL,
+            at TEXT NOT NULL, decision TEXT NOT NULL, result_type TEXT NOT NULL, after_us REAL, delta_pct REAL,
+            error_output TEXT NOT NULL, notes TEXT NOT NULL, restored_hash TEXT NOT NULL,
+            UNIQUE(session_id, number));
+        CREATE TABLE transitions(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            level TEXT NOT NULL, from_value TEXT, to_value TEXT NOT NULL, reason TEXT NOT NULL,
+            summary TEXT NOT NULL);
+        CREATE TABLE checklist_marks(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            stage_group TEXT NOT NULL, catalog_id TEXT NOT NULL, status TEXT NOT NULL, reason TEXT NOT NULL,
+            round INTEGER);
+        CREATE TABLE refusals(
+            id INTEGER PRIMARY KEY, session_id TEXT, at TEXT NOT NULL, tool TEXT NOT NULL, rule TEXT NOT NULL,
+            message TEXT NOT NULL);
+        CREATE TABLE confirmations(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            kind TEXT NOT NULL, detail TEXT NOT NULL);
+        """,
+    ),
+]
+
+APPEND_ONLY_TABLES = (
+    "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
+    "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations",
+)
+
+_JSON_COLUMNS = {
+    "operator_files", "test_command", "device_ids", "original_sources", "config", "argv", "env", "output_dirs",
+    "command", "invalid_reasons", "samples", "analysis", "run_ids", "suggestions", "before_sources",
+    "after_sources", "knob_changes", "summary",
+}
+
+
+def now_iso() -> str:
+    """Local time with offset, to the second: what a person reads in the report."""
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=_default).decode()
+
+
+def _default(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+class Row(dict):
+    """A ledger row with JSON columns decoded; attribute access for readability."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:  # pragma: no cover - programming error
+            raise AttributeError(name) from exc
+
+
+class Ledger:
+    """Append-only event store. One instance per workspace; safe to share between threads of one process."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.Error as exc:
+            raise LedgerError(
+                f"cannot open the ledger {path}: {exc}",
+                hint="check that the workspace is writable and has free space; nothing was recorded",
+            ) from exc
+        except OSError as exc:
+            raise LedgerError(
+                f"cannot create the ledger folder {path.parent}: {exc}",
+                hint="check that the workspace exists and is writable; nothing was recorded",
+            ) from exc
+
+    @classmethod
+    def for_workspace(cls, workspace: Path) -> Ledger:
+        return cls(workspace / LEDGER_DIR / LEDGER_FILE)
+
+    # -- schema -------------------------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        with self._lock:
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations("
+                "version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL, description TEXT NOT NULL)"
+            )
+            done = {r[0] for r in self._conn.execute("SELECT version FROM schema_migrations")}
+            for version, description, script in MIGRATIONS:
+                if version in done:
+                    continue
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in script.split(";"):
+                        if statement.strip():
+                            self._conn.execute(statement)
+                    if version == 1:
+                        for table in APPEND_ONLY_TABLES:
+                            for op in ("UPDATE", "DELETE"):
+                                self._conn.execute(
+                                    f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table} "
+                                    f"BEGIN SELECT RAISE(ABORT, 'ledger is append-only: {op} on {table} refused'); END"
+                                )
+                    self._conn.execute(
+                        "INSERT INTO schema_migrations(version, applied_at, description) VALUES (?,?,?)",
+                        (version, now_iso(), description),
+                    )
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+
+    def schema_version(self) -> int:
+        row = self._conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        """One event = one transaction: everything inside commits together or not at all."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise LedgerError(f"ledger is not writable: {exc}", hint="free disk space or fix permissions") from exc
+            tx = _Tx(self._conn)
+            try:
+                yield tx
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._safe_rollback()
+                raise LedgerError(
+                    f"ledger write failed and was rolled back: {exc}",
+                    hint="nothing of this event was recorded; free disk space or fix permissions, then retry",
+                ) from exc
+            except BaseException:
+                self._safe_rollback()
+                raise
+
+    def _safe_rollback(self) -> None:
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    def insert(self, table: str, **fields: Any) -> int:
+        with self.transaction() as tx:
+            return tx.insert(table, **fields)
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def rows(self, table: str, session_id: str | None = None, where: str = "", params: tuple = ()) -> list[Row]:
+        if table not in APPEND_ONLY_TABLES:
+            raise ValueError(table)
+        sql = f"SELECT * FROM {table}"
+        clauses, args = [], []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            args.append(session_id)
+        if where:
+            clauses.append(where)
+            args.extend(params)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY " + ("number" if table in ("rounds", "round_decisions") else "id")
+        with self._lock:
+            result = self._conn.execute(sql, args).fetchall()
+        return [_decode(r) for r in result]
+
+    def integrity_ok(self) -> bool:
+        with self._lock:
+            return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class _Tx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def insert(self, table: str, **fields: Any) -> int:
+        if table not in APPEND_ONLY_TABLES:
+            raise ValueError(table)
+        cols = list(fields)
+        values = [_dumps(v) if c in _JSON_COLUMNS else _scalar(v) for c, v in fields.items()]
+        cur = self._conn.execute(
+            f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", values
+        )
+        return int(cur.lastrowid)
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _decode(row: sqlite3.Row) -> Row:
+    out = Row()
+    for key in row.keys():
+        value = row[key]
+        if key in _JSON_COLUMNS and isinstance(value, str):
+            value = orjson.loads(value)
+        out[key] = value
+    return out

@@ -1,0 +1,685 @@
+"""Find every knob of domain.md C in PyPTO operator sources.
+
+One pass per file with libcst. Calls are recognised by their *qualified* name (libcst resolves
+``import pypto as pt``, ``from pypto import frontend``, ``from pypto.frontend import jit``), so aliases work;
+method calls (``w.set_cache_policy``, ``x.view(..., valid_shape=...)``) are recognised by the method name.
+
+Each knob is backed by a :class:`Site` that remembers the node holding the value and how to add the knob when it is
+absent; :mod:`.edit` uses the sites, :func:`extract_knobs` only returns the public :class:`Knob` part.
+
+Ids never contain line numbers, so a value edit or an edit elsewhere in the file keeps them: a call site is
+``<file>:<function>.<callee>#<n>`` (n-th such call in that function, 1-based), a loop with a literal ``name=`` is
+``loop[<name>]``, an option dict entry is ``<file>:<function>.<group>.<key>`` (or ``<file>:<VAR>.<key>`` when the
+dict is a module-level variable), a constant is ``<file>:<NAME>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ..errors import InputError
+from . import legality
+from ._cst import is_dict_call, is_expr, literal
+from .models import EXPR_KEY, Knob
+
+OPTION_GROUPS = (
+    "runtime_options", "pass_options", "debug_options", "host_options", "codegen_options", "verify_options",
+)
+# Option keys the tuning loop adds when they are absent (domain C S-5..S-10); listed as absent knobs of every jit.
+ADDABLE_OPTIONS = {
+    "pass_options": ("vec_nbuffer_setting", "cube_l1_reuse_setting", "cube_nbuffer_setting"),
+    "runtime_options": ("stitch_function_max_num", "device_sched_mode"),
+}
+LOOP_KWARGS = ("unroll_list", "submit_before_loop")
+VIEW_CALLEES = ("view", "reshape")
+UPPER = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# Names that say "tiling/blocking" on their face (F-11 lists BLOCK_SIZE, S_TILE, ...).
+TILING_NAME = re.compile(r"(TILE|BLOCK|BLK|CHUNK|SPLIT|UNROLL|STEP|GROUP|NBUF|(^|_)BS($|_)|(^|_)T[A-Z]?($|_))")
+DTYPE_BYTES = {"DT_FP16": 2, "DT_BF16": 2, "DT_FP32": 4, "DT_INT8": 1, "DT_INT16": 2, "DT_INT32": 4,
+               "DT_INT64": 8, "DT_UINT8": 1, "DT_FP8": 1, "DT_HF8": 1, "DT_BOOL": 1}
+
+
+@dataclass
+class Site:
+    """A knob plus what the editor needs: the node holding the value, or how to create it."""
+
+    knob: Knob
+    file: str
+    node: cst.CSTNode | None  # the value expression (or the Call for call-site knobs)
+    # For absent knobs: returns {id(node): replacement-fn} for a given rendered value node.
+    adder: Callable[[Any], dict[int, Callable[[cst.CSTNode], cst.CSTNode]]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedFile:
+    path: str
+    text: str
+    module: cst.Module
+    sites: list[Site]
+    jits: list["JitSite"]
+    constants: dict[str, int]
+    bom: str = ""
+
+
+@dataclass
+class JitSite:
+    """One ``@...jit`` decorator: where options live, so the runtime-debug toggle can add to them."""
+
+    function: str
+    ordinal: int
+    decorator: cst.Decorator
+    call: cst.Call | None  # None for a bare ``@pypto.frontend.jit``
+    groups: dict[str, cst.BaseExpression]  # option group -> its dict/dict() node (resolved through variables)
+    group_args: dict[str, cst.Arg]  # option group -> the keyword argument in the decorator call
+    group_var: dict[str, str]  # option group -> module variable name when the dict is a variable
+
+
+def parse(path: str, text: str) -> cst.Module:
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        raise InputError(
+            f"{path} is not valid Python: {exc.message} at line {exc.raw_line}",
+            hint="fix the syntax error (or revert the last patch) before listing or editing knobs",
+        ) from exc
+
+
+def parse_file(path: str, text: str) -> ParsedFile:
+    """Parsed file with its sites. Cached: libcst trees are immutable, and a session re-reads the same text on
+    every tool call (extract, delta before/after, debug toggle). Callers must not mutate the returned Knobs;
+    :func:`extract_knobs` hands out copies."""
+    return _parse_file_cached(path, text)
+
+
+@functools.lru_cache(maxsize=128)
+def _parse_file_cached(path: str, text: str) -> ParsedFile:
+    # libcst drops a UTF-8 byte-order mark from Module.code; keep it aside so every edit writes it back.
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    module = parse(path, text[len(bom):])
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    visitor = _Collector(path, module)
+    wrapper.visit(visitor)  # finish() runs in leave_Module, while metadata is still available
+    return ParsedFile(path, text, module, visitor.sites, visitor.jits, visitor.constants, bom)
+
+
+def extract_knobs(sources: dict[str, str]) -> list[Knob]:
+    """Every knob in ``sources`` (relative path -> exact text), in file order then source order.
+
+    Absent-but-addable knobs (``present=False``, ``value=None``) are included for the jit option keys of domain C
+    S-5…S-10 and for ``unroll_list`` / ``submit_before_loop`` of every loop, so that an agent can set them by id.
+    Raises InputError when a file does not parse.
+    """
+    knobs: list[Knob] = []
+    for path in sorted(sources):
+        knobs.extend(site.knob.model_copy(deep=True) for site in parse_file(path, sources[path]).sites)
+    return knobs
+
+
+def sites_of(sources: dict[str, str]) -> tuple[dict[str, ParsedFile], list[Site]]:
+    parsed = {path: parse_file(path, sources[path]) for path in sorted(sources)}
+    return parsed, [site for pf in parsed.values() for site in pf.sites]
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def eval_int(node: cst.CSTNode | None, consts: dict[str, int]) -> int | None:
+    """Integer value of a small arithmetic expression over literals and module constants, else None."""
+    if node is None:
+        return None
+    if isinstance(node, cst.Integer):
+        return int(node.value.replace("_", ""), 0)
+    if isinstance(node, cst.Name):
+        return consts.get(node.value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        v = eval_int(node.expression, consts)
+        return None if v is None else -v
+    if isinstance(node, cst.BinaryOperation):
+        a, b = eval_int(node.left, consts), eval_int(node.right, consts)
+        if a is None or b is None:
+            return None
+        op = node.operator
+        if isinstance(op, cst.Add):
+            return a + b
+        if isinstance(op, cst.Subtract):
+            return a - b
+        if isinstance(op, cst.Multiply):
+            return a * b
+        if isinstance(op, cst.FloorDivide) and b != 0:
+            return a // b
+        if isinstance(op, cst.Modulo) and b != 0:
+            return a % b
+    return None
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    out: set[str] = set()
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Name):
+            out.add(n.value)
+        for c in n.children:
+            walk(c)
+
+    walk(node)
+    return out
+
+
+class _Collector(cst.CSTVisitor):
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, path: str, module: cst.Module) -> None:
+        super().__init__()
+        self.path = path
+        self.module = module
+        self.sites: list[Site] = []
+        self.jits: list[JitSite] = []
+        self.func_stack: list[str] = []
+        self.counters: dict[tuple[str, str], int] = {}
+        self.seen_ids: set[str] = set()
+        self.constants: dict[str, int] = {}  # UPPER_CASE int literals: the knobs
+        self.known: dict[str, int] = {}  # also derived ints (NBLK = M // BLOCK_M), for trip counts and dims only
+        self.const_nodes: dict[str, cst.BaseExpression] = {}
+        self.const_assign: dict[str, cst.CSTNode] = {}
+        self.module_dicts: dict[str, cst.BaseExpression] = {}
+        # (scope, family) -> members of a per-function grouped knob (see _emit_grouped)
+        self.grouped: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+        self.func_tensors: dict[str, list[tuple[list[int | None], str | None]]] = {}
+        self.kernel_funcs: set[str] = set()
+        self.name_uses: dict[str, set[str]] = {}  # constant name -> {"kernel", "signature", "other"}
+        self.imports = _import_table(module)
+        self._collect_module_level()
+
+    # -------------------------------------------------------------------------------- module-level bindings
+
+    def _collect_module_level(self) -> None:
+        for stmt in self.module.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                continue
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                    target, value = small.targets[0].target, small.value
+                elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                    target, value = small.target, small.value
+                else:
+                    continue
+                if isinstance(target, cst.Name):
+                    self._bind(target.value, value, small)
+                elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+                    if len(target.elements) == len(value.elements):
+                        for t_el, v_el in zip(target.elements, value.elements):
+                            if isinstance(t_el.value, cst.Name):
+                                self._bind(t_el.value.value, v_el.value, small)
+
+    def _bind(self, name: str, value: cst.BaseExpression, stmt: cst.CSTNode) -> None:
+        if isinstance(value, cst.Dict) or is_dict_call(value):
+            self.module_dicts[name] = value
+            return
+        if UPPER.match(name):
+            v = literal(value, self.module)
+            if isinstance(v, int) and not isinstance(v, bool):
+                self.constants[name] = v
+                self.known[name] = v
+                self.const_nodes[name] = value
+                self.const_assign[name] = stmt
+                return
+        derived = eval_int(value, self.known)
+        if derived is not None:
+            self.known[name] = derived
+        else:
+            self.known.pop(name, None)  # rebound to something unknown
+
+    # ------------------------------------------------------------------------------------------ utilities
+
+    def line(self, node: cst.CSTNode) -> int:
+        return self.get_metadata(PositionProvider, node).start.line
+
+    def qname(self, func: cst.BaseExpression) -> str | None:
+        """'frontend.jit', 'set_vec_tile_shapes', ... for pypto names; None for anything else.
+
+        Resolved through the file's import table (``import pypto as pt``, ``from pypto import frontend``,
+        ``from pypto.frontend import jit``). libcst's QualifiedNameProvider does the same with full scoping but
+        costs about two thirds of the parse time; local rebinding of an imported name is the only case it would
+        get better, and operator files do not do that.
+        """
+        dotted = _dotted(func)
+        if not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        target = self.imports.get(head)
+        if target is None:
+            # A file that uses pypto without importing it (snippets) still counts.
+            return dotted[len("pypto."):] if dotted.startswith("pypto.") else None
+        full = f"{target}.{rest}" if rest else target
+        if full == "pypto" or full.startswith("pypto."):
+            return full[len("pypto."):]
+        return None
+
+    def scope(self) -> str:
+        return self.func_stack[-1] if self.func_stack else "<module>"
+
+    def next_ordinal(self, key: str) -> int:
+        k = (self.scope(), key)
+        self.counters[k] = self.counters.get(k, 0) + 1
+        return self.counters[k]
+
+    def add(self, site: Site) -> None:
+        if site.knob.id in self.seen_ids:  # a module-level option dict shared by several jits is one knob
+            return
+        self.seen_ids.add(site.knob.id)
+        self.sites.append(site)
+
+    def knob(self, *, id: str, kind: str, name: str, line: int, value: Any, node: cst.CSTNode | None,
+             present: bool = True, adder=None, function: str | None = None, context: dict | None = None,
+             key: str | None = None, group: str | None = None, extra: dict | None = None) -> None:
+        spec = legality.spec_for(kind, key or name, group)
+        context = dict(context or {})
+        k = Knob(
+            id=id, kind=kind, name=name, file=self.path, line=line, value=value, present=present,
+            catalog_ids=list(spec.catalog_ids), legal=spec.legal, target=f"{self.path}:{line}",
+            function=function if function is not None else (self.func_stack[-1] if self.func_stack else None),
+            tunable=spec.tunable, context=context,
+        )
+        self.add(Site(knob=k, file=self.path, node=node, adder=adder, extra=dict(extra or {}, key=key, group=group)))
+
+    # ------------------------------------------------------------------------------------------- visiting
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        name = node.name.value if not self.func_stack else f"{self.func_stack[-1]}.{node.name.value}"
+        self.func_stack.append(name)
+        self.func_tensors[name] = self._tensor_params(node)
+        for ordinal, dec in enumerate(node.decorators, 1):
+            target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+            q = self.qname(target)
+            if q in ("frontend.jit", "jit", "frontend.parser.entry.jit"):
+                self.kernel_funcs.add(name)
+                self._jit(name, ordinal, dec)
+        # Constant uses: annotations of the parameters are "signature", the body is "kernel"/"other".
+        for param in _all_params(node.params):
+            if param.annotation is not None:
+                for n in _names_in(param.annotation):
+                    self.name_uses.setdefault(n, set()).add("signature")
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        name = self.func_stack[-1]
+        body_names = _names_in(original_node.body)
+        kernel_like = name in self.kernel_funcs or any(
+            isinstance(n, cst.Call) and self.qname(n.func) is not None for n in _calls_in(original_node.body)
+        )
+        for n in body_names:
+            self.name_uses.setdefault(n, set()).add("kernel" if kernel_like else "other")
+        self._emit_grouped()
+        self.func_stack.pop()
+
+    def visit_Call(self, node: cst.Call) -> None:
+        q = self.qname(node.func)
+        method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
+        if q == "set_vec_tile_shapes":
+            self._vec_tile(node)
+        elif q == "set_cube_tile_shapes":
+            self._cube_tile(node)
+        elif q in ("loop", "loop_unroll"):
+            self._loop(node, q)
+        elif q == "set_pass_options":
+            self._pass_options(node)
+        elif q in ("experimental.set_operation_options", "set_operation_options"):
+            self._operation_options(node)
+        elif method == "set_cache_policy":
+            self._cache_policy(node)
+        callee = q.rsplit(".", 1)[-1] if q else method
+        if callee in VIEW_CALLEES and (q is not None or method is not None):
+            self._valid_shape(node, callee)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        self.finish()
+
+    def finish(self) -> None:
+        """Module-level work that needs the whole file: constants and their roles."""
+        self._emit_grouped()
+        for stmt in self.module.body:
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            names = _names_in(stmt)
+            for n in names:
+                if n in self.constants and self.const_assign.get(n) is not None and _contains(stmt, self.const_assign[n]):
+                    continue  # its own definition
+                self.name_uses.setdefault(n, set()).add("other")
+        bounds = self._divisor_bounds()
+        for name, value in self.constants.items():
+            uses = self.name_uses.get(name, set())
+            tiling = bool(TILING_NAME.search(name)) or (uses == {"kernel"})
+            if not uses and not tiling:
+                continue
+            node = self.const_nodes[name]
+            context: dict[str, Any] = {"used_in": sorted(uses)}
+            if name in bounds:
+                context["max_value"] = bounds[name]
+            self.knob(
+                id=f"{self.path}:{name}", kind="tile_constant" if tiling else "shape_constant", name=name,
+                line=self.line(node), value=value, node=node, function=None, context=context,
+            )
+        self.sites.sort(key=lambda s: (s.knob.line, s.knob.id))
+
+    def _divisor_bounds(self) -> dict[str, int]:
+        """C -> X for every ``X // C`` with X known: a block constant may not exceed the axis it blocks (F-1)."""
+        out: dict[str, int] = {}
+
+        def walk(n: cst.CSTNode) -> None:
+            if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.FloorDivide) and isinstance(n.right, cst.Name):
+                c = n.right.value
+                if c in self.constants and c not in _names_in(n.left):
+                    x = eval_int(n.left, self.known)
+                    if x is not None and x >= 1:
+                        out[c] = min(out.get(c, x), x)
+            for child in n.children:
+                walk(child)
+
+        walk(self.module)
+        return out
+
+    # ------------------------------------------------------------------------------------------- the kinds
+
+    def _tensor_params(self, node: cst.FunctionDef) -> list[tuple[list[int | None], str | None]]:
+        out = []
+        for param in _all_params(node.params):
+            ann = param.annotation.annotation if param.annotation is not None else None
+            if isinstance(ann, cst.Call) and _dotted(ann.func).endswith("Tensor") and ann.args:
+                dims_node = ann.args[0].value
+                dims: list[int | None] = []
+                if isinstance(dims_node, (cst.List, cst.Tuple)):
+                    dims = [eval_int(el.value, self.known) for el in dims_node.elements]
+                dtype = None
+                if len(ann.args) > 1:
+                    dtype = _dotted(ann.args[1].value).rsplit(".", 1)[-1] or None
+                out.append((dims, dtype))
+        return out
+
+    def _func_context(self) -> dict[str, Any]:
+        tensors = self.func_tensors.get(self.scope(), [])
+        # Outer functions too: a nested helper tiles the tensors of the kernel around it.
+        if not tensors and self.func_stack:
+            tensors = self.func_tensors.get(self.func_stack[0], [])
+        dtypes = sorted({d for _, d in tensors if d})
+        ctx: dict[str, Any] = {}
+        if tensors:
+            ctx["tensor_shapes"] = [dims for dims, _ in tensors]
+        if dtypes:
+            ctx["dtypes"] = dtypes
+        return ctx
+
+    def _jit(self, func: str, ordinal: int, dec: cst.Decorator) -> None:
+        call = dec.decorator if isinstance(dec.decorator, cst.Call) else None
+        jit = JitSite(func, ordinal, dec, call, {}, {}, {})
+        self.jits.append(jit)
+        scope_name = func if ordinal == 1 else f"{func}@{ordinal}"
+        args = list(call.args) if call is not None else []
+        for arg in args:
+            if arg.keyword is None or arg.keyword.value not in OPTION_GROUPS:
+                continue
+            group = arg.keyword.value
+            jit.group_args[group] = arg
+            container: cst.BaseExpression | None = arg.value
+            owner = f"{scope_name}.{group}"
+            if isinstance(container, cst.Name) and container.value in self.module_dicts:
+                jit.group_var[group] = container.value
+                owner = container.value
+                container = self.module_dicts[container.value]
+            if isinstance(container, cst.Dict) or (container is not None and is_dict_call(container)):
+                jit.groups[group] = container
+                self._option_entries(owner, group, container, func)
+            else:
+                self.knob(
+                    id=f"{self.path}:{owner}", kind="debug_option" if group == "debug_options" else "jit_option",
+                    name=group, line=self.line(arg.value), value=literal(arg.value, self.module), node=arg.value,
+                    function=func, key="*", group=group,
+                )
+        # Absent but addable keys (S-5..S-10) so an agent can set them by id.
+        for group, keys in ADDABLE_OPTIONS.items():
+            container = jit.groups.get(group)
+            if group in jit.group_args and container is None:
+                continue  # options built some way we cannot edit safely
+            owner = jit.group_var.get(group, f"{scope_name}.{group}")
+            present = set(_keys_of(container, self.module)) if container is not None else set()
+            for key in keys:
+                if key in present:
+                    continue
+                self.knob(
+                    id=f"{self.path}:{owner}.{key}", kind="jit_option", name=key, line=self.line(dec), value=None,
+                    node=None, present=False, function=func, key=key, group=group,
+                    extra={"jit": jit},
+                )
+
+    def _option_entries(self, owner: str, group: str, container: cst.BaseExpression, func: str) -> None:
+        kind = "debug_option" if group == "debug_options" else "jit_option"
+        if isinstance(container, cst.Dict):
+            for el in container.elements:
+                if not isinstance(el, cst.DictElement):
+                    continue
+                key = literal(el.key, self.module)
+                if not isinstance(key, str):
+                    continue
+                self.knob(
+                    id=f"{self.path}:{owner}.{key}", kind=kind, name=key, line=self.line(el.value),
+                    value=literal(el.value, self.module), node=el.value, function=func, key=key, group=group,
+                )
+        else:
+            assert isinstance(container, cst.Call)
+            for arg in container.args:
+                key = arg.keyword.value  # type: ignore[union-attr]
+                self.knob(
+                    id=f"{self.path}:{owner}.{key}", kind=kind, name=key, line=self.line(arg.value),
+                    value=literal(arg.value, self.module), node=arg.value, function=func, key=key, group=group,
+                )
+
+    def _vec_tile(self, node: cst.Call) -> None:
+        n = self.next_ordinal("set_vec_tile_shapes")
+        args = list(node.args)
+        if len(args) == 1 and isinstance(args[0].value, (cst.List, cst.Tuple)):
+            value = literal(args[0].value, self.module)  # list form, also *[...]
+            form = "list"
+        elif args and all(a.keyword is None and not a.star for a in args):
+            value = [literal(a.value, self.module) for a in args]
+            form = "args"
+        else:
+            value = literal(node, self.module)
+            form = "expr"
+        ctx = self._func_context()
+        self.knob(
+            id=f"{self.path}:{self.scope()}.set_vec_tile_shapes#{n}", kind="vec_tile", name="set_vec_tile_shapes",
+            line=self.line(node), value=value, node=node, context=ctx, extra={"form": form},
+        )
+
+    def _cube_tile(self, node: cst.Call) -> None:
+        n = self.next_ordinal("set_cube_tile_shapes")
+        slots: dict[str, cst.Arg] = {}
+        names = ("m", "k", "n", "enable_split_k")
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        for name, arg in zip(names, positional):
+            slots[name] = arg
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value in names:
+                slots[arg.keyword.value] = arg
+        value: dict[str, Any] = {name: literal(arg.value, self.module) for name, arg in slots.items()}
+        ctx = self._func_context()
+        self.knob(
+            id=f"{self.path}:{self.scope()}.set_cube_tile_shapes#{n}", kind="cube_tile", name="set_cube_tile_shapes",
+            line=self.line(node), value=value, node=node, context=ctx, extra={"slots": slots},
+        )
+
+    def _loop(self, node: cst.Call, callee: str) -> None:
+        n = self.next_ordinal(callee)
+        label = None
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "name":
+                v = literal(arg.value, self.module)
+                if isinstance(v, str):
+                    label = v
+        positional = [a.value for a in node.args if a.keyword is None and not a.star]
+        start, stop, step = (None, None, None)
+        if len(positional) == 1:
+            start, stop, step = 0, eval_int(positional[0], self.known), 1
+        elif len(positional) in (2, 3):
+            start = eval_int(positional[0], self.known)
+            stop = eval_int(positional[1], self.known)
+            step = eval_int(positional[2], self.known) if len(positional) == 3 else 1
+        ctx: dict[str, Any] = {"loop": callee}
+        if None not in (start, stop, step) and step:
+            ctx["trip_count"] = max(0, -(-(stop - start) // step))  # type: ignore[operator]
+        if label is not None:
+            ctx["loop_name"] = label
+            site = f"{callee}[{label}]"
+            if any(s.knob.id.startswith(f"{self.path}:{self.scope()}.{site}.") for s in self.sites):
+                site = f"{site}#{n}"
+        else:
+            site = f"{callee}#{n}"
+        base = f"{self.path}:{self.scope()}.{site}"
+        kwargs = {a.keyword.value: a for a in node.args if a.keyword is not None}
+        for key in LOOP_KWARGS:
+            arg = kwargs.get(key)
+            if arg is not None:
+                self.knob(id=f"{base}.{key}", kind="loop_option", name=key, line=self.line(arg.value),
+                          value=literal(arg.value, self.module), node=arg.value, context=ctx, key=key)
+            else:
+                self.knob(id=f"{base}.{key}", kind="loop_option", name=key, line=self.line(node), value=None,
+                          node=None, present=False, context=ctx, key=key, extra={"call": node})
+
+    def _pass_options(self, node: cst.Call) -> None:
+        n = self.next_ordinal("set_pass_options")
+        for arg in node.args:
+            if arg.keyword is None:
+                continue
+            key = arg.keyword.value
+            if key == "sg_set_scope":
+                self.grouped.setdefault((self.scope(), "sg_set_scope"), []).append(
+                    (None, arg.value, literal(arg.value, self.module), self.line(arg.value)))
+                continue
+            self.knob(id=f"{self.path}:{self.scope()}.set_pass_options#{n}.{key}", kind="pass_option", name=key,
+                      line=self.line(arg.value), value=literal(arg.value, self.module), node=arg.value, key=key,
+                      group="pass_options")
+
+    def _operation_options(self, node: cst.Call) -> None:
+        n = self.next_ordinal("set_operation_options")
+        for arg in node.args:
+            if arg.keyword is None:
+                continue
+            key = arg.keyword.value
+            self.knob(id=f"{self.path}:{self.scope()}.set_operation_options#{n}.{key}", kind="combine_axis",
+                      name=key, line=self.line(arg.value), value=literal(arg.value, self.module), node=arg.value,
+                      key=key)
+
+    def _cache_policy(self, node: cst.Call) -> None:
+        assert isinstance(node.func, cst.Attribute)
+        obj = self.module.code_for_node(node.func.value).strip()
+        n = self.next_ordinal(f"set_cache_policy[{obj}]")
+        args = list(node.args)
+        policy = literal(args[0].value, self.module) if args else None
+        value_node = args[1].value if len(args) > 1 else None
+        value = literal(value_node, self.module) if value_node is not None else None
+        label = obj if n == 1 else f"{obj}#{n}"
+        self.grouped.setdefault((self.scope(), "cache_policy"), []).append(
+            (label, value_node, value, self.line(node), policy[EXPR_KEY] if is_expr(policy) else policy))
+
+    def _emit_grouped(self) -> None:
+        """One knob per function for the call families that one catalogue row changes together.
+
+        S-4 opens and closes a merge scope (``sg_set_scope=1`` … ``sg_set_scope=-1``) and I-2 marks all large
+        weights of a fused kernel at once (domain E.3.9): counted per call, either would always look like two or
+        more changes under R9. The value is the list of scope ids / the {tensor: flag} map in source order.
+        Adding or removing calls changes the list's length, which the editor leaves to a diff.
+        """
+        scope = self.scope()
+        members = self.grouped.pop((scope, "sg_set_scope"), [])
+        if members:
+            self.knob(id=f"{self.path}:{scope}.sg_set_scope", kind="sg_set_scope", name="sg_set_scope",
+                      line=members[0][3], value=[m[2] for m in members], node=None,
+                      context={"lines": [m[3] for m in members]}, key="sg_set_scope",
+                      extra={"members": [(i, m[1]) for i, m in enumerate(members)]})
+        members = self.grouped.pop((scope, "cache_policy"), [])
+        if members:
+            self.knob(id=f"{self.path}:{scope}.set_cache_policy", kind="cache_policy", name="set_cache_policy",
+                      line=members[0][3], value={m[0]: m[2] for m in members}, node=None,
+                      context={"lines": {m[0]: m[3] for m in members}, "policies": {m[0]: m[4] for m in members}},
+                      extra={"members": [(m[0], m[1]) for m in members]})
+
+    def _valid_shape(self, node: cst.Call, callee: str) -> None:
+        n = self.next_ordinal(callee)
+        for arg in node.args:
+            if arg.keyword is not None and arg.keyword.value == "valid_shape":
+                self.knob(id=f"{self.path}:{self.scope()}.{callee}#{n}.valid_shape", kind="valid_shape",
+                          name="valid_shape", line=self.line(arg.value), value=literal(arg.value, self.module),
+                          node=arg.value, context={"callee": callee})
+
+
+def _import_table(module: cst.Module) -> dict[str, str]:
+    """Local name -> qualified module path, for every import in the file (top level or nested)."""
+    table: dict[str, str] = {}
+
+    def walk(n: cst.CSTNode) -> None:
+        if isinstance(n, cst.Import):
+            for alias in n.names:
+                full = _dotted(alias.name)
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    table[alias.asname.name.value] = full
+                else:
+                    head = full.split(".")[0]
+                    table[head] = head
+        elif isinstance(n, cst.ImportFrom) and not n.relative and n.module is not None:
+            base = _dotted(n.module)
+            if not isinstance(n.names, cst.ImportStar):
+                for alias in n.names:
+                    name = _dotted(alias.name)
+                    local = alias.asname.name.value if alias.asname is not None and isinstance(
+                        alias.asname.name, cst.Name) else name
+                    table[local] = f"{base}.{name}"
+        for child in n.children:
+            walk(child)
+
+    walk(module)
+    return table
+
+
+def _keys_of(container: cst.BaseExpression, module: cst.Module) -> list[str]:
+    if isinstance(container, cst.Dict):
+        return [k for el in container.elements if isinstance(el, cst.DictElement)
+                for k in [literal(el.key, module)] if isinstance(k, str)]
+    if isinstance(container, cst.Call):
+        return [a.keyword.value for a in container.args if a.keyword is not None]
+    return []
+
+
+def _dotted(node: cst.CSTNode) -> str:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr.value}" if head else ""
+    return ""
+
+
+def _all_params(params: cst.Parameters) -> list[cst.Param]:
+    out = list(params.posonly_params) + list(params.params) + list(params.kwonly_params)
+    if isinstance(params.star_arg, cst.Param):
+        out.append(params.star_arg)
+    if params.star_kwarg is not None:
+        out.append(params.star_kwarg)
+    return out
+
+
+def _calls_in(node: cst.CSTNode):
+    if isinstance(node, cst.Call):
+        yield node
+    for child in node.children:
+        yield from _calls_in(child)
+
+
+def _contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
+    if tree is target:
+        return True
+    return any(_contains(c, target) for c in tree.children)

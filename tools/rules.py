@@ -1,0 +1,176 @@
+"""The tuning rules as data and pure decisions: rule ids, stages, thresholds, keep/revert, stage exit.
+
+Rule ids are what refusals print (``GATE <rule-id>: ...``) and what the prompts and README cite; each maps to the rule of
+domain.md D.2 it enforces. Nothing in this module touches files, processes or the ledger.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class Rule(BaseModel):
+    id: str
+    source: str  # domain.md rule it enforces
+    text_en: str
+    text_zh: str
+
+
+RULES: list[Rule] = [
+    Rule(id="goal", source="R1", text_en="A session starts only with a goal: a speed-up factor or a target time in µs; "
+         "the target is computed from the measured baseline.",
+         text_zh="会话必须带目标启动：提速倍数或目标时间（µs）；目标值由实测基线计算。"),
+    Rule(id="env-check", source="R3", text_en="The environment checklist must pass before the first precision run.",
+         text_zh="首次精度校验前，环境检查清单必须全部通过。"),
+    Rule(id="baseline-retry", source="R5", text_en="A failing baseline precision run is not fixed: it may be retried on "
+         "another device id; after 3 failures the server waits for the user's explicit confirmation.",
+         text_zh="基线精度失败不做修复：可换卡重试；失败 3 次后必须等待用户明确确认。"),
+    Rule(id="precision-first", source="R6", text_en="No debug toggle, collection, round analysis or patch without a "
+         "passing precision record for the current code hash.",
+         text_zh="当前代码哈希没有精度通过记录时，禁止开关调试、采集、分析或打补丁。"),
+    Rule(id="debug-mode", source="R2/R7", text_en="Measurements are taken with runtime_debug_mode 1 on every jit.",
+         text_zh="性能采集必须在所有 jit 上开启 runtime_debug_mode 1。"),
+    Rule(id="sequence", source="D.1", text_en="Setup → collect → analyze → tune → report, in this order, no skipping.",
+         text_zh="准备 → 采集 → 分析 → 调优 → 报告，顺序执行，不可跳过。"),
+    Rule(id="stage-analysis", source="R15/R16", text_en="Every SWIMLANE_n and INCORE_n stage starts with a fresh "
+         "collection and analysis (the stage's round baseline) before its first patch.",
+         text_zh="每个 SWIMLANE_n / INCORE_n 阶段开始时须重新采集并分析（阶段基线），之后才能修改。"),
+    Rule(id="one-change", source="R9", text_en="One knob per round: the candidate differs from the last kept state in "
+         "exactly one knob. Several or zero knobs only as a declared algorithm-level change (R23).",
+         text_zh="每轮只改一个参数：候选代码与上次保留状态恰好相差一个 knob；多处或结构性修改只能作为声明的算法级修改（R23）。"),
+    Rule(id="catalog-stage", source="R10", text_en="Each round cites one catalogue id that belongs to the current stage.",
+         text_zh="每轮必须引用一个属于当前阶段的优化目录编号。"),
+    Rule(id="round-open", source="D.1", text_en="A round is open: verify, measure and record it (or revert it) before "
+         "starting another.", text_zh="当前轮次未结束：先验证、测量并记录（或回退），再开始下一轮。"),
+    Rule(id="no-round", source="D.1", text_en="There is no open round.", text_zh="当前没有进行中的轮次。"),
+    Rule(id="verify-after-change", source="R11", text_en="Every change is verified by a precision run on its own hash "
+         "before it can be measured or recorded as a gain.",
+         text_zh="每次修改后必须对其代码哈希做精度校验，之后才能测量或记录收益。"),
+    Rule(id="correction-limit", source="R11", text_en="After a precision failure in a round, at most one quick "
+         "correction of the same knob is allowed; otherwise the round is rolled back.",
+         text_zh="轮内精度失败后最多允许一次同一参数的快速修正，否则回退。"),
+    Rule(id="measure-first", source="R12", text_en="Keep or revert is decided by the server from its own measurement "
+         "of the round's hash against the last kept state; collect_swimlane must run first.",
+         text_zh="保留/回退由服务器依据本轮代码的实测与上次保留状态对比决定；须先执行 collect_swimlane。"),
+    Rule(id="drift", source="R6/R9", text_en="The operator files changed behind the server's back; tuning is blocked "
+         "until the change is reverted or adopted through a precision run (recorded as a manual round).",
+         text_zh="算子文件被绕过服务器修改；须回退或通过一次精度校验采纳（记为手动轮次）后才能继续。"),
+    Rule(id="stage-exit", source="R14", text_en="A stage ends at its consecutive-no-gain threshold (5/8/5); it may be "
+         "left earlier only when every checklist item is tried or marked not-applicable with a reason.",
+         text_zh="阶段在连续无提升达到阈值（5/8/5）时结束；提前离开须清单全部尝试或标注不适用并说明原因。"),
+    Rule(id="finished", source="R14b", text_en="The session has terminated (target reached, utilisation > 80 % and "
+         "bubble < 10 % on active cores, time limit, outer loop 3 done, or user stop): only reporting is allowed.",
+         text_zh="会话已终止（达标、活跃核利用率 > 80% 且气泡率 < 10%、超时、三轮外循环结束或用户停止）：只允许生成报告。"),
+    Rule(id="report-end", source="R21", text_en="The final report is rendered only after the session terminated.",
+         text_zh="最终报告只能在会话终止后生成。"),
+    Rule(id="report-debug", source="R22", text_en="debug_options are restored before the report (render_report does "
+         "it itself and records it).", text_zh="生成报告前恢复 debug_options（render_report 会自动恢复并记录）。"),
+    Rule(id="algorithm", source="R23", text_en="Algorithm-level changes only after the configuration stages "
+         "converged without reaching the target; one at a time, with one catalogue id.",
+         text_zh="算法级修改仅在配置阶段收敛仍未达标后进行；每次一个，并引用一个目录编号。"),
+    Rule(id="busy", source="—", text_en="A run is in progress for this session; wait for its job.",
+         text_zh="本会话有运行中的任务，请等待其完成。"),
+    Rule(id="session-lock", source="—", text_en="Another server process holds this workspace's session lock; "
+         "read-only calls still work.", text_zh="另一个服务器进程持有该工作区的会话锁；只读调用仍可用。"),
+    Rule(id="command-fixed", source="—", text_en="The test command is fixed at session start; no later call accepts "
+         "a command.", text_zh="测试命令在会话开始时固定，之后任何调用都不接受命令。"),
+]
+RULES_BY_ID = {r.id: r for r in RULES}
+
+StageGroup = Literal["frontend", "swimlane", "incore"]
+
+
+@dataclass(frozen=True)
+class StageDef:
+    name: str
+    group: StageGroup | Literal["algorithm"]
+    outer_round: int
+    no_gain_threshold: int
+    catalog_prefix: str
+
+
+# Domain D.1 level 2, with the outer loop unrolled (at most 3 swimlane/in-core cycles, R15).
+STAGES: list[StageDef] = [
+    StageDef("FRONTEND", "frontend", 1, 5, "F-"),
+    StageDef("SWIMLANE_1", "swimlane", 1, 8, "S-"),
+    StageDef("INCORE_1", "incore", 1, 5, "I-"),
+    StageDef("SWIMLANE_2", "swimlane", 2, 8, "S-"),
+    StageDef("INCORE_2", "incore", 2, 5, "I-"),
+    StageDef("SWIMLANE_3", "swimlane", 3, 8, "S-"),
+    StageDef("INCORE_3", "incore", 3, 5, "I-"),
+]
+ALGORITHM_STAGE = StageDef("ALGORITHM", "algorithm", 3, 3, "")
+STAGES_BY_NAME = {s.name: s for s in STAGES + [ALGORITHM_STAGE]}
+
+LEVEL1 = ["S1_SETUP", "S2_COLLECT", "S3_ANALYZE", "S4_TUNE", "S5_REPORT", "DONE"]
+
+BASELINE_ATTEMPTS = 3  # R5: "max 3" (E.3.11 resolved to the stricter reading)
+DEFAULT_TIMEOUT_S = 300.0  # R4/R5: "> 300 s" is a timeout
+GLOBAL_UTIL_PCT = 80.0  # R14b, on active cores (E.2.4)
+GLOBAL_BUBBLE_PCT = 10.0
+SIM_TRANSFER_WARN_PCT = 0.5  # E.1: SIM gains below this may not transfer to the NPU
+NPU_MIN_MARGIN_PCT = 1.0
+NPU_SINGLE_SHOT_MARGIN_PCT = 4.0  # E.1: single-shot NPU comparisons below ~4 % are noise
+
+
+def next_stage(name: str) -> StageDef | None:
+    names = [s.name for s in STAGES]
+    if name not in names:
+        return None
+    i = names.index(name)
+    return STAGES[i + 1] if i + 1 < len(STAGES) else None
+
+
+class Judgement(BaseModel):
+    result_type: Literal["gain", "no-gain", "regression"]
+    after_us: float
+    delta_pct: float
+    margin_pct: float
+    note: str = ""
+
+
+def judge_measurement(before_us: float, samples_us: list[float], run_mode: str) -> Judgement:
+    """Keep/revert from the server's own samples against the last kept state (E.1 resolved).
+
+    SIM is deterministic, so a gain is any strict improvement. On the NPU the median of the repeats must improve by
+    more than max(2σ, 1 %) of it; with fewer than three repeats the single-shot noise bound of 4 % applies.
+    "Equal" is not a gain (the skill keeps equal results; we revert them so that every kept change earned its place).
+    """
+    after = statistics.median(samples_us)
+    delta_pct = (after - before_us) / before_us * 100.0 if before_us else 0.0
+    if run_mode == "sim":
+        margin = 0.0
+    elif len(samples_us) >= 3:
+        sigma = statistics.pstdev(samples_us)
+        margin = max(2 * sigma / after * 100.0 if after else 0.0, NPU_MIN_MARGIN_PCT)
+    else:
+        margin = NPU_SINGLE_SHOT_MARGIN_PCT
+    note = ""
+    if delta_pct < -margin:
+        kind: Literal["gain", "no-gain", "regression"] = "gain"
+        if run_mode == "sim" and -delta_pct < SIM_TRANSFER_WARN_PCT:
+            note = f"gain of {-delta_pct:.2f} % is below {SIM_TRANSFER_WARN_PCT} %: may not transfer to the NPU"
+    elif delta_pct > margin:
+        kind = "regression"
+    else:
+        kind = "no-gain"
+    return Judgement(result_type=kind, after_us=after, delta_pct=delta_pct, margin_pct=margin, note=note)
+
+
+def classify_failure(verdict: str, key_output: str) -> Literal[
+    "compile-failure", "runtime-error", "precision-failure", "timeout"
+]:
+    """Map a failed verification to the round-table result type of domain D.3."""
+    text = key_output.lower()
+    if verdict == "timeout":
+        return "timeout"
+    compile_marks = ("run pass failed", "fc4000", "f21004", "invalid l1/l0", "compile", "syntaxerror", "codegen")
+    if any(m in text for m in compile_marks):
+        return "compile-failure"
+    if verdict == "failed":
+        return "precision-failure"
+    return "runtime-error"

@@ -1,0 +1,180 @@
+"""One read-only view of a session, built from the ledger.
+
+The status board, the final report and the ``ledger`` resource all render this model, so they can never disagree
+about a number. ``tools/ledger.py`` builds it (``Ledger.snapshot(session_id)``); nothing here touches SQLite.
+All times are µs unless the field name says otherwise; percentages are 0–100.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+RunMode = Literal["sim", "npu"]
+Verdict = Literal["passed", "failed", "timeout", "error"]
+Decision = Literal["kept", "reverted", "failed"]
+# Result types of domain D.3's round table.
+ResultType = Literal[
+    "baseline", "gain", "no-gain", "regression", "compile-failure", "runtime-error", "precision-failure", "timeout",
+    "abandoned",
+]
+ChecklistStatus = Literal["untried", "tried", "failed", "not-applicable"]
+
+
+class EnvCheck(BaseModel):
+    name: str
+    ok: bool
+    detail: str = ""
+    at: str = ""
+
+
+class PrecisionRecord(BaseModel):
+    id: int
+    at: str  # ISO-8601 local time with offset
+    command: list[str]
+    verdict: Verdict
+    numerics_checked: bool  # False in SIM: outputs are not computed, only compile + simulate is shown
+    exit_code: int | None
+    duration_s: float
+    key_output: str
+    code_hash: str
+    round: int | None = None  # None for the baseline / manual checks
+    device_id: str | None = None
+
+
+class CoreStat(BaseModel):
+    name: str  # e.g. "AIV_25"
+    core_type: str  # "AIC" / "AIV"
+    work_us: float
+    busy_us: float
+    wait_schedule_us: float
+    utilization_pct: float
+    bubble_rate_pct: float
+    active: bool  # ran at least one real task
+
+
+class Measurement(BaseModel):
+    id: int
+    round: int  # 0 = baseline
+    at: str
+    operator_time_us: float  # fixed session metric: sum over the run's output folders of max_work_time (B.10)
+    e2e_us: float  # writer's AICore end-to-end time, summed the same way
+    samples_us: list[float] = Field(default_factory=list)  # one per repeat; operator_time_us is their median
+    avg_core_utilization_pct: float  # reference formula (idle cores count as 0)
+    avg_bubble_rate_pct: float  # reference formula
+    load_balance_pct: float  # reference formula (AIC only, may be negative)
+    active_core_utilization_pct: float  # corrected: active cores only (domain E.2)
+    active_bubble_rate_pct: float
+    active_load_balance_pct: float  # corrected: over active cores of each type, bounded 0..100
+    ratings: dict[str, int] = Field(default_factory=dict)  # utilization / bubble / load_balance / overall stars
+    cores: list[CoreStat] = Field(default_factory=list)
+    output_dirs: list[str] = Field(default_factory=list)
+    artifact_archive: str = ""  # path of the compressed copy under WORKSPACE/.pypto-tune/
+    trace_paths: list[str] = Field(default_factory=list)  # merged_swimlane.json files (plain or .gz), in run order
+    code_hash: str = ""
+
+
+class KnobChange(BaseModel):
+    knob_id: str
+    file: str
+    line: int
+    before: Any
+    after: Any
+
+
+class RoundRecord(BaseModel):
+    number: int  # 1..n; the baseline is not a round
+    outer_round: int
+    stage: str  # FRONTEND / SWIMLANE_1 / INCORE_1 / ... / ALGORITHM / MANUAL
+    kind: Literal["config", "algorithm", "manual"] = "config"
+    catalog_id: str
+    change: str  # one-line human description
+    rationale: str = ""
+    knob_changes: list[KnobChange] = Field(default_factory=list)
+    diff: str = ""
+    precision_verdict: Verdict | None = None
+    before_us: float | None = None  # time of the last kept state it was compared with
+    after_us: float | None = None
+    delta_pct: float | None = None  # (after - before) / before * 100; negative is faster
+    result_type: ResultType | None = None
+    decision: Decision | None = None  # None while the round is open
+    error_output: str = ""  # key error output for failed rounds
+    notes: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    before_hash: str = ""
+    after_hash: str = ""
+
+
+class StageStat(BaseModel):
+    stage: str
+    status: Literal["pending", "active", "done", "skipped"]
+    rounds: int = 0
+    consecutive_no_gain: int = 0
+    no_gain_threshold: int = 0
+    failures: int = 0
+    entered_at: str = ""
+    left_at: str = ""
+    exit_reason: str = ""
+
+
+class ChecklistItem(BaseModel):
+    stage_group: Literal["frontend", "swimlane", "incore"]
+    catalog_id: str
+    title: str
+    status: ChecklistStatus = "untried"
+    reason: str = ""  # required for not-applicable
+
+
+class StageTransition(BaseModel):
+    at: str
+    from_stage: str
+    to_stage: str
+    reason: str
+
+
+class Refusal(BaseModel):
+    at: str
+    tool: str
+    rule: str
+    message: str
+
+
+class SessionSnapshot(BaseModel):
+    session_id: str
+    operator: str  # display name, e.g. the stem of the first operator file
+    workspace: str
+    operator_files: list[str]  # relative to workspace
+    test_command: list[str]
+    run_mode: RunMode
+    goal_kind: Literal["speedup", "target_us"]
+    goal_value: float
+    baseline_us: float | None = None
+    target_us: float | None = None
+    best_us: float | None = None
+    best_round: int | None = None  # None = baseline is best
+    started_at: str
+    finished_at: str | None = None
+    time_limit_h: float = 12.0
+    device_ids: list[str] = Field(default_factory=list)
+    repeats: int = 1
+    state: str  # level-1 state: S1_SETUP, S2_COLLECT, S3_ANALYZE, S4_TUNE, S5_REPORT, DONE
+    stage: str | None = None  # level-2 phase while tuning
+    outer_round: int = 1
+    step: str | None = None  # level-3 step (MODIFY / VERIFY / MEASURE / RECORD ...)
+    finish_reason: str | None = None
+    env_checks: list[EnvCheck] = Field(default_factory=list)
+    precision_records: list[PrecisionRecord] = Field(default_factory=list)
+    measurements: list[Measurement] = Field(default_factory=list)
+    rounds: list[RoundRecord] = Field(default_factory=list)
+    stages: list[StageStat] = Field(default_factory=list)
+    checklist: list[ChecklistItem] = Field(default_factory=list)
+    transitions: list[StageTransition] = Field(default_factory=list)
+    refusals: list[Refusal] = Field(default_factory=list)
+    debug_restored: bool = False
+    debug_restored_at: str | None = None
+    original_sources: dict[str, str] = Field(default_factory=dict)  # path -> text at session start
+    best_sources: dict[str, str] = Field(default_factory=dict)  # path -> text of the best kept state
+    final_knobs: list[dict[str, Any]] = Field(default_factory=list)  # [{id, file, line, value}]
+    data_paths: list[str] = Field(default_factory=list)

@@ -1,0 +1,242 @@
+"""Session state, derived from the ledger rows and nothing else.
+
+Deriving instead of storing is what makes a killed-and-restarted server resume exactly where the last committed event
+left it: there is no second copy of the state that could disagree with the evidence. ``derive_state`` is a pure
+function of the rows, so the rules can be tested without running anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pypto_tune.tools import rules
+from pypto_tune.tools.ledger import Ledger, Row
+
+TABLES = (
+    "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
+    "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations",
+)
+
+
+@dataclass
+class StageCounters:
+    rounds: int = 0
+    consecutive_no_gain: int = 0
+    failures: int = 0
+
+
+@dataclass
+class OpenRound:
+    row: Row
+    precision: list[Row] = field(default_factory=list)  # records taken during this round, in order
+    measurements: list[Row] = field(default_factory=list)
+    patches: list[Row] = field(default_factory=list)
+
+    @property
+    def number(self) -> int:
+        return int(self.row["number"])
+
+    @property
+    def corrections(self) -> int:
+        return sum(1 for p in self.patches if p["kind"] == "correction")
+
+
+@dataclass
+class SessionState:
+    session: Row
+    level1: str
+    stage: str | None
+    outer_round: int
+    current_hash: str  # functional hash (runtime-debug additions stripped) of the server's expected sources
+    expected_raw_hash: str  # bytes the server last wrote / adopted; drift = disk differs from this
+    expected_sources: dict[str, str]
+    debug_enabled: bool
+    debug_baseline: dict[str, str] | None  # sources before the debug toggle (to restore byte-for-byte)
+    env_ok: bool | None
+    env_batches: int
+    passed_hashes: set[str]
+    baseline_failures: int  # consecutive baseline precision failures since the last confirmation
+    awaiting_user: bool
+    baseline_us: float | None
+    target_us: float | None
+    kept_hash: str
+    kept_raw_hash: str
+    kept_sources: dict[str, str]
+    kept_us: float | None  # time of the latest valid measurement of the kept state
+    best_round: int | None
+    open_round: OpenRound | None
+    rounds: list[Row]
+    decisions: dict[int, Row]
+    counters: dict[str, StageCounters]
+    stage_entry_transition_id: int | None
+    stage_measured: bool  # fresh collection after stage entry (R15)
+    stage_analyzed: bool  # analysis after that collection (R16)
+    checklist: dict[tuple[str, str], Row]  # (stage_group, catalog_id) -> latest mark
+    finish_reason: str | None
+    rows: dict[str, list[Row]]
+
+    @property
+    def id(self) -> str:
+        return str(self.session["id"])
+
+    @property
+    def run_mode(self) -> str:
+        return str(self.session["run_mode"])
+
+    @property
+    def finished(self) -> bool:
+        return self.level1 in ("S5_REPORT", "DONE")
+
+    def last_valid_measurement(self, code_hash: str | None = None) -> Row | None:
+        for m in reversed(self.rows["measurements"]):
+            if m["valid"] and (code_hash is None or m["code_hash"] == code_hash):
+                return m
+        return None
+
+
+def load_rows(ledger: Ledger, session_id: str) -> dict[str, list[Row]]:
+    return {t: ledger.rows(t, session_id) for t in TABLES}
+
+
+def derive_state(rows: dict[str, list[Row]]) -> SessionState:
+    session = rows["sessions"][0]
+    level1, stage, finish_reason = "S1_SETUP", None, None
+    stage_entry_id: int | None = None
+    for t in rows["transitions"]:
+        if t["level"] == "state":
+            level1 = t["to_value"]
+            if level1 in ("S5_REPORT",):
+                finish_reason = t["reason"]
+        else:
+            stage = t["to_value"]
+            stage_entry_id = int(t["id"])
+    outer = rules.STAGES_BY_NAME[stage].outer_round if stage in rules.STAGES_BY_NAME else 1
+
+    # Expected source state: the last patch (any kind) wins; before any patch, the original sources.
+    current_hash = session["original_hash"]
+    raw_hash = session["original_raw_hash"]
+    sources: dict[str, str] = dict(session["original_sources"])
+    debug_enabled, debug_baseline = False, None
+    for p in rows["patches"]:
+        current_hash, raw_hash, sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
+        if p["kind"] == "debug-on":
+            debug_enabled, debug_baseline = True, dict(p["before_sources"])
+        elif p["kind"] in ("debug-off", "debug-restore"):
+            debug_enabled, debug_baseline = False, None
+
+    env_ok: bool | None = None
+    batches = sorted({int(r["batch"]) for r in rows["env_checks"]})
+    if batches:
+        last = batches[-1]
+        env_ok = all(r["ok"] for r in rows["env_checks"] if r["batch"] == last)
+
+    passed = {r["code_hash"] for r in rows["precision_records"] if r["verdict"] == "passed"}
+
+    # R5: consecutive baseline failures, reset by a pass or by an explicit user confirmation. A confirmation row's
+    # detail holds the id of the last precision record it answered, which orders the two tables without clocks.
+    confirmed_upto = max((int(c["detail"]) for c in rows["confirmations"] if c["kind"] == "baseline-retry"),
+                         default=0)
+    failures = 0
+    for r in rows["precision_records"]:
+        if r["round"] is not None:
+            continue
+        if r["verdict"] == "passed":
+            failures = 0
+        elif int(r["id"]) > confirmed_upto:
+            failures += 1
+    awaiting = failures >= rules.BASELINE_ATTEMPTS and level1 == "S1_SETUP"
+
+    baseline = next((m for m in rows["measurements"] if m["round"] == 0 and m["valid"]), None)
+    baseline_us = float(baseline["operator_time_us"]) if baseline else None
+    target_us = None
+    if baseline_us is not None:
+        target_us = (baseline_us / float(session["goal_value"]) if session["goal_kind"] == "speedup"
+                     else float(session["goal_value"]))
+
+    decisions = {int(d["number"]): d for d in rows["round_decisions"]}
+    open_round = None
+    for r in rows["rounds"]:
+        if int(r["number"]) not in decisions:
+            n = int(r["number"])
+            open_round = OpenRound(
+                row=r,
+                precision=[p for p in rows["precision_records"] if p["round"] == n],
+                measurements=[m for m in rows["measurements"] if m["round"] == n],
+                patches=[p for p in rows["patches"] if p["round"] == n],
+            )
+
+    # Kept state: patches outside rounds (debug toggles, adoptions before tuning, drift reverts) apply to it
+    # directly; a round's patches count only once the round was decided "kept". Reverts restore exactly this.
+    kept_hash = session["original_hash"]
+    kept_raw, kept_sources = session["original_raw_hash"], dict(session["original_sources"])
+    best_round = None
+    for p in rows["patches"]:
+        n = p["round"]
+        if n is None or decisions.get(int(n), {}).get("decision") == "kept":
+            kept_hash, kept_raw, kept_sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
+            if n is not None:
+                best_round = int(n)
+    kept_us = None
+    for m in rows["measurements"]:
+        # round 0 = baseline, round -1 = a stage's entry re-collection (R15), both of the kept code.
+        if m["valid"] and m["code_hash"] == kept_hash and (
+            m["round"] <= 0 or decisions.get(int(m["round"]), {}).get("decision") == "kept"
+        ):
+            kept_us = float(m["operator_time_us"])
+
+    counters: dict[str, StageCounters] = {}
+    for r in rows["rounds"]:
+        d = decisions.get(int(r["number"]))
+        c = counters.setdefault(r["stage"], StageCounters())
+        if not d:
+            continue
+        c.rounds += 1
+        if d["result_type"] == "gain":
+            c.consecutive_no_gain = 0
+        elif d["result_type"] in ("no-gain", "regression"):
+            c.consecutive_no_gain += 1
+        else:
+            c.failures += 1  # R13: failures before measurement do not touch the no-gain counter
+
+    stage_measured = stage_analyzed = False
+    if stage is not None and stage_entry_id is not None:
+        # A stage name is entered once, so "measured in this stage" needs no clock comparison.
+        stage_ms = [m for m in rows["measurements"] if m["stage"] == stage and m["valid"] and m["round"] < 0]
+        if rules.STAGES_BY_NAME[stage].group in ("frontend", "algorithm"):
+            # FRONTEND reuses the S2/S3 baseline data (R15): the S3 analysis is its entry analysis.
+            stage_measured = baseline is not None
+            stage_analyzed = any(a for a in rows["analyses"])
+        else:
+            stage_measured = bool(stage_ms)
+            if stage_ms:
+                mid = int(stage_ms[-1]["id"])
+                stage_analyzed = any(a["measurement_id"] == mid for a in rows["analyses"])
+
+    checklist: dict[tuple[str, str], Row] = {}
+    for mark in rows["checklist_marks"]:
+        checklist[(mark["stage_group"], mark["catalog_id"])] = mark
+
+    return SessionState(
+        session=session, level1=level1, stage=stage, outer_round=outer, current_hash=current_hash,
+        expected_raw_hash=raw_hash, expected_sources=sources, debug_enabled=debug_enabled,
+        debug_baseline=debug_baseline, env_ok=env_ok, env_batches=len(batches), passed_hashes=passed,
+        baseline_failures=failures, awaiting_user=awaiting, baseline_us=baseline_us, target_us=target_us,
+        kept_hash=kept_hash, kept_raw_hash=kept_raw, kept_sources=kept_sources, kept_us=kept_us,
+        best_round=best_round, open_round=open_round, rounds=rows["rounds"], decisions=decisions,
+        counters=counters, stage_entry_transition_id=stage_entry_id, stage_measured=stage_measured,
+        stage_analyzed=stage_analyzed, checklist=checklist, finish_reason=finish_reason, rows=rows,
+    )
+
+
+def checklist_status(state: SessionState, group: str, catalog_ids: list[str]) -> list[tuple[str, str, str]]:
+    """(catalog_id, status, reason) for every item of a stage group; unmarked items are 'untried'."""
+    out = []
+    for cid in catalog_ids:
+        mark = state.checklist.get((group, cid))
+        out.append((cid, mark["status"] if mark else "untried", mark["reason"] if mark else ""))
+    return out
+
+
+def as_jsonable(rows: dict[str, list[Row]]) -> dict[str, Any]:
+    return {k: [dict(r) for r in v] for k, v in rows.items()}
