@@ -82,8 +82,8 @@ def _tool_error(exc: BaseException) -> ToolError:
     if isinstance(exc, PyptoTuneError):
         return ToolError(str(exc))
     log.exception("internal error")
-    return ToolError(f"internal error ({type(exc).__name__}: {exc}). Nothing half-done was recorded: every ledger "
-                     "event is one transaction. Next: get_status, then retry; report the bug if it repeats")
+    return ToolError(f"internal error ({type(exc).__name__}: {exc}). Every ledger event is one transaction, so "
+                     "nothing is recorded half. Next: get_status shows what was recorded; report the bug if it repeats")
 
 
 async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -104,7 +104,8 @@ def extract_member(archive: Path, member_suffix: str, dest_dir: Path) -> Path:
 
     Returns ``dest_dir / <basename>``. Only the file's bytes are written, under its base name, so a crafted
     member name (``../../x``) cannot write outside ``dest_dir``. Raises :class:`ArtifactError` when no member or
-    several members match (then pass a longer suffix, e.g. ``output_<ts>/CostModelSimulationOutput/merged_swimlane.json``).
+    several members match (then pass a longer suffix, e.g.
+    ``output_<ts>/CostModelSimulationOutput/merged_swimlane.json``).
     """
     suffix = member_suffix.strip("/")
     if not suffix or "\x00" in suffix:

@@ -112,7 +112,8 @@ def _grep_tree(root: Path, needle: bytes) -> Path | None:
     return None
 
 
-async def _pto_isa_check(env: dict[str, str], timeout_s: float) -> EnvCheck:
+async def pto_isa_check(env: dict[str, str], timeout_s: float = CHECK_TIMEOUT_S) -> EnvCheck:
+    """R3: ``$PTO_TILE_LIB_CODE_PATH/include/pto/`` exists and some file under it mentions ``DivAlgorithm``."""
     name = "PTO-ISA DivAlgorithm"
     root = env.get("PTO_TILE_LIB_CODE_PATH")
     if not root:
@@ -172,7 +173,7 @@ async def _device_checks(*, python: str, cwd: Path, env: dict[str, str], device_
     else:
         checks.append(_check(name, True, f"TILE_FWK_DEVICE_ID={dev}"
                              + (f" (of {count} devices)" if count is not None else "")))
-    checks.append(await _pto_isa_check(env, timeout_s))
+    checks.append(await pto_isa_check(env, timeout_s))
     return checks
 
 
@@ -181,7 +182,8 @@ async def _path_python_checks(*, cwd: Path, env: dict[str, str], timeout_s: floa
     if py3 is None:
         return [_check("python3 on PATH", False, "no python3 on the child's PATH: pypto runs its swimlane writer "
                        "with it, so bubble_analysis.log / merged_swimlane.json would be missing (A.2b)")]
-    code = "import importlib.util, sys; print(sys.version.split()[0], importlib.util.find_spec('matplotlib') is not None)"
+    code = ("import importlib.util, sys; "
+            "print(sys.version.split()[0], importlib.util.find_spec('matplotlib') is not None)")
     res = await _run([py3, "-c", code], cwd=cwd, env=env, timeout_s=timeout_s)
     bad = _failed_probe(res, f"{py3} -c ...")
     if bad:
@@ -209,13 +211,28 @@ async def check_environment(*, run_mode: str, workspace: Path, operator_files: l
     """
     mode = run_mode.lower()
     cwd = workspace if workspace.is_dir() else Path.cwd()
-    checks: list[EnvCheck] = []
-    if mode == "npu":
-        checks += await _device_checks(python=python, cwd=cwd, env=env, device_ids=device_ids, timeout_s=timeout_s)
-    chk, _ = await _python_import("import pypto", _PYPTO_PROBE,
-                                  python=python, cwd=cwd, env=env, timeout_s=timeout_s)
-    checks.append(chk)
-    checks += await _path_python_checks(cwd=cwd, env=env, timeout_s=timeout_s)
+    # The probes are independent subprocesses: run them concurrently (each imports torch or pypto, ~2-3 s), then
+    # report in a fixed order so the ledger's list reads the same every time.
+    parts: dict[str, list[EnvCheck]] = {}
+
+    async def npu() -> None:
+        parts["npu"] = await _device_checks(python=python, cwd=cwd, env=env, device_ids=device_ids,
+                                            timeout_s=timeout_s)
+
+    async def pypto() -> None:
+        chk, _ = await _python_import("import pypto", _PYPTO_PROBE, python=python, cwd=cwd, env=env,
+                                      timeout_s=timeout_s)
+        parts["pypto"] = [chk]
+
+    async def path_python() -> None:
+        parts["path"] = await _path_python_checks(cwd=cwd, env=env, timeout_s=timeout_s)
+
+    async with anyio.create_task_group() as tg:
+        if mode == "npu":
+            tg.start_soon(npu)
+        tg.start_soon(pypto)
+        tg.start_soon(path_python)
+    checks: list[EnvCheck] = [*parts.get("npu", []), *parts["pypto"], *parts["path"]]
     if not operator_files:
         checks.append(_check("byte-compile", False, "no operator files were given"))
     for rel in operator_files:

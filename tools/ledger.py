@@ -238,7 +238,7 @@ class Ledger:
         sql = f"SELECT * FROM {table}"
         clauses, args = [], []
         if session_id is not None:
-            clauses.append("session_id = ?")
+            clauses.append(("id" if table == "sessions" else "session_id") + " = ?")
             args.append(session_id)
         if where:
             clauses.append(where)

@@ -308,10 +308,13 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
     started_at = time.time()  # before spawn: the caller finds run folders created after this instant
     t0 = time.monotonic()
     try:
-        proc = await anyio.open_process(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            cwd=str(cwd), env=env, start_new_session=True,
-        )
+        # Shielded: a cancellation landing inside the spawn could otherwise leave a started child we hold no
+        # handle to. A pending cancellation is delivered at the first await inside the try/finally below.
+        with anyio.CancelScope(shield=True):
+            proc = await anyio.open_process(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=str(cwd), env=env, start_new_session=True,
+            )
     except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
         raise RunError(f"cannot start {argv[0]!r} in {cwd}: {exc}",
                        hint="check the test command's program and that the workspace directory exists") from exc
@@ -330,17 +333,24 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
         finally:
             eof.set()
 
-    async def report_progress() -> None:
+    progress_error: list[Exception] = []
+
+    async def report_progress(scope: anyio.CancelScope) -> None:
         assert on_progress is not None
         while True:
             await anyio.sleep(progress_interval_s)
-            await on_progress(round(time.monotonic() - t0, 3), cap.last_line())
+            try:
+                await on_progress(round(time.monotonic() - t0, 3), cap.last_line())
+            except Exception as exc:  # noqa: BLE001 - re-raised below as itself, not wrapped in an ExceptionGroup
+                progress_error.append(exc)
+                scope.cancel()
+                return
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_output)
             if on_progress is not None:
-                tg.start_soon(report_progress)
+                tg.start_soon(report_progress, tg.cancel_scope)
             budget = float(timeout_s) if timeout_s and timeout_s > 0 else math.inf
             with anyio.move_on_after(budget) as scope:
                 await proc.wait()
@@ -363,6 +373,8 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
                 await _terminate_group(proc, pgid, kill_grace_s)
             await proc.aclose()
 
+    if progress_error:
+        raise progress_error[0]
     rc = proc.returncode
     exit_code: int | None = rc if rc is not None and rc >= 0 else None
     sig: int | None = -rc if rc is not None and rc < 0 else None

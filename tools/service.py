@@ -36,8 +36,6 @@ from pypto_tune.tools.patching import (
     unified_diff,
     write_sources,
 )
-from pypto_tune.tools.report import render_report as render_report_file
-from pypto_tune.tools.report import render_status_board
 from pypto_tune.tools.results import (
     AnalyzeResult,
     ChecklistResult,
@@ -63,6 +61,18 @@ from pypto_tune.tools.workspace import WorkspaceLock, inside, relative_operator_
 log = logging.getLogger("pypto_tune.service")
 
 Progress = Callable[[float, str], Awaitable[None]] | None
+
+
+def render_status_board(snap: Any, lang: str = "en") -> str:
+    from pypto_tune.tools.report import render_status_board as render
+
+    return render(snap, lang)
+
+
+def render_report_file(snap: Any, fmt: str, lang: str, out_dir: Path) -> Path:
+    from pypto_tune.tools.report import render_report as render
+
+    return render(snap, fmt, lang, out_dir)
 
 
 def code_hash(sources: dict[str, str]) -> str:
@@ -132,6 +142,10 @@ class TuningService:
                     raise GateRefusal("busy", f"{h.busy} is still running for this session",
                                       allowed=["wait_job", "get_status"], hint="wait for the job to finish")
                 h.lock.acquire()
+                if (not st.finished and st.open_round is None and st.level1 == "S4_TUNE"
+                        and gates.time_limit_exceeded(st)):
+                    self._finish(h, st, f"time limit of {st.session['time_limit_h']} h reached")
+                    st = self._state(h, st.id)
             disk = self._disk_sources(h, st)
             gates.check(tool, st, disk_raw_hash=hash_sources(disk), **kw)
         except GateRefusal as refusal:
@@ -581,6 +595,13 @@ class TuningService:
                                    if correction else None)
         except GateRefusal as refusal:
             raise self._refuse(h, st.id, "apply_tuning_patch", refusal) from None
+        if not algorithm and len(delta) == 1:
+            served = _knob_catalog_ids(plan.new_sources, delta[0].knob_id)
+            if served and catalog_id not in served:
+                raise self._refuse(h, st.id, "apply_tuning_patch", GateRefusal(
+                    "catalog-stage", f"knob {delta[0].knob_id} serves {', '.join(served)}, not {catalog_id}",
+                    allowed=["apply_tuning_patch", "list_knobs"],
+                    hint="cite the catalogue id the change belongs to (list_knobs shows each knob's ids)"))
         new_hash = code_hash(plan.new_sources)
         self._write(h, plan.new_sources)
         round_no = st.open_round.number if correction else _next_round(st)
@@ -698,7 +719,11 @@ class TuningService:
         msg += f", {delta:+.2f} %)" if delta is not None else ")"
         if verdict:
             msg += f"; {verdict}"
-        board = render_status_board(self.snapshot(session_id), "en")
+        try:
+            board = render_status_board(self.snapshot(session_id), "en")
+        except Exception:  # the decision is recorded; a rendering bug must not turn it into an error
+            log.exception("status board rendering failed")
+            board = ""
         return RecordResult(
             **self._base(st2, msg), round=r.number, before_us=before, after_us=after, delta_pct=delta,
             decision=decision, result_type=result_type, finished=st2.finished, best_us=st2.kept_us,
@@ -725,9 +750,16 @@ class TuningService:
         assert st.stage is not None
         nxt = rules.next_stage(st.stage)
         summary = gates.stage_summary(st)
+        if nxt is None and st.stage != rules.ALGORITHM_STAGE.name:
+            # R23: the configuration stages converged without reaching the target; algorithm-level changes may
+            # follow (stop_session ends the session instead).
+            self._transition(h, st, "stage", rules.ALGORITHM_STAGE.name,
+                             f"{st.stage} left: {reason}; configuration stages converged (R23)", summary)
+            return ("configuration stages converged without reaching the target: stage ALGORITHM (declared "
+                    "algorithm-level changes, algorithm=true), or stop_session + render_report")
         if nxt is None:
-            self._finish(h, st, f"configuration stages done ({reason}); outer loop 3/3 completed", summary)
-            return "all configuration stages done: reporting only"
+            self._finish(h, st, f"algorithm stage done ({reason})", summary)
+            return "all stages done: reporting only"
         self._transition(h, st, "stage", nxt.name, f"{st.stage} left: {reason}", summary)
         return f"stage {st.stage} left ({reason}); now {nxt.name}: collect_swimlane + analyze_bubbles first (R15)"
 
@@ -740,9 +772,11 @@ class TuningService:
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "mark_checklist", catalog_id=catalog_id)
-        if status not in ("not-applicable", "tried", "failed"):
-            raise InputError(f"status must be not-applicable, tried or failed, got {status!r}",
-                             hint="rounds mark tried/failed themselves; use not-applicable with a reason")
+        if status != "not-applicable":
+            # Rounds mark items tried/failed themselves (R10); an agent could otherwise satisfy the early-exit
+            # rule without trying anything.
+            raise InputError(f"only 'not-applicable' can be marked by hand, got {status!r}",
+                             hint="items become tried/failed when a round citing them is recorded")
         if not reason or len(reason.strip()) < 5:
             raise InputError("a reason is required (at least a few words)", hint="say why the item does not apply")
         group = rules.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
@@ -882,6 +916,13 @@ def _next_round(st: SessionState) -> int:
 
 def _describe(changes: list[Any]) -> str:
     return "; ".join(f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in changes)
+
+
+def _knob_catalog_ids(sources: dict[str, str], knob_id: str) -> list[str]:
+    for k in extract_knobs(sources):
+        if k.id == knob_id:
+            return list(k.catalog_ids)
+    return []
 
 
 def _abandon_outcome(st: SessionState) -> tuple[str, str, str]:

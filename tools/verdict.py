@@ -49,7 +49,8 @@ _POS_RE = re.compile(r"\b(passed|pass|success|successful|successfully|succeeded|
 _NEG_RE = re.compile(r"\b(failed|fail|failure|failures|error|errors|timeout|timed out)\b", re.IGNORECASE)
 # Not a verdict: "max error: 1e-3", "rel_error = 0.01", "0 failed", "0 errors" (metrics and zero counts).
 _NEG_EXEMPT_RE = re.compile(
-    r"\b(?:error|errors)\s*[:=]?\s*[-+]?(?:\d|\.\d)|\b0\s+(?:failed|failures?|errors?)\b|\bno\s+(?:errors?|failures?)\b",
+    r"\b(?:error|errors)\s*[:=]?\s*[-+]?(?:\d|\.\d)|\b0\s+(?:failed|failures?|errors?)\b|"
+    r"\bno\s+(?:errors?|failures?)\b",
     re.IGNORECASE)
 _SUBJECT_RE = re.compile(
     r"\b(tests?|checks?|precision|accuracy|compare|comparison|results?|verif\w*|cases?|golden|outputs?|allclose|"
@@ -59,6 +60,9 @@ _COUNT_RE = re.compile(r"\b\d+\s+(?:passed|failed|errors?|failures?)\b", re.IGNO
 _ONLY_WORD_RE = re.compile(r"^[\W_]*(passed|pass|success|successful|ok|failed|fail|failure|error)[\W_]*$",
                            re.IGNORECASE)
 _GENERIC_MAX_LEN = 200
+# CANN / pypto runtime log records ("[ERROR] RUNTIME(1234,python):2026-...", "[INFO] TILE_FWK(...)") talk about
+# the runtime, not the test's verdict: never generic verdict lines (they still show up as key error lines).
+_RUNTIME_LOG_RE = re.compile(r"^\[(?:ERROR|WARNING|WARN|INFO|DEBUG|EVENT|TRACE)\]\s*[A-Z][\w-]*\(\d+")
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TB_START = "Traceback (most recent call last):"
@@ -105,7 +109,7 @@ def _is_noise_block(lines: list[str], block: list[int]) -> bool:
 def _generic_kind(text: str) -> str | None:
     """'pos' / 'neg' / None for a line that is not a precision or pytest verdict line."""
     s = text.strip()
-    if not s or len(s) > _GENERIC_MAX_LEN:
+    if not s or len(s) > _GENERIC_MAX_LEN or _RUNTIME_LOG_RE.match(s):
         return None
     if _ONLY_WORD_RE.match(s):
         word = _ONLY_WORD_RE.match(s).group(1).lower()  # type: ignore[union-attr]
@@ -190,7 +194,8 @@ def judge_precision(result: RunResult, run_mode: str) -> VerdictResult:
 
     * timeout → ``timeout``; killed by a signal (or a shell's 128+N crash status) → ``error``;
     * ``PRECISION: error`` → ``error``; non-zero exit → ``failed`` with the key error lines;
-    * exit 0: any negative verdict line → ``failed``; a positive one → ``passed``; none → ``failed`` ("no verdict").
+    * exit 0: any negative verdict line → ``failed``; a positive one → ``passed``; none → ``failed``
+      ("no verdict line").
     * SIM: ``numerics_checked`` is always False and the key output / reason say why (A.8).
     """
     sim = run_mode.lower() == "sim"
@@ -230,7 +235,8 @@ def judge_precision(result: RunResult, run_mode: str) -> VerdictResult:
     pos = [lines[i].strip() for i, k in found if k == "pos"]
     if result.exit_code != 0:
         return make("failed", f"the test command exited with status {result.exit_code}"
-                    + (f"; verdict line: {neg[-1]!r}" if neg else "") + (f"; last exception: {exc}" if exc else ""), [*vlines, *errors],
+                    + (f"; verdict line: {neg[-1]!r}" if neg else "")
+                    + (f"; last exception: {exc}" if exc else ""), [*vlines, *errors],
                     checked=bool(found))
     if neg:
         return make("failed", f"a {source} verdict line reports failure: {neg[-1]!r}", [*vlines, *errors],

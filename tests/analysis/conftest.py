@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis_helpers import DATA
+from .analysis_helpers import DATA
 
 
 @pytest.fixture

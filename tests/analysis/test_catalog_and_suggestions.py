@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from analysis_helpers import run_dirs
+from .analysis_helpers import run_dirs
 from pypto_tune.tools.analysis import analyze_runs, load_catalog
 
 

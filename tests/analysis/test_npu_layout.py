@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analysis_helpers import run_dirs
+from .analysis_helpers import run_dirs
 from pypto_tune.tools.analysis import analyze_runs, validate_run
 from pypto_tune.tools.analysis.cli import analyze_command
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis_helpers import run_dirs
+from .analysis_helpers import run_dirs
 from pypto_tune.tools.analysis import analyze_runs, validate_run
 
 EXACT = pytest.approx  # with rel=1e-12: these are deterministic simulator numbers

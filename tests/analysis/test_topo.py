@@ -52,7 +52,7 @@ def test_program_roots_and_leaves():
 
 
 def test_fast_reader_agrees_with_the_full_parser():
-    from analysis_helpers import run_dirs
+    from .analysis_helpers import run_dirs
     from pypto_tune.tools.analysis.chains import aiv_chains, lite_of
     from pypto_tune.tools.analysis.topo import read_topo, scan_topo, scan_topo_text
 

@@ -11,7 +11,7 @@ import pytest
 from pypto_tune.tools.analysis.trace import detect_label_layout, formal_name, parse_trace_bytes, read_trace
 from pypto_tune.tools.errors import ArtifactError
 
-from analysis_helpers import run_dirs
+from .analysis_helpers import run_dirs
 
 
 def _x(tid, ts, dur, seq, task, leaf=7, name=None, pid=1):

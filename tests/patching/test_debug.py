@@ -114,3 +114,20 @@ def test_comments_stay_on_the_line_they_annotate():
     assert '    "compile_debug_mode": 0,  # keep\n    "runtime_debug_mode": 1,\n})' in on
     on = set_runtime_debug(src_of("comments_no_comma"), True)["k.py"]
     assert '(  # opts\n    runtime_options={"run_mode": 1},  # sim\n    debug_options={"runtime_debug_mode": 1}\n)' in on
+
+
+def test_a_jit_that_splats_options_is_refused_rather_than_guessed():
+    from pypto_tune.tools.errors import PatchError
+
+    src = {"k.py": "import pypto\nOPTS = {}\n@pypto.frontend.jit(**OPTS)\ndef k(x):\n    pass\n"}
+    with pytest.raises(PatchError, match=r"\*\*options"):
+        set_runtime_debug(src, True)
+    assert [k for k in extract_knobs(src) if not k.present] == []  # nothing is offered for adding either
+
+
+@pytest.mark.parametrize("layout", ["call", "multiline_trailing_comma", "bare", "comments_no_comma"])
+def test_off_after_a_round_that_edited_the_same_decorator_equals_that_round_on_the_original(layout):
+    src = src_of(layout)
+    tuned_with_debug = plan_knob_edit(set_runtime_debug(src, True), "vec_nbuffer_setting", {-2: 1, -1: 2}).new_sources
+    expected = plan_knob_edit(src, "vec_nbuffer_setting", {-2: 1, -1: 2}).new_sources
+    assert set_runtime_debug(tuned_with_debug, False, baseline=src) == expected

@@ -50,3 +50,17 @@ def kill_leftovers(pids: list[int]) -> None:
             os.kill(p, 9)
         except OSError:
             pass
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text`` (to find children that never reported)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and is_alive(int(entry)):
+                found.append(int(entry))
+    return found

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.environment import byte_compile_check, check_environment
+from pypto_tune.tools.environment import byte_compile_check, check_environment, pto_isa_check
 from pypto_tune.tools.runner import build_child_env
 
 pytestmark = pytest.mark.anyio
@@ -56,17 +56,16 @@ async def test_npu_checklist_fails_clearly_without_an_npu(tmp_path: Path) -> Non
 
 
 async def test_pto_isa_check_greps_for_div_algorithm(tmp_path: Path) -> None:
+    missing = await pto_isa_check({"PTO_TILE_LIB_CODE_PATH": str(tmp_path / "pto-isa")})
+    assert not missing.ok and "does not exist" in missing.detail
     inc = tmp_path / "pto-isa" / "include" / "pto" / "common"
     inc.mkdir(parents=True)
     (inc / "math.hpp").write_text("enum class RoundMode {};\n")
-    (tmp_path / "op.py").write_text("X = 1\n")
 
     async def pto_check():
         env = build_child_env(run_mode="npu", device_id="0",
                               base={"PATH": "/usr/bin:/bin", "PTO_TILE_LIB_CODE_PATH": str(tmp_path / "pto-isa")})
-        checks = await check_environment(run_mode="npu", workspace=tmp_path, operator_files=["op.py"], env=env,
-                                         timeout_s=30)
-        return by_name(checks)["PTO-ISA DivAlgorithm"]
+        return await pto_isa_check(env)
 
     old = await pto_check()
     assert not old.ok and "too old" in old.detail

@@ -15,7 +15,7 @@ import pytest
 
 from pypto_tune.tools.errors import InputError, RunError
 from pypto_tune.tools.runner import build_child_env, run_command, split_command
-from runner_helpers import kill_leftovers, wait_dead, wait_for_pids
+from runner_helpers import kill_leftovers, processes_mentioning, wait_dead, wait_for_pids
 
 pytestmark = pytest.mark.anyio
 
@@ -148,7 +148,7 @@ async def test_progress_is_reported_at_the_interval_even_for_a_silent_child(tmp_
     assert result.exit_code == 0
     assert len(calls) >= 5
     stamps = [t0] + [c[0] for c in calls]
-    assert max(b - a for a, b in zip(stamps, stamps[1:])) < 0.5 + 0.3
+    assert max(b - a for a, b in zip(stamps, stamps[1:])) < 0.5 + 0.5  # slack for a loaded 2-core machine
     assert all(c[2] == "" for c in calls)
     assert [c[1] for c in calls] == sorted(c[1] for c in calls)
 
@@ -245,3 +245,30 @@ async def test_the_child_python3_on_path_is_the_server_interpreter_dir(tmp_path:
     # domain A.2b: pypto's helper scripts run with the python3 PATH finds.
     result = await run_command(["sh", "-c", "command -v python3"], cwd=tmp_path, env=env(), timeout_s=30)
     assert os.path.dirname(result.output.strip()) == os.path.dirname(sys.executable)
+
+
+async def test_an_error_in_the_progress_callback_stops_the_child_and_propagates_unwrapped(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+
+    async def on_progress(elapsed_s: float, last_line: str) -> None:
+        raise RuntimeError("client went away")
+
+    with pytest.raises(RuntimeError, match="client went away"):
+        await run_command([PY, "-c", FORKER, str(pidfile)], cwd=tmp_path, env=env(), timeout_s=60,
+                          on_progress=on_progress, progress_interval_s=0.5, kill_grace_s=0.3)
+    pids = wait_for_pids(pidfile, 5)
+    try:
+        assert wait_dead(pids) == []
+    finally:
+        kill_leftovers(pids)
+
+
+async def test_a_call_cancelled_right_away_leaves_no_child(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    with anyio.CancelScope() as scope:
+        scope.cancel()  # cancelled before the spawn even starts
+        await run_command([PY, "-c", code], cwd=tmp_path, env=env(), timeout_s=60, kill_grace_s=0.3)
+    assert scope.cancelled_caught
+    # The child may be killed before it writes its pid: look for any process whose command line names pidfile.
+    assert wait_dead(processes_mentioning(str(pidfile))) == []

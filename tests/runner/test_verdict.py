@@ -170,3 +170,10 @@ def test_truncated_output_is_judged_on_head_and_tail() -> None:
                   ended_at=1, output_head="start\n", output_tail="x\nPRECISION: passed (max abs diff 0)\n",
                   output_truncated=True, output_bytes=10**9, env_keys=[])
     assert judge_precision(r, "npu").verdict == "passed"
+
+
+def test_runtime_log_records_are_not_verdict_lines_but_are_key_output() -> None:
+    log = "[ERROR] RUNTIME(4242,python):2026-12-02-10:58:35.399 [stream.cc:101] check result failed, retry\n"
+    assert judge_precision(run(log + "test passed\n"), "npu").verdict == "passed"
+    v = judge_precision(run(log, 1), "npu")
+    assert v.verdict == "failed" and "RUNTIME(4242" in v.key_output

@@ -315,6 +315,12 @@ def _debug_on(pf: ParsedFile) -> str:
                 f"{pf.path}: debug_options of {jit.function} is an expression the server cannot edit",
                 hint="write debug_options as a dict literal or a module-level dict",
             )
+        elif jit.opaque:
+            raise PatchError(
+                f"{pf.path}: the jit of {jit.function} passes **options; debug_options cannot be added safely",
+                hint="write the option dicts as keyword arguments (debug_options={...}) or add "
+                     "debug_options={'runtime_debug_mode': 1} by hand with a diff",
+            )
         else:
             mapping.update(_add_option(pf.module, jit, DEBUG_GROUP, DEBUG_KEY, 1))
     return pf.bom + apply_replacements(pf.module, mapping).code

@@ -79,6 +79,7 @@ class JitSite:
     groups: dict[str, cst.BaseExpression]  # option group -> its dict/dict() node (resolved through variables)
     group_args: dict[str, cst.Arg]  # option group -> the keyword argument in the decorator call
     group_var: dict[str, str]  # option group -> module variable name when the dict is a variable
+    opaque: bool = False  # the call splats ``**options``: which groups it sets is unknown, so nothing is added
 
 
 def parse(path: str, text: str) -> cst.Module:
@@ -420,6 +421,7 @@ class _Collector(cst.CSTVisitor):
         self.jits.append(jit)
         scope_name = func if ordinal == 1 else f"{func}@{ordinal}"
         args = list(call.args) if call is not None else []
+        jit.opaque = any(arg.star == "**" for arg in args)
         for arg in args:
             if arg.keyword is None or arg.keyword.value not in OPTION_GROUPS:
                 continue
@@ -440,8 +442,9 @@ class _Collector(cst.CSTVisitor):
                     name=group, line=self.line(arg.value), value=literal(arg.value, self.module), node=arg.value,
                     function=func, key="*", group=group,
                 )
-        # Absent but addable keys (S-5..S-10) so an agent can set them by id.
-        for group, keys in ADDABLE_OPTIONS.items():
+        # Absent but addable keys (S-5..S-10) so an agent can set them by id. Not next to a ``**options`` splat:
+        # adding pass_options= there could duplicate a keyword the splat already passes (TypeError at import).
+        for group, keys in ({} if jit.opaque else ADDABLE_OPTIONS).items():
             container = jit.groups.get(group)
             if group in jit.group_args and container is None:
                 continue  # options built some way we cannot edit safely

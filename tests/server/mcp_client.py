@@ -1,0 +1,40 @@
+"""Drive the real server over stdio with the official MCP client, as Claude Code or Codex would."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+
+def server_params(workspace: Path) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "pypto_tune.server.cli", "serve", "--workspace", str(workspace),
+                                       "--log-level", "WARNING"], cwd=str(workspace))
+
+
+class Session:
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def ok(self, tool: str, **args: Any) -> dict[str, Any]:
+        res = await self.client.call_tool(tool, args)
+        text = "".join(getattr(b, "text", "") for b in res.content)
+        assert not res.is_error, f"{tool} refused unexpectedly: {text}"
+        return res.structured_content
+
+    async def refused(self, tool: str, **args: Any) -> str:
+        res = await self.client.call_tool(tool, args)
+        text = "".join(getattr(b, "text", "") for b in res.content)
+        assert res.is_error, f"{tool} was expected to be refused, got {res.structured_content}"
+        return text
+
+
+@asynccontextmanager
+async def connect(workspace: Path, mode: str = "legacy") -> AsyncIterator[Session]:
+    async with Client(server_params(workspace), mode=mode) as client:  # type: ignore[arg-type]
+        yield Session(client)

@@ -1,0 +1,145 @@
+"""Every rule, allowing and refusing, through the real MCP client talking to the real server over stdio, with the
+real PyPTO simulator running our softmax fixture. One session walks the whole loop so the suite stays fast."""
+
+from __future__ import annotations
+
+import difflib
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import sim_command
+from tests.server.mcp_client import connect
+
+pytestmark = pytest.mark.sim
+
+VEC = "softmax.py:softmax_kernel.set_vec_tile_shapes#1"
+TILE_B = "softmax.py:TILE_B"
+
+
+def _two_knob_diff(src: str) -> str:
+    new = src.replace("TILE_B = 4", "TILE_B = 2").replace("set_vec_tile_shapes(1, 4, 256)",
+                                                          "set_vec_tile_shapes(1, 8, 256)")
+    return "".join(difflib.unified_diff(src.splitlines(True), new.splitlines(True), "a/softmax.py", "b/softmax.py"))
+
+
+def test_a_whole_session_enforces_every_gate(softmax_ws: Path) -> None:
+    async def scenario() -> None:
+        async with connect(softmax_ws) as s:
+            base = dict(workspace=str(softmax_ws), operator_files=["softmax.py"], test_command=sim_command(),
+                        run_mode="sim")
+            # R1: no goal, no session.
+            assert "GATE goal:" in await s.refused("start_session", **base)
+            st = await s.ok("start_session", **base, goal_speedup=3.0)
+            sid = st["session_id"]
+            assert st["state"] == "S1_SETUP" and st["next_actions"][0] == "run_precision_check"
+
+            # R6: nothing before a passing precision record.
+            assert "GATE precision-first:" in await s.refused("collect_swimlane", session_id=sid)
+            assert "GATE precision-first:" in await s.refused("enable_runtime_debug", session_id=sid)
+            assert "GATE sequence:" in await s.refused("apply_tuning_patch", session_id=sid, knob=VEC,
+                                                       value=[1, 8, 256], catalog_id="F-10", rationale="x")
+
+            prec = await s.ok("run_precision_check", session_id=sid)
+            assert prec["verdict"] == "passed" and prec["numerics_checked"] is False
+            assert "NOT checked" in prec["message"]
+            assert {c["name"] for c in prec["env_checks"]} and all(c["ok"] for c in prec["env_checks"])
+            assert prec["state"] == "S2_COLLECT"
+
+            # R2/R7: measuring needs runtime_debug_mode 1.
+            assert "GATE debug-mode:" in await s.refused("collect_swimlane", session_id=sid)
+            dbg = await s.ok("enable_runtime_debug", session_id=sid)
+            assert dbg["changed_files"] == ["softmax.py"] and "runtime_debug_mode" in dbg["diff"]
+            assert '"runtime_debug_mode": 1' in (softmax_ws / "softmax.py").read_text()
+
+            base_m = await s.ok("collect_swimlane", session_id=sid)
+            assert base_m["valid"] and base_m["round"] == 0
+            assert base_m["operator_time_us"] == pytest.approx(36.405, abs=1e-3)  # = fixtures/runs/softmax_base (SIM is deterministic)
+            assert base_m["target_us"] == pytest.approx(base_m["operator_time_us"] / 3.0)
+            assert base_m["state"] == "S3_ANALYZE"
+            assert "GATE sequence:" in await s.refused("collect_swimlane", session_id=sid)
+
+            an = await s.ok("analyze_bubbles", session_id=sid, lang="en")
+            assert an["state"] == "S4_TUNE" and an["stage"] == "FRONTEND"
+            assert Path(an["report_path"]).is_file()
+
+            # R9: one knob per round; R10: the id must belong to the stage.
+            src = (softmax_ws / "softmax.py").read_text()
+            msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_two_knob_diff(src), catalog_id="F-10",
+                                  rationale="two at once")
+            assert "GATE one-change:" in msg and "2 knobs" in msg
+            assert (softmax_ws / "softmax.py").read_text() == src, "a refused patch must not touch the file"
+            assert "GATE catalog-stage:" in await s.refused("apply_tuning_patch", session_id=sid, knob=VEC,
+                                                            value=[1, 8, 256], catalog_id="S-12", rationale="x")
+            assert "GATE catalog-stage:" in await s.refused("apply_tuning_patch", session_id=sid, knob=VEC,
+                                                            value=[1, 8, 256], catalog_id="F-3", rationale="x")
+            illegal = await s.refused("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 0, 256],
+                                      catalog_id="F-10", rationale="x")
+            assert "legal" in illegal
+
+            p1 = await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10",
+                            rationale="AIV tasks are short")
+            assert p1["round"] == 1 and len(p1["knob_changes"]) == 1
+            # R11: verify before measure or record; one round at a time.
+            assert "GATE verify-after-change:" in await s.refused("record_round", session_id=sid)
+            assert "GATE verify-after-change:" in await s.refused("collect_swimlane", session_id=sid)
+            assert "GATE round-open:" in await s.refused("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2,
+                                                         catalog_id="F-3", rationale="x")
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            assert "GATE measure-first:" in await s.refused("record_round", session_id=sid)
+            m1 = await s.ok("collect_swimlane", session_id=sid)
+            r1 = await s.ok("record_round", session_id=sid)
+            assert r1["decision"] == "kept" and r1["result_type"] == "gain"
+            assert r1["after_us"] == pytest.approx(m1["operator_time_us"])
+            assert r1["before_us"] == pytest.approx(base_m["operator_time_us"])
+
+            # R12: a regression is rolled back byte-for-byte by the server itself.
+            kept_src = (softmax_ws / "softmax.py").read_text()
+            await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 4, 256], catalog_id="F-10",
+                       rationale="back to the smaller tile to check")
+            await s.ok("run_precision_check", session_id=sid)
+            await s.ok("collect_swimlane", session_id=sid)
+            r2 = await s.ok("record_round", session_id=sid)
+            assert r2["decision"] == "reverted" and r2["result_type"] == "regression" and r2["delta_pct"] > 0
+            assert (softmax_ws / "softmax.py").read_text() == kept_src
+
+            # A compile failure: recorded with its cause and rolled back; one correction was on offer.
+            await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[4, 32, 256], catalog_id="F-10",
+                       rationale="one tile per body")
+            bad = await s.ok("run_precision_check", session_id=sid)
+            assert bad["verdict"] in ("error", "failed")
+            assert any("correction" in a for a in bad["next_actions"])
+            r3 = await s.ok("record_round", session_id=sid)
+            assert r3["decision"] == "failed" and r3["result_type"] == "compile-failure"
+            assert (softmax_ws / "softmax.py").read_text() == kept_src
+
+            # Drift: an edit behind the server's back blocks tuning until reverted.
+            (softmax_ws / "softmax.py").write_text(kept_src.replace("TILE_B = 4", "TILE_B = 8"))
+            assert "GATE drift:" in await s.refused("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2,
+                                                    catalog_id="F-3", rationale="x")
+            status = await s.ok("get_status", session_id=sid)
+            assert status["drift"] is True
+            await s.ok("revert_patch", session_id=sid)
+            assert (softmax_ws / "softmax.py").read_text() == kept_src
+
+            # R14b user stop → reporting only; R22 the report restores debug options and records it.
+            await s.ok("stop_session", session_id=sid, reason="test done")
+            assert "GATE finished:" in await s.refused("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2,
+                                                       catalog_id="F-3", rationale="x")
+            rep = await s.ok("render_report", session_id=sid, format="md", lang="en")
+            assert rep["debug_restored_now"] is True
+            final = (softmax_ws / "softmax.py").read_text()
+            assert "runtime_debug_mode" not in final and "set_vec_tile_shapes(1, 8, 256)" in final
+            assert all(Path(p).is_file() for p in rep["paths"])
+
+        # The ledger is append-only at the database level, not by convention.
+        db = sqlite3.connect(softmax_ws / ".pypto-tune" / "ledger.sqlite3")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            db.execute("UPDATE round_decisions SET decision='kept'")
+        rules = {r[0] for r in db.execute("SELECT rule FROM refusals")}
+        assert {"goal", "precision-first", "debug-mode", "one-change", "catalog-stage", "verify-after-change",
+                "round-open", "measure-first", "drift", "finished"} <= rules
+
+    anyio.run(scenario)
