@@ -1,1 +1,7 @@
-"""report."""
+"""Status board and final reports (Markdown, self-contained HTML with inline SVG), zh and en, from a SessionSnapshot."""
+
+from pypto_tune.tools.report.board import render_status_board
+from pypto_tune.tools.report.metrics import achievement_rate
+from pypto_tune.tools.report.render import render_report
+
+__all__ = ["achievement_rate", "render_report", "render_status_board"]

@@ -15,12 +15,10 @@ Tasks (seq 0; taskId = func << 16 | op):
 """
 
 import json
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUN = HERE / "runs" / "output_20261202_120000_000001_4242_C0000202"
-sys.path.insert(0, str(HERE.parents[1]))
 
 T = {  # name: (taskId, lane tid, start, end, leaf, psg, opmagic, successors)
     "t0": ((1 << 16) | 0, 1160, 0.0, 0.02, 0, 0, 10010, ["a", "b", "c"]),

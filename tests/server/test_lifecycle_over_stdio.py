@@ -1,0 +1,181 @@
+"""Server lifecycle over stdio: both handshakes, resume after SIGKILL, timeouts and cancellation leave no process,
+and long calls work as background jobs for clients that time tool calls out."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from tests.conftest import sim_command
+from tests.server.mcp_client import connect, server_params
+
+HANG = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open("grandchild.pid", "w").write(str(os.getpid()))
+    time.sleep(600)
+    sys.exit(0)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_both_handshakes_list_the_same_tools_prompts_and_resources(tmp_path: Path, mode: str) -> None:
+    async def scenario() -> None:
+        async with Client(server_params(tmp_path), mode=mode) as client:  # type: ignore[arg-type]
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert {"start_session", "run_precision_check", "enable_runtime_debug", "collect_swimlane",
+                    "analyze_bubbles", "apply_tuning_patch", "revert_patch", "record_round", "render_report",
+                    "get_status", "list_knobs", "wait_job"} <= tools
+            prompts = {p.name for p in (await client.list_prompts()).prompts}
+            assert prompts == {"perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf"}
+            zh = await client.get_prompt("perf_tune", {"lang": "zh"})
+            en = await client.get_prompt("perf_tune", {"lang": "en"})
+            assert zh.messages[0].content.text != en.messages[0].content.text
+            cat = await client.read_resource("pypto-tune://catalog")
+            assert '"F-1"' in cat.contents[0].text and '"I-9"' in cat.contents[0].text
+
+    anyio.run(scenario)
+
+
+@pytest.mark.sim
+def test_a_killed_server_is_resumed_by_a_new_one(softmax_ws: Path) -> None:
+    args = dict(workspace=str(softmax_ws), operator_files=["softmax.py"], test_command=sim_command(),
+                run_mode="sim", goal_speedup=2.0)
+
+    async def first() -> str:
+        async with connect(softmax_ws) as s:
+            sid = (await s.ok("start_session", **args))["session_id"]
+            await s.ok("run_precision_check", session_id=sid)
+            await s.ok("enable_runtime_debug", session_id=sid)
+            # Kill our own server child the hard way, mid-session.
+            for proc in _server_children():
+                os.kill(proc, signal.SIGKILL)
+            return sid
+
+    try:
+        sid = anyio.run(first)
+    except BaseException:  # the client notices its server died; that is the point
+        sid = None
+
+    async def second() -> None:
+        async with connect(softmax_ws) as s:
+            again = await s.ok("start_session", **args)
+            assert again["resumed"] is True
+            assert sid is None or again["session_id"] == sid
+            assert again["state"] == "S2_COLLECT" and again["next_actions"][0] == "collect_swimlane"
+            status = await s.ok("get_status", session_id=again["session_id"])
+            assert status["drift"] is False
+
+    anyio.run(second)
+
+
+def _server_children() -> list[int]:
+    me = os.getpid()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text().split()
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat[3]) == me and "pypto_tune.server.cli" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def _start(ws: Path, cmd: list[str], timeout_s: float = 300.0) -> dict:
+    return dict(workspace=str(ws), operator_files=["softmax.py"], test_command=cmd, run_mode="sim",
+                goal_speedup=2.0, timeout_s=timeout_s)
+
+
+def test_a_timeout_kills_the_whole_process_group_including_grandchildren(softmax_ws: Path) -> None:
+    (softmax_ws / "hang.py").write_text(HANG)
+
+    async def scenario() -> None:
+        async with connect(softmax_ws) as s:
+            sid = (await s.ok("start_session", **_start(softmax_ws, [sys.executable, "hang.py"], 3)))["session_id"]
+            t = time.monotonic()
+            res = await s.ok("run_precision_check", session_id=sid)
+            assert res["verdict"] == "timeout"
+            assert time.monotonic() - t < 60
+            pid = int((softmax_ws / "grandchild.pid").read_text())
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                await anyio.sleep(0.1)
+            assert not _alive(pid), "the grandchild that ignores SIGTERM survived the timeout"
+
+    anyio.run(scenario)
+
+
+def test_a_background_job_reports_progress_and_a_cancelled_job_leaves_no_process(softmax_ws: Path) -> None:
+    (softmax_ws / "hang.py").write_text(HANG)
+
+    async def scenario() -> None:
+        async with connect(softmax_ws) as s:
+            sid = (await s.ok("start_session", **_start(softmax_ws, [sys.executable, "hang.py"], 120)))["session_id"]
+            started = await s.ok("run_precision_check", session_id=sid, wait=False)
+            job = started["job"]
+            assert job["status"] == "running" and started["next_actions"][0] == "wait_job"
+            polled = await s.ok("wait_job", job_id=job["job_id"], timeout_s=3)
+            assert polled["status"] == "running" and polled["elapsed_s"] >= 2.5
+            busy = await s.refused("run_precision_check", session_id=sid)
+            assert "GATE busy:" in busy
+            for _ in range(50):
+                if (softmax_ws / "grandchild.pid").exists():
+                    break
+                await anyio.sleep(0.1)
+            pid = int((softmax_ws / "grandchild.pid").read_text())
+            cancelled = await s.ok("cancel_job", job_id=job["job_id"])
+            assert cancelled["status"] == "cancelled"
+            deadline = time.monotonic() + 5
+            while _alive(pid) and time.monotonic() < deadline:
+                await anyio.sleep(0.1)
+            assert not _alive(pid)
+            status = await s.ok("get_status", session_id=sid)
+            assert status["state"] == "S1_SETUP" and status["running_job"] is None
+
+    anyio.run(scenario)
+
+
+@pytest.mark.sim
+def test_wait_false_returns_the_same_result_through_wait_job(softmax_ws: Path) -> None:
+    async def scenario() -> None:
+        async with connect(softmax_ws) as s:
+            sid = (await s.ok("start_session", **_start(softmax_ws, sim_command())))["session_id"]
+            job = (await s.ok("run_precision_check", session_id=sid, wait=False))["job"]
+            done = None
+            for _ in range(20):
+                done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=10)
+                if done["status"] != "running":
+                    break
+            assert done and done["status"] == "done"
+            assert done["result"]["verdict"] == "passed" and done["result"]["numerics_checked"] is False
+            assert done["next_actions"] == done["result"]["next_actions"]
+
+    anyio.run(scenario)
