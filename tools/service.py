@@ -379,11 +379,9 @@ class TuningService:
                           change="external edit adopted: " + (_describe(changes) or "structural edit"),
                           rationale="source changed outside the server; adopted through a precision run",
                           before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-            tx.insert("patches", session_id=st.id, at=now_iso(), round=round_no, kind="manual-adopt",
-                      catalog_id="MANUAL", diff=diff, before_hash=st.current_hash, after_hash=code_hash(disk),
-                      before_raw_hash=st.expected_raw_hash, after_raw_hash=hash_sources(disk),
-                      before_sources=st.expected_sources, after_sources=disk,
-                      knob_changes=[c.model_dump(mode="json") for c in changes], note="drift adopted")
+            tx.insert("patches", **_patch_row(st.id, kind="manual-adopt", round_no=round_no,
+                                              before=st.expected_sources, after=disk, note="drift adopted",
+                                              catalog_id="MANUAL", diff=diff, changes=changes))
 
     def _transition(self, h: _Handle, st: SessionState, level: str, to: str, reason: str,
                     summary: dict[str, Any] | None = None) -> None:
@@ -408,11 +406,9 @@ class TuningService:
         diff = unified_diff(before, after)
         if changed:
             self._write(h, after)
-        h.ledger.insert("patches", session_id=st.id, at=now_iso(), round=None, kind=kind, catalog_id=None,
-                        diff=diff, before_hash=st.current_hash, after_hash=code_hash(after),
-                        before_raw_hash=st.expected_raw_hash, after_raw_hash=hash_sources(after),
-                        before_sources=before, after_sources=after, knob_changes=[],
-                        note="runtime debug " + ("enabled" if enabled else "restored"))
+        h.ledger.insert("patches", **_patch_row(st.id, kind=kind, round_no=None, before=before, after=after,
+                                                diff=diff, note="runtime debug " + ("enabled" if enabled
+                                                                                   else "restored")))
         st2 = self._state(h, session_id)
         return DebugResult(**self._base(st2, f"runtime_debug_mode {'enabled' if enabled else 'restored'} in "
                                         f"{len(changed)} file(s); the precision verdict still applies (the switch "
@@ -611,12 +607,10 @@ class TuningService:
                           outer_round=st.outer_round, kind=kind, catalog_id=catalog_id,
                           change=_describe(delta) or f"algorithm change ({catalog_id})", rationale=rationale,
                           before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-            tx.insert("patches", session_id=st.id, at=now_iso(), round=round_no,
-                      kind="correction" if correction else "tuning", catalog_id=catalog_id, diff=plan.diff,
-                      before_hash=st.current_hash, after_hash=new_hash, before_raw_hash=st.expected_raw_hash,
-                      after_raw_hash=hash_sources(plan.new_sources), before_sources=base_sources,
-                      after_sources=plan.new_sources, knob_changes=[c.model_dump(mode="json") for c in delta],
-                      note=rationale)
+            tx.insert("patches", **_patch_row(st.id, kind="correction" if correction else "tuning",
+                                              round_no=round_no, before=base_sources, after=plan.new_sources,
+                                              note=rationale, catalog_id=catalog_id, diff=plan.diff,
+                                              changes=delta))
         st2 = self._state(h, session_id)
         return PatchResult(
             **self._base(st2, f"round {round_no}: {_describe(delta) or 'algorithm change'}; verify it with "
@@ -635,12 +629,8 @@ class TuningService:
         if st.open_round is None:
             # Only reachable under drift (the gate refuses otherwise): restore what the server last wrote.
             self._write(h, st.expected_sources)
-            h.ledger.insert("patches", session_id=st.id, at=now_iso(), round=None, kind="drift-revert",
-                            catalog_id=None, diff=unified_diff(disk, st.expected_sources),
-                            before_hash=code_hash(disk), after_hash=st.current_hash,
-                            before_raw_hash=hash_sources(disk), after_raw_hash=st.expected_raw_hash,
-                            before_sources=disk, after_sources=st.expected_sources, knob_changes=[],
-                            note="external edit reverted")
+            h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
+                                                    after=st.expected_sources, note="external edit reverted"))
             st2 = self._state(h, session_id)
             return RevertResult(**self._base(st2, "external edit reverted; the server's sources are restored"),
                                 round=None, restored_hash=st.current_hash)
@@ -665,11 +655,8 @@ class TuningService:
                 target = st.kept_sources
                 self._write(h, target)
                 restored_hash = code_hash(target)
-                tx.insert("patches", session_id=st.id, at=now_iso(), round=n, kind="revert", catalog_id=None,
-                          diff=unified_diff(disk, target), before_hash=code_hash(disk), after_hash=restored_hash,
-                          before_raw_hash=hash_sources(disk), after_raw_hash=hash_sources(target),
-                          before_sources=disk, after_sources=target, knob_changes=[],
-                          note=f"round {n} rolled back ({result_type})")
+                tx.insert("patches", **_patch_row(st.id, kind="revert", round_no=n, before=disk, after=target,
+                                                  note=f"round {n} rolled back ({result_type})"))
             tx.insert("round_decisions", session_id=st.id, number=n, at=now_iso(), decision=decision,
                       result_type=result_type, after_us=after_us, delta_pct=delta_pct, error_output=error[-4000:],
                       notes=notes, restored_hash=restored_hash)
@@ -844,11 +831,9 @@ class TuningService:
             before = st.expected_sources
             after = set_runtime_debug(before, False, baseline=st.debug_baseline)
             self._write(h, after)
-            h.ledger.insert("patches", session_id=st.id, at=now_iso(), round=None, kind="debug-restore",
-                            catalog_id=None, diff=unified_diff(before, after), before_hash=st.current_hash,
-                            after_hash=code_hash(after), before_raw_hash=st.expected_raw_hash,
-                            after_raw_hash=hash_sources(after), before_sources=before, after_sources=after,
-                            knob_changes=[], note="debug_options restored by render_report (R22)")
+            h.ledger.insert("patches", **_patch_row(st.id, kind="debug-restore", round_no=None, before=before,
+                                                    after=after, note="debug_options restored by render_report "
+                                                    "(R22)"))
             restored_now = True
             st = self._state(h, session_id)
         snap = self.snapshot(session_id)
@@ -903,6 +888,17 @@ class TuningService:
 
         h = self._find(session_id)
         return build_snapshot(self._state(h, session_id))
+
+
+def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict[str, str], after: dict[str, str],
+               note: str, catalog_id: str | None = None, diff: str | None = None,
+               changes: list[Any] | None = None) -> dict[str, Any]:
+    """One ``patches`` row: both source states, their functional and raw hashes, the diff and the knob delta."""
+    return dict(session_id=session_id, at=now_iso(), round=round_no, kind=kind, catalog_id=catalog_id,
+                diff=unified_diff(before, after) if diff is None else diff, before_hash=code_hash(before),
+                after_hash=code_hash(after), before_raw_hash=hash_sources(before),
+                after_raw_hash=hash_sources(after), before_sources=before, after_sources=after,
+                knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
