@@ -179,3 +179,28 @@ def test_wait_false_returns_the_same_result_through_wait_job(softmax_ws: Path) -
             assert done["next_actions"] == done["result"]["next_actions"]
 
     anyio.run(scenario)
+
+
+@pytest.mark.parametrize(("operator", "expected"), [
+    ("softmax", {"softmax.py:TILE_B": 4, "softmax.py:softmax_kernel.set_vec_tile_shapes#1": [1, 4, 256]}),
+    ("rmsnorm", {"rmsnorm.py:TILE_B": 1}),
+    ("matmul", {"matmul.py:TILE_N": 256}),
+])
+def test_list_knobs_shows_each_fixture_operators_knobs_with_locations(tmp_path: Path, operator: str,
+                                                                      expected: dict) -> None:
+    from tests.conftest import make_workspace
+
+    ws = make_workspace(tmp_path, operator)
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=[f"{operator}.py"],
+                              test_command=sim_command(operator), run_mode="sim", goal_speedup=2.0))["session_id"]
+            knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+            for kid, value in expected.items():
+                assert knobs[kid]["value"] == value and knobs[kid]["line"] > 0 and knobs[kid]["legal"]
+            kinds = {k["kind"] for k in knobs.values()}
+            assert "jit_option" in kinds
+            assert ("cube_tile" in kinds) == (operator == "matmul")
+
+    anyio.run(scenario)

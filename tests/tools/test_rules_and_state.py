@@ -125,3 +125,91 @@ def test_stage_sequence_and_thresholds_follow_the_skill() -> None:
                                               "SWIMLANE_3", "INCORE_3"]
     assert {s.group: s.no_gain_threshold for s in rules.STAGES} == {"frontend": 5, "swimlane": 8, "incore": 5}
     assert rules.next_stage("INCORE_3") is None
+
+
+def _tuning_ledger(ledger: Ledger, stage: str = "FRONTEND") -> None:
+    """A session in S4 with a passing precision record and an analysed baseline."""
+    _prec(ledger, "passed")
+    for to in ("S2_COLLECT", "S3_ANALYZE", "S4_TUNE"):
+        ledger.insert("transitions", session_id="s1", at=now_iso(), level="state", from_value=None, to_value=to,
+                      reason="test", summary={})
+    mid = ledger.insert("measurements", session_id="s1", at=now_iso(), round=0, code_hash="h0", valid=True,
+                        invalid_reasons=[], operator_time_us=10.0, e2e_us=9.0, samples=[10.0], analysis={},
+                        archive="", run_ids=[], stage=None)
+    ledger.insert("analyses", session_id="s1", at=now_iso(), measurement_id=mid, stage=None, report_path="r.md",
+                  suggestions=[])
+    ledger.insert("transitions", session_id="s1", at=now_iso(), level="stage", from_value=None, to_value=stage,
+                  reason="test", summary={})
+
+
+def _open_round(ledger: Ledger, after_hash: str = "h1") -> None:
+    ledger.insert("rounds", session_id="s1", number=1, opened_at=now_iso(), stage="FRONTEND", outer_round=1,
+                  kind="config", catalog_id="F-11", change="TILE 1 → 2", rationale="x", before_hash="h0",
+                  before_raw_hash="r0", before_us=10.0)
+    ledger.insert("patches", session_id="s1", at=now_iso(), round=1, kind="tuning", catalog_id="F-11", diff="",
+                  before_hash="h0", after_hash=after_hash, before_raw_hash="r0", after_raw_hash="r1",
+                  before_sources={"k.py": "TILE = 1\n"}, after_sources={"k.py": "TILE = 2\n"},
+                  knob_changes=[{"knob_id": "k.py:TILE", "file": "k.py", "line": 1, "before": 1, "after": 2}],
+                  note="x")
+
+
+def test_tuning_starts_in_frontend_with_frontend_ids_only(ledger: Ledger) -> None:
+    _tuning_ledger(ledger)
+    st = derive_state(load_rows(ledger, "s1"))
+    assert st.stage == "FRONTEND" and st.stage_measured and st.stage_analyzed
+    gates.check("apply_tuning_patch", st, disk_raw_hash="r0", catalog_id="F-11")
+    with pytest.raises(GateRefusal, match="catalog-stage"):
+        gates.check("apply_tuning_patch", st, disk_raw_hash="r0", catalog_id="S-5")
+    with pytest.raises(GateRefusal, match="algorithm"):
+        gates.check("apply_tuning_patch", st, disk_raw_hash="r0", catalog_id="F-11", algorithm=True)
+    with pytest.raises(GateRefusal, match="report-end"):
+        gates.check("render_report", st, disk_raw_hash="r0")
+
+
+def test_a_swimlane_stage_needs_its_own_collection_and_analysis_first(ledger: Ledger) -> None:
+    _tuning_ledger(ledger, stage="SWIMLANE_1")
+    st = derive_state(load_rows(ledger, "s1"))
+    with pytest.raises(GateRefusal) as refusal:
+        gates.check("apply_tuning_patch", st, disk_raw_hash="r0", catalog_id="S-5")
+    assert refusal.value.rule == "stage-analysis"
+    assert gates.allowed_actions(st)[0] == "collect_swimlane"
+    mid = ledger.insert("measurements", session_id="s1", at=now_iso(), round=-1, code_hash="h0", valid=True,
+                        invalid_reasons=[], operator_time_us=10.0, e2e_us=9.0, samples=[10.0], analysis={},
+                        archive="", run_ids=[], stage="SWIMLANE_1")
+    assert gates.allowed_actions(derive_state(load_rows(ledger, "s1")))[0] == "analyze_bubbles"
+    ledger.insert("analyses", session_id="s1", at=now_iso(), measurement_id=mid, stage="SWIMLANE_1",
+                  report_path="r.md", suggestions=[])
+    gates.check("apply_tuning_patch", derive_state(load_rows(ledger, "s1")), disk_raw_hash="r0", catalog_id="S-5")
+
+
+def test_after_a_precision_failure_one_correction_then_only_rollback(ledger: Ledger) -> None:
+    _tuning_ledger(ledger)
+    _open_round(ledger)
+    st = derive_state(load_rows(ledger, "s1"))
+    assert gates.round_phase(st) == "VERIFY"
+    with pytest.raises(GateRefusal, match="round-open"):
+        gates.check("apply_tuning_patch", st, disk_raw_hash="r1", catalog_id="F-11")
+    _prec(ledger, "failed", code_hash="h1", round_no=1)
+    st = derive_state(load_rows(ledger, "s1"))
+    assert gates.round_phase(st) == "VERIFY_FAILED"
+    gates.check("apply_tuning_patch", st, disk_raw_hash="r1", catalog_id="F-11")  # the one correction
+    ledger.insert("patches", session_id="s1", at=now_iso(), round=1, kind="correction", catalog_id="F-11", diff="",
+                  before_hash="h1", after_hash="h2", before_raw_hash="r1", after_raw_hash="r2",
+                  before_sources={"k.py": "TILE = 2\n"}, after_sources={"k.py": "TILE = 3\n"}, knob_changes=[],
+                  note="x")
+    _prec(ledger, "failed", code_hash="h2", round_no=1)
+    st = derive_state(load_rows(ledger, "s1"))
+    with pytest.raises(GateRefusal, match="correction-limit"):
+        gates.check("apply_tuning_patch", st, disk_raw_hash="r2", catalog_id="F-11")
+    gates.check("record_round", st, disk_raw_hash="r2")
+    assert st.kept_hash == "h0", "an open round never changes the kept state"
+
+
+def test_consecutive_no_gain_counts_only_measured_rounds(ledger: Ledger) -> None:
+    _tuning_ledger(ledger)
+    _open_round(ledger)
+    ledger.insert("round_decisions", session_id="s1", number=1, at=now_iso(), decision="failed",
+                  result_type="compile-failure", after_us=None, delta_pct=None, error_output="", notes="",
+                  restored_hash="h0")
+    c = derive_state(load_rows(ledger, "s1")).counters["FRONTEND"]
+    assert (c.rounds, c.consecutive_no_gain, c.failures) == (1, 0, 1)  # R13
