@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pypto_tune.tools.report.i18n import strings
+from pypto_tune.tools.report.i18n import strings, term
 from pypto_tune.tools.report.metrics import (
     achievement_rate, cumulative_gain_pct, fmt_pct, fmt_us, progress_bar, speedup,
 )
@@ -22,14 +22,14 @@ def round_table(snap: SessionSnapshot, lang: str) -> list[str]:
     lines = [f"| {s['round']} | {s['outer']} | {s['stage']} | {s['catalog']} | {s['change']} | {s['precision']} | "
              f"{s['time_us']} | {s['delta']} | {s['result']} | {s['status']} |",
              "|---|---|---|---|---|---|---|---|---|---|",
-             f"| {s['baseline']} | — | — | — | — | — | {fmt_us(snap.baseline_us)} | — | baseline | ✅ |"]
+             f"| {s['baseline']} | — | — | — | — | — | {fmt_us(snap.baseline_us)} | — | {s['rt_baseline']} | ✅ |"]
     for r in snap.rounds:
         mark = {"kept": "✅ " + s["kept"], "reverted": "↩️ " + s["reverted"], "failed": "❌ " + s["failed"]}.get(
             r.decision or "", "…")
         change = r.change.replace("|", "\\|")
         lines.append(f"| {r.number} | {r.outer_round} | {r.stage} | {r.catalog_id} | {change} | "
-                     f"{r.precision_verdict or '—'} | {fmt_us(r.after_us)} | {fmt_pct(r.delta_pct, True)} | "
-                     f"{r.result_type or '—'} | {mark} |")
+                     f"{term(s, 'v', r.precision_verdict)} | {fmt_us(r.after_us)} | {fmt_pct(r.delta_pct, True)} | "
+                     f"{term(s, 'rt', r.result_type)} | {mark} |")
     return lines
 
 
@@ -81,7 +81,7 @@ def render_status_board(snap: SessionSnapshot, lang: str = "zh", *, full: bool |
         out += ["", f"### {s['stages']}", "", f"| {s['stage']} | {s['status']} | {s['rounds']} | {s['no_gain']} | "
                 f"{s['failures']} |", "|---|---|---|---|---|"]
         for st in snap.stages:
-            out.append(f"| {st.stage} | {st.status} | {st.rounds} | {st.consecutive_no_gain}/{st.no_gain_threshold}"
+            out.append(f"| {st.stage} | {term(s, 'st', st.status)} | {st.rounds} | {st.consecutive_no_gain}/{st.no_gain_threshold}"
                        f" | {st.failures} |")
     out += ["", f"### {s['rounds']}", ""] + round_table(snap, lang)
     return "\n".join(out) + "\n"

@@ -12,7 +12,7 @@ from jinja2 import Environment, StrictUndefined
 
 from pypto_tune.tools.report import svg
 from pypto_tune.tools.report.board import round_table
-from pypto_tune.tools.report.i18n import strings
+from pypto_tune.tools.report.i18n import strings, term
 from pypto_tune.tools.report.metrics import (
     achievement_rate, baseline_measurement, best_measurement, cumulative_gain_pct, fmt_pct, fmt_us, speedup, stars,
 )
@@ -83,7 +83,7 @@ def _context(snap: SessionSnapshot, lang: str) -> dict[str, Any]:
     rate = achievement_rate(snap)
     goal = (f"{snap.goal_value:g}×" if snap.goal_kind == "speedup" else f"≤ {snap.goal_value:g} µs")
     return {
-        "snap": snap, "s": s, "f": _Fmt, "lang": lang, "goal": goal, "speed": f"{sp:.2f}×" if sp else "—",
+        "snap": snap, "s": s, "term": term, "f": _Fmt, "lang": lang, "goal": goal, "speed": f"{sp:.2f}×" if sp else "—",
         "gain": cumulative_gain_pct(snap), "rate": rate,
         "reached": bool(snap.best_us is not None and snap.target_us is not None and snap.best_us <= snap.target_us),
         "duration": _duration(snap), "compare": _compare(snap, s),

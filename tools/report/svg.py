@@ -31,6 +31,7 @@ def time_chart(snap: SessionSnapshot, s: dict[str, str]) -> str:
     step = (W - left - 30) / max(1, len(pts) - 1 if len(pts) > 1 else 1)
     parts = [f'<line x1="{left}" y1="{20 + plot_h}" x2="{W - 20}" y2="{20 + plot_h}" stroke="#333"/>',
              f'<line x1="{left}" y1="20" x2="{left}" y2="{20 + plot_h}" stroke="#333"/>']
+    parts.append(f'<text x="{left - 6}" y="12" font-size="11" text-anchor="end">µs</text>')
     for i in range(5):
         v = top * i / 4
         y = 20 + plot_h - plot_h * i / 4
@@ -50,7 +51,7 @@ def time_chart(snap: SessionSnapshot, s: dict[str, str]) -> str:
         if best is not None:
             best_line.append(f"{x:.1f},{20 + plot_h - plot_h * best / top:.1f}")
         yv = 20 + plot_h - plot_h * (v if v is not None else top * 0.98) / top
-        tip = f"round {label}: {kind}" + (f", {v:.3f} µs" if v is not None else " (no time: failed before measuring)")
+        tip = f"{s['round']} {label}: {s[kind]}" + (f", {v:.3f} µs" if v is not None else f" ({s['no_time']})")
         if kind in ("kept", "baseline"):
             mark = f'<circle class="marker kept" cx="{x:.1f}" cy="{yv:.1f}" r="7" fill="#59a14f"/>'
         elif kind == "reverted":
@@ -64,11 +65,15 @@ def time_chart(snap: SessionSnapshot, s: dict[str, str]) -> str:
         parts.append(f"<g><title>{escape(tip)}</title>{mark}</g>")
     if len(best_line) > 1:
         parts.insert(2, f'<polyline points="{" ".join(best_line)}" fill="none" stroke="#59a14f" stroke-width="2"/>')
-    legend = [("kept", "#59a14f"), ("reverted", "#f28e2b"), ("failed", "#e15759")]
-    for i, (k, c) in enumerate(legend):
-        parts.append(f'<rect x="{left + 10 + i * 110}" y="2" width="10" height="10" fill="{c}"/>'
-                     f'<text x="{left + 24 + i * 110}" y="11" font-size="11">{escape(s[k])}</text>')
-    desc = "; ".join(f"{label}: {kind} {v:.3f} µs" if v is not None else f"{label}: {kind}" for label, v, kind in pts)
+    # The legend repeats each marker's shape, not only its colour, so it still reads in grey print.
+    lx = [left + 10 + i * 120 for i in range(3)]
+    parts.append(f'<circle cx="{lx[0] + 5}" cy="7" r="5" fill="#59a14f"/>'
+                 f'<rect x="{lx[1]}" y="2" width="10" height="10" fill="#f28e2b"/>'
+                 f'<path d="M{lx[2]},2 L{lx[2] + 10},12 M{lx[2] + 10},2 L{lx[2]},12" stroke="#e15759" stroke-width="2.5"/>')
+    for x0, k in zip(lx, ("kept", "reverted", "failed")):
+        parts.append(f'<text x="{x0 + 14}" y="11" font-size="11">{escape(s[k])}</text>')
+    desc = "; ".join(f"{label}: {s[kind]} {v:.3f} µs" if v is not None else f"{label}: {s[kind]}"
+                     for label, v, kind in pts)
     return _svg(s["chart_time"], desc, h, "".join(parts), "chart-time")
 
 
@@ -89,18 +94,25 @@ def cores_chart(before: Measurement | None, after: Measurement | None, s: dict[s
         x = left + i * bw
         for j, (src, col) in enumerate(((b, "#bab0ac"), (a, "#4e79a7"))):
             c = src.get(n)
-            if c is None:
+            if c is None or not c.active:  # an idle core has no bubble to show; a 0-height bar would read as data
                 continue
             hh = plot_h * max(0.0, min(100.0, c.utilization_pct)) / 100
             parts.append(f'<rect class="core-bar" x="{x + j * bw / 2:.1f}" y="{20 + plot_h - hh:.1f}" '
                          f'width="{max(bw / 2 - 1, 0.5):.1f}" height="{hh:.1f}" fill="{col}"><title>{escape(n)} '
-                         f'{"before" if j == 0 else "after"}: util {c.utilization_pct:.1f}%, bubble '
-                         f'{c.bubble_rate_pct:.1f}%</title></rect>')
+                         f'{escape(s["before"] if j == 0 else s["after"])}: {escape(s["utilization"])} '
+                         f'{c.utilization_pct:.1f}%, {escape(s["bubble"])} {c.bubble_rate_pct:.1f}%</title></rect>')
+            # Bubble shares the 0..100 % axis: a dark tick on the same bar keeps before/after side by side.
+            yb = 20 + plot_h - plot_h * max(0.0, min(100.0, c.bubble_rate_pct)) / 100
+            parts.append(f'<line class="bubble-tick" x1="{x + j * bw / 2:.1f}" x2="{x + j * bw / 2 + max(bw / 2 - 1, 0.5):.1f}" '
+                         f'y1="{yb:.1f}" y2="{yb:.1f}" stroke="#b22" stroke-width="2"/>')
     parts.append(f'<rect x="{left}" y="2" width="10" height="10" fill="#bab0ac"/><text x="{left + 14}" y="11" '
                  f'font-size="11">{escape(s["before"])}</text><rect x="{left + 90}" y="2" width="10" height="10" '
-                 f'fill="#4e79a7"/><text x="{left + 104}" y="11" font-size="11">{escape(s["after"])}</text>')
-    desc = (f"{len(names)} active cores; mean utilisation before {before.active_core_utilization_pct:.1f}%, after "
-            f"{after.active_core_utilization_pct:.1f}%")
+                 f'fill="#4e79a7"/><text x="{left + 104}" y="11" font-size="11">{escape(s["after"])}</text>'
+                 f'<line x1="{left + 180}" x2="{left + 194}" y1="7" y2="7" stroke="#b22" stroke-width="2"/>'
+                 f'<text x="{left + 198}" y="11" font-size="11">{escape(s["bubble"])}</text>')
+    desc = (f"{len(names)} AIC/AIV; {s['utilization']} {s['before']} {before.active_core_utilization_pct:.1f}% → "
+            f"{s['after']} {after.active_core_utilization_pct:.1f}%; {s['bubble']} {s['before']} "
+            f"{before.active_bubble_rate_pct:.1f}% → {s['after']} {after.active_bubble_rate_pct:.1f}%")
     return _svg(s["chart_cores"], desc, h, "".join(parts), "chart-cores")
 
 
@@ -158,8 +170,11 @@ def lanes_chart(trace_path: str | None, label: str, s: dict[str, str]) -> str:
         for ts, d, lf in merged:
             parts.append(f'<rect class="task" x="{left + (ts - t0) * scale:.2f}" y="{y}" '
                          f'width="{max(d * scale, 0.6):.2f}" height="{lane_h - 1}" fill="{color[lf]}"/>')
+    # A visible caption: the <title> alone is only a tooltip, and the two lane charts look alike at a glance.
+    parts.append(f'<text x="{left}" y="12" font-size="12" font-weight="bold">{escape(label)} — '
+                 f'{sum(len(tasks[t]) for t in lanes)} {escape(s["tasks"])}, {span:.2f} µs</text>')
     parts.append(f'<text x="{left}" y="{h - 4}" font-size="10">0 µs</text><text x="{W - 20}" y="{h - 4}" '
                  f'font-size="10" text-anchor="end">{span:.2f} µs</text>')
     n = sum(len(tasks[t]) for t in lanes)
-    desc = f"{label}: {n} tasks on {len(lanes)} AIC/AIV lanes over {span:.2f} µs, {len(leaves)} leaf functions"
+    desc = f"{label}: {n} {s['tasks']}, {len(lanes)} AIC/AIV, {span:.2f} µs, leafHash × {len(leaves)}"
     return _svg(f"{s['chart_lanes']} — {label}", desc, h, "".join(parts), "chart-lanes")
