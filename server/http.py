@@ -43,7 +43,12 @@ def security_for(host: str, port: int) -> TransportSecuritySettings:
 
 
 def build_http_app(mcp: MCPServer, *, host: str, port: int, token: str | None) -> Any:
-    app = mcp.streamable_http_app(transport_security=security_for(host, port), host=host)
+    security = security_for(host, port)
+    if token and host not in ("127.0.0.1", "localhost", "::1"):
+        # Reached from other machines by names we cannot list; the bearer token is the guard there (a rebinding
+        # page cannot send it), so the Host/Origin allow-list would only lock out legitimate clients.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    app = mcp.streamable_http_app(transport_security=security, host=host)
     return BearerTokenMiddleware(app, token) if token else app
 
 

@@ -79,6 +79,35 @@ class RunResult(BaseModel):
         return f"{self.output_head}\n[... {dropped} bytes of output omitted ...]\n{self.output_tail}"
 
 
+# The child gets SIGKILL when the server dies (even by SIGKILL, which runs no cleanup): the kernel's parent-death
+# signal survives exec, so a tiny launcher sets it and then execs the real command. Without it a killed server
+# leaves the simulator running in its own session, out of reach of any group kill (found by the crash trials).
+_PDEATHSIG_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): os._exit(137)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _check_startable(program: str, *, cwd: Path, env: Mapping[str, str]) -> None:
+    """The launcher execs the program, so "cannot start" must be detected here to stay a RunError."""
+    if os.sep in program:
+        full = Path(program) if os.path.isabs(program) else Path(cwd) / program
+        ok = full.is_file() and os.access(full, os.X_OK)
+    else:
+        ok = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not ok or not Path(cwd).is_dir():
+        raise RunError(f"cannot start {program!r} in {cwd}: not an executable file (or the folder is missing)",
+                       hint="check the test command's program and that the workspace directory exists")
+
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    return [sys.executable, "-S", "-c", _PDEATHSIG_LAUNCHER, str(os.getpid()), *argv]
+
+
 def split_command(cmd: str | list[str], *, path: str | None = None, cwd: Path | None = None) -> list[str]:
     """Turn a user's test command into an argv, refusing what cannot be run.
 
@@ -304,6 +333,7 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
     """
     if not argv:
         raise InputError("argv is empty")
+    _check_startable(argv[0], cwd=cwd, env=env)
     cap = _Capture(max(int(output_cap_bytes), 2))
     started_at = time.time()  # before spawn: the caller finds run folders created after this instant
     t0 = time.monotonic()
@@ -312,7 +342,7 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
         # handle to. A pending cancellation is delivered at the first await inside the try/finally below.
         with anyio.CancelScope(shield=True):
             proc = await anyio.open_process(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                _with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 cwd=str(cwd), env=env, start_new_session=True,
             )
     except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:

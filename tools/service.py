@@ -518,8 +518,12 @@ class TuningService:
             if not base.is_absolute() and self.default_workspace:
                 base = self.default_workspace / base
             base = base.resolve()
-            if self.default_workspace:
-                inside(self.default_workspace, base, what="output_dir")
+            if self.default_workspace is None:
+                # Without a workspace there is no boundary to check against, and the analysis writes a report
+                # file next to the run: refuse rather than write anywhere on the machine.
+                raise InputError("analyze_bubbles(output_dir=...) needs a server started with --workspace DIR",
+                                 hint="restart the server with --workspace, or run `pypto-tune analyze DIR`")
+            inside(self.default_workspace, base, what="output_dir")
             dirs = find_run_dirs(base)
             if not dirs:
                 raise InputError(f"no PyPTO run folder (output_<timestamp>) found at {base}",

@@ -173,9 +173,14 @@ def scan_topo_text(text: str, path: str = "dyn_topo.txt") -> TopoLite:
     n = len(rows)
     leaf_psg: dict[int, set[int]] = {}
     for leaf, psg in pairs:
-        h = int(leaf)
+        try:
+            h, g = int(leaf), int(psg)
+        except ValueError:
+            raise ArtifactError("non-integer leafHash or psgId in dyn_topo.txt", path=path,
+                                where=f"leafHash {leaf[:40]!r}, psgId {psg[:40]!r}",
+                                expected="decimal integers in the leafHash and psgId columns") from None
         if h:
-            leaf_psg.setdefault(h, set()).add(int(psg))
+            leaf_psg.setdefault(h, set()).add(g)
     return TopoLite(path=path, layout="ref" if newer else "0.2.0", n_rows=n, rows_with_successors=with_succ,
                     core_of=core_of, aiv=aiv, leaf_psg=leaf_psg)
 

@@ -1,0 +1,61 @@
+"""Shared helpers for the reliability suite: free ports, server subprocesses, process-group kills."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_cmd(workspace: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pypto_tune.server.cli", "serve", "--workspace", str(workspace),
+            "--log-level", "WARNING", *extra]
+
+
+def start_http(workspace: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(serve_cmd(workspace, "--transport", "http", "--port", str(port), *extra),
+                            cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited {proc.returncode}: {proc.stderr.read().decode()}")  # type: ignore[union-attr]
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=0.5)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    kill_group(proc.pid)
+    raise RuntimeError("http server did not come up in 20 s")
+
+
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def pids_in_group(pgid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(d.name))
+    return out

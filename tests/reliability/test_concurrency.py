@@ -1,0 +1,100 @@
+"""Two servers on one workspace: the first to mutate holds the session lock, the other is refused with
+GATE session-lock but keeps its read-only calls; a SIGKILLed holder releases the lock to its successor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+
+from tests.conftest import make_workspace, sim_command
+from tests.server.mcp_client import connect
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+    args = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=sim_command(), run_mode="sim",
+                goal_speedup=2.0)
+
+    async def go() -> None:
+        async with connect(ws) as a, connect(ws) as b:
+            st = await a.ok("start_session", **args)
+            sid = st["session_id"]
+            holder = int((ws / ".pypto-tune" / "server.lock").read_text().strip())
+            assert holder != os.getpid() and _alive(holder)
+
+            text = await b.refused("start_session", **args)
+            assert "GATE session-lock:" in text and f"pid {holder}" in text
+            for tool, kw in (("stop_session", {"reason": "hijack"}), ("mark_checklist",
+                             {"catalog_id": "F-1", "status": "not-applicable", "reason": "x"}),
+                             ("run_precision_check", {})):
+                t = await b.refused(tool, session_id=sid, **kw)
+                assert "GATE session-lock:" in t, (tool, t)
+            board = await b.ok("get_status", session_id=sid)
+            assert board["session_id"] == sid and board["state"] == "S1_SETUP"
+            await b.ok("list_knobs", session_id=sid)
+
+            # The holder still works while the other is refused: no interleaving.
+            await a.ok("get_status", session_id=sid)
+            os.kill(holder, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while _alive(holder) and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+
+            st2 = await b.ok("start_session", **args)
+            assert st2["resumed"] is True and st2["session_id"] == sid
+            assert int((ws / ".pypto-tune" / "server.lock").read_text().strip()) != holder
+            stop = await b.ok("stop_session", session_id=sid, reason="taken over after the holder was killed")
+            assert stop["state"] == "S5_REPORT"
+
+    try:
+        anyio.run(go)
+    except BaseExceptionGroup as eg:  # the killed server's client raises on exit: only that is acceptable
+        def benign(e: BaseException) -> bool:
+            return type(e).__name__ in {"ClosedResourceError", "BrokenResourceError", "EndOfStream",
+                                        "BrokenPipeError", "ConnectionResetError", "McpError", "MCPError"}
+        rest = eg.subgroup(lambda e: not isinstance(e, BaseExceptionGroup) and not benign(e))
+        if rest is not None:
+            raise
+
+
+def test_http_server_and_stdio_server_on_one_workspace_one_is_refused(tmp_path: Path) -> None:
+    from mcp import Client
+
+    from tests.reliability.helpers import free_port, kill_group, start_http
+
+    ws = make_workspace(tmp_path)
+    args = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=sim_command(), run_mode="sim",
+                goal_speedup=2.0)
+    port = free_port()
+    proc = start_http(ws, port)
+
+    async def go() -> None:
+        async with Client(f"http://127.0.0.1:{port}/mcp") as h, connect(ws) as s:
+            res = await h.call_tool("start_session", args)
+            assert not res.is_error
+            sid = res.structured_content["session_id"]
+            text = await s.refused("start_session", **args)
+            assert "GATE session-lock:" in text and f"pid {proc.pid}" in text
+            assert (await s.ok("get_status", session_id=sid))["state"] == "S1_SETUP"
+            res = await h.call_tool("stop_session", {"session_id": sid, "reason": "http holder stops"})
+            assert not res.is_error and res.structured_content["state"] == "S5_REPORT"
+            # the stdio server still cannot write: the lock is per server process, held until it exits
+            assert "GATE session-lock:" in await s.refused("render_report", session_id=sid)
+
+    try:
+        anyio.run(go)
+    finally:
+        kill_group(proc.pid)
+        proc.wait()

@@ -1,0 +1,65 @@
+"""SIGKILL at a random point of a real SIM session must never corrupt the ledger, half-record a round or tear the
+operator file, and a new server must resume and finish the session. A sample of the benchmark's trials
+(``benchmarks/reliability_trials.py`` runs 100)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.reliability import crash_harness as ch
+
+pytestmark = pytest.mark.sim
+
+SEEDS = [int(s) for s in os.environ.get("CRASH_SEEDS", "").split(",") if s] or \
+    [random.randrange(1_000_000) for _ in range(3)]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sigkill_at_a_random_point_leaves_a_resumable_ledger(tmp_path: Path, seed: int) -> None:
+    trial = ch.run_trial(seed, tmp_path)
+    assert trial.killed, f"seed {seed}: the server was never killed"
+    assert trial.ok, f"seed {seed} (CRASH_SEEDS={seed} reproduces), killed in {trial.kill_step} after " \
+                     f"{trial.kill_delay_s} s: {trial.problems}"
+
+
+def test_sigkilled_server_leaves_no_orphan_simulator(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "softmax.py").write_text(ch.SOFTMAX.read_text())
+
+    async def go() -> None:
+        async def killer() -> None:
+            servers = set(ch.server_pids(ws))
+            for _ in range(400):  # wait until the SIM test itself runs (a child running softmax.py)
+                kids = [p for p in ch.processes_in(ws) if p not in servers
+                        and b"softmax.py" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if kids:
+                    break
+                await anyio.sleep(0.025)
+            await anyio.sleep(0.5)
+            ch.kill_server_group(ws)
+
+        try:
+            async with ch.Client(ch.params(ws), mode="legacy") as c, anyio.create_task_group() as tg:
+                sid = (await c.call_tool("start_session", ch.session_args(ws))).structured_content["session_id"]
+                tg.start_soon(killer)
+                await c.call_tool("run_precision_check", {"session_id": sid})
+        except BaseException:  # noqa: BLE001 - the server died under the client
+            pass
+
+    anyio.run(go)
+    time.sleep(0.3)
+    left = ch.processes_in(ws)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes still running in the workspace after the server was SIGKILLed: {left}"
