@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import logging
 import shutil
+import statistics
 import sys
 import time
 import uuid
@@ -275,9 +276,6 @@ class TuningService:
         )
         return result, run_id, dirs
 
-    def _busy(self, h: _Handle, name: str | None) -> None:
-        h.busy = name
-
     # ---------------------------------------------------------------------------------------------- precision
     async def run_precision_check(self, session_id: str, *, confirm_retry: bool = False, adopt_drift: bool = False,
                                   progress: Progress = None) -> PrecisionResult:
@@ -285,7 +283,7 @@ class TuningService:
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "run_precision_check", confirm_retry=confirm_retry, adopt_drift=adopt_drift)
-        self._busy(h, "run_precision_check")
+        h.busy = "run_precision_check"
         try:
             if confirm_retry and st.awaiting_user:
                 last = max(int(r["id"]) for r in st.rows["precision_records"])
@@ -359,7 +357,7 @@ class TuningService:
                                if round_no is None else None),
             )
         finally:
-            self._busy(h, None)
+            h.busy = None
 
     def _device_for(self, st: SessionState) -> str:
         pool = list(st.session["device_ids"])
@@ -421,7 +419,7 @@ class TuningService:
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "collect_swimlane")
-        self._busy(h, "collect_swimlane")
+        h.busy = "collect_swimlane"
         try:
             if st.open_round is not None:
                 round_no, purpose = st.open_round.number, "measure"
@@ -471,8 +469,6 @@ class TuningService:
                 archive = str(archive_run_dirs(all_dirs, art_dir / f"{label}-{stamp}.tar.gz"))
                 traces = _keep_traces(all_dirs, art_dir / "traces" / f"{label}-{stamp}")
             analysis_json["trace_copies"] = traces
-            import statistics
-
             op_time = statistics.median(samples) if valid else None
             e2e = statistics.median(e2es) if valid else None
             mid = h.ledger.insert(
@@ -502,7 +498,7 @@ class TuningService:
                 target_us=st2.target_us, baseline_us=st2.baseline_us,
             )
         finally:
-            self._busy(h, None)
+            h.busy = None
 
     # ---------------------------------------------------------------------------------------------- analyze
     def analyze_bubbles(self, session_id: str | None = None, *, output_dir: str | None = None,

@@ -185,7 +185,7 @@ def scan_topo_text(text: str, path: str = "dyn_topo.txt") -> TopoLite:
                     core_of=core_of, aiv=aiv, leaf_psg=leaf_psg)
 
 
-def scan_topo(path: Path) -> TopoLite:
+def _topo_text(path: Path) -> str:
     try:
         text = Path(path).read_bytes().decode("utf-8")  # no newline translation: 10× faster than read_text
     except FileNotFoundError:
@@ -193,18 +193,15 @@ def scan_topo(path: Path) -> TopoLite:
                             hint=_HINT) from None
     except UnicodeDecodeError as exc:
         raise ArtifactError("dyn_topo.txt is not UTF-8", path=str(path), where=f"byte {exc.start}", hint=_HINT) from None
-    return scan_topo_text(text, str(path))
+    return text
+
+
+def scan_topo(path: Path) -> TopoLite:
+    return scan_topo_text(_topo_text(path), str(path))
 
 
 def read_topo(path: Path) -> Topo:
-    try:
-        text = Path(path).read_bytes().decode("utf-8")  # no newline translation: 10× faster than read_text
-    except FileNotFoundError:
-        raise ArtifactError("dyn_topo.txt is missing", path=str(path), expected="the task graph the runtime writes",
-                            hint=_HINT) from None
-    except UnicodeDecodeError as exc:
-        raise ArtifactError("dyn_topo.txt is not UTF-8", path=str(path), where=f"byte {exc.start}", hint=_HINT) from None
-    return parse_topo_text(text, str(path))
+    return parse_topo_text(_topo_text(path), str(path))
 
 
 # ---------------------------------------------------------------------------------------------- program.json
