@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.reliability.crash_harness import run_trial  # noqa: E402
+from tests.reliability.crash_harness import Trial, run_trial  # noqa: E402
 
 
 def main() -> int:
@@ -41,7 +41,10 @@ def main() -> int:
         if stop:
             print(f"stopped by signal after {len(trials)} trials", file=sys.stderr)
             break
-        t = run_trial(args.seed + i, base)
+        try:
+            t = run_trial(args.seed + i, base)
+        except Exception as exc:  # noqa: BLE001 - a harness error is a failed trial, not the end of the run
+            t = Trial(seed=args.seed + i, kill_step="?", problems=[f"harness: {type(exc).__name__}: {exc}"[:300]])
         trials.append(t)
         status = "ok" if t.ok else "FAIL " + "; ".join(t.problems)[:200]
         print(f"[{i + 1:3d}/{args.trials}] seed {t.seed:6d} kill in {t.kill_step:24s} +{t.kill_delay_s:5.2f}s "

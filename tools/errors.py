@@ -54,6 +54,7 @@ class ArtifactError(PyptoTuneError):
     code = "artifact"
 
     def __init__(self, message: str, *, path: str = "", where: str = "", expected: str = "", hint: str = "") -> None:
+        self.summary = message  # without the file/place parts (lets a worker process re-raise it unchanged)
         self.path = path
         self.where = where
         self.expected = expected

@@ -167,6 +167,12 @@ def check_after_kill(ws: Path, trial: Trial) -> dict[str, Any]:
         ic = con.execute("PRAGMA integrity_check").fetchall()
         if ic != [("ok",)]:
             trial.problems.append(f"integrity_check: {ic}")
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"rounds", "round_decisions", "patches"} <= tables:
+            # killed while the first server created the ledger: each migration is one transaction, so the file
+            # holds either nothing or whole migrations; the next server finishes them
+            trial.notes.append("ledger-not-migrated")
+            return info
         orphan_dec = con.execute("SELECT d.session_id, d.number FROM round_decisions d LEFT JOIN rounds r ON "
                                  "r.session_id = d.session_id AND r.number = d.number WHERE r.id IS NULL").fetchall()
         if orphan_dec:

@@ -2,123 +2,170 @@
 
 With a single device task the recomputation matches the writer to ~1e-14 µs (B.9.2), so any real disagreement
 means the log and the trace describe different things — in SIM that is the multi-device-task corruption (B.9.3).
+
+Vectorised with numpy (issue 3, measured at 500k tasks: 2.1 s of Python loops → ~0.3 s). The per-core sums are
+taken with ``cumsum`` over each core's tasks in emission order, which adds in the same order as the writer's loop,
+so the recomputed figures stay bit-comparable with the log instead of picking up pairwise-summation differences.
 """
 
 from __future__ import annotations
 
-import heapq
+import numpy as np
 
 from pypto_tune.tools.analysis.bubble_log import core_type_of
 from pypto_tune.tools.analysis.models import BubbleLog, CrossCheck, LogCore, LogTask
 from pypto_tune.tools.analysis.trace import Trace
 
 _FLOW_OFFSET_US = 0.0001  # the writer puts each 's' event 0.0001 µs before the predecessor's end (A.4.1)
+_TICKS_PER_US = 1e6  # times are compared after rounding to 1e-6 µs
+_LANE_BITS = 52  # (lane rank, tick) packed in one int64: 2^52 ticks = 4.5e9 µs, 2^11 lanes
 
 
-_LANE = 1 << 52  # packs (tid, time in 1e-6 µs) into one int key; 2^52 ticks = 4.5e9 µs, far beyond any trace
+def _lookup(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Index of the first task (in emission order) whose key equals each query, or -1."""
+    order = np.argsort(keys, kind="stable")  # stable + side='left' → the lowest index wins a tie
+    ordered = keys[order]
+    pos = np.searchsorted(ordered, queries, side="left")
+    pos_c = np.minimum(pos, len(ordered) - 1)
+    hit = (pos < len(ordered)) & (ordered[pos_c] == queries)
+    return np.where(hit, order[pos_c], -1)
 
 
-def _pair(tr: Trace) -> tuple[list[int], list[int]]:
-    """Predecessor and successor task indices of every flow pair (B.9.1 step 3), as two parallel lists.
+def _probe(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """``_lookup`` that retries a miss one tick below, then one above: a float that rounds the other way
+    (``s.ts + 0.0001`` against the predecessor's end) still pairs."""
+    found = _lookup(keys, queries)
+    for delta in (-1, 1):
+        miss = found < 0
+        if not miss.any():
+            break
+        found[miss] = _lookup(keys, queries[miss] + delta)
+    return found
 
-    Times are compared after rounding to 1e-6 µs (one int key per lane and tick); on a miss the neighbouring
-    ticks are probed too, so a float that rounds the other way (``s.ts + 0.0001`` vs the predecessor's end) still
-    pairs. The first task wins a tie, as in a forward scan. Lookups run through ``map`` (C loops). An exact float
-    match (tuple keys) was tried: it hits every flow of the recorded runs but hashing tuples was 40 % slower.
-    """
-    n = len(tr)
-    tid, start, dur = tr.tid, tr.start, tr.dur
-    off = _FLOW_OFFSET_US
+
+def _flow_columns(tr: Trace) -> tuple[list, list, list, list]:
+    """(pred lane, 's' ts, succ lane, 'f' ts) of every flow edge."""
     if tr.s_id == tr.f_id:
         # the writer emits each edge's 's' and 'f' in the same order: pair by position, no id table
-        s_tid, s_ts, c_tid, c_ts = tr.s_tid, tr.s_ts, tr.f_tid, tr.f_ts
-    else:
-        f_at = dict(zip(tr.f_id, range(len(tr.f_id))))
-        js = [f_at.get(i) for i in tr.s_id]
-        keep = [k for k, j in enumerate(js) if j is not None]
-        s_tid = [tr.s_tid[k] for k in keep]
-        s_ts = [tr.s_ts[k] for k in keep]
-        c_tid = [tr.f_tid[js[k]] for k in keep]
-        c_ts = [tr.f_ts[js[k]] for k in keep]
-    rev = range(n - 1, -1, -1)
-    by_end = dict(zip(reversed([t * _LANE + round(e * 1e6) for t, e in zip(tid, tr.end)]), rev))
-    by_start = dict(zip(reversed([t * _LANE + round(st * 1e6) for t, st in zip(tid, start)]), rev))
-    s_keys = [t * _LANE + round((x + off) * 1e6) for t, x in zip(s_tid, s_ts)]
-    c_keys = [t * _LANE + round(x * 1e6) for t, x in zip(c_tid, c_ts)]
-    ps = list(map(by_end.get, s_keys))
-    cs = list(map(by_start.get, c_keys))
-    for lst, keys, table in ((ps, s_keys, by_end), (cs, c_keys, by_start)):
-        if None in lst:
-            for k, v in enumerate(lst):
-                if v is None:
-                    lst[k] = table.get(keys[k] - 1, table.get(keys[k] + 1))
-    if None in ps or None in cs:
-        both = [(p, c) for p, c in zip(ps, cs) if p is not None and c is not None]
-        ps, cs = [p for p, _ in both], [c for _, c in both]
-    return ps, cs
+        return tr.s_tid, tr.s_ts, tr.f_tid, tr.f_ts
+    f_at = dict(zip(tr.f_id, range(len(tr.f_id))))  # the last 'f' of an id wins
+    js = [f_at.get(i) for i in tr.s_id]
+    keep = [k for k, j in enumerate(js) if j is not None]
+    return ([tr.s_tid[k] for k in keep], [tr.s_ts[k] for k in keep],
+            [tr.f_tid[js[k]] for k in keep], [tr.f_ts[js[k]] for k in keep])
+
+
+def pair_flows(tr: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Predecessor and successor task indices of every flow edge (B.9.1 step 3), as two int64 arrays.
+
+    An 's' event pairs with the task on its lane that ends 0.0001 µs after it, an 'f' event with the task on its
+    lane that starts at it. Edges where either end has no task are dropped.
+    """
+    empty = np.empty(0, dtype=np.int64)
+    s_tid, s_ts, c_tid, c_ts = _flow_columns(tr)
+    if not len(tr) or not s_tid:
+        return empty, empty
+    a = tr.arrays()
+    lanes = np.unique(a.tid)
+    if len(lanes) >= 1 << (63 - _LANE_BITS):
+        raise ValueError(f"{len(lanes)} lanes: too many to pack into one key")
+    shift = np.int64(1) << _LANE_BITS
+
+    def keys(tids: np.ndarray, times: np.ndarray) -> np.ndarray:
+        rank = np.searchsorted(lanes, tids)
+        known = (rank < len(lanes)) & (lanes[np.minimum(rank, len(lanes) - 1)] == tids)
+        k = np.where(known, rank, len(lanes)) * shift  # an unknown lane gets a rank no task has
+        return k + np.rint(times * _TICKS_PER_US).astype(np.int64)
+
+    task_rank = np.searchsorted(lanes, a.tid) * shift
+    by_end = task_rank + np.rint(a.end * _TICKS_PER_US).astype(np.int64)
+    by_start = task_rank + np.rint(a.start * _TICKS_PER_US).astype(np.int64)
+    s_tid_a, c_tid_a = np.asarray(s_tid, dtype=np.int64), np.asarray(c_tid, dtype=np.int64)
+    ps = _probe(by_end, keys(s_tid_a, np.asarray(s_ts, dtype=np.float64) + _FLOW_OFFSET_US))
+    cs = _probe(by_start, keys(c_tid_a, np.asarray(c_ts, dtype=np.float64)))
+    ok = (ps >= 0) & (cs >= 0)
+    return (ps, cs) if ok.all() else (ps[ok], cs[ok])
 
 
 def predecessors(tr: Trace) -> list[list[int]]:
-    """Task index → predecessor task indices (see ``_pair``)."""
+    """Task index → predecessor task indices (see ``pair_flows``)."""
     preds: list[list[int]] = [[] for _ in range(len(tr))]
-    for p, c in zip(*_pair(tr)):
+    ps, cs = pair_flows(tr)
+    for p, c in zip(ps.tolist(), cs.tolist()):
         preds[c].append(p)
     return preds
 
 
-def recompute_log(tr: Trace) -> tuple[BubbleLog, list[float]]:
+def _top(wait: np.ndarray, candidates: np.ndarray, k: int) -> list[int]:
+    """The ``k`` largest waits among ``candidates``, ties in emission order (like a stable descending sort)."""
+    if not len(candidates):
+        return []
+    w = wait[candidates]
+    if len(candidates) > 4 * k:
+        # only values ≥ the k-th largest can be in the top k; keep every tie of it, then sort those stably
+        kth = np.partition(w, len(w) - k)[len(w) - k]
+        sel = np.flatnonzero(w >= kth)
+        candidates, w = candidates[sel], w[sel]
+    order = np.argsort(-w, kind="stable")[:k]
+    return candidates[order].tolist()
+
+
+def recompute_log(tr: Trace) -> tuple[BubbleLog, np.ndarray]:
     """The writer's B.1 walk over the trace; returns the log it would write and each task's wait-schedule."""
     n = len(tr)
-    tid, start, dur = tr.tid, tr.start, tr.dur
-    t0 = min((s for t, s in zip(tid, start) if t >= 1002), default=0.0)
-    # ready(t) = max(T0, latest predecessor end), folded edge by edge instead of keeping predecessor lists
-    ready = [t0] * n
-    end = tr.end
-    ps, cs = _pair(tr)
-    for e, c in zip(map(end.__getitem__, ps), cs):
-        if e > ready[c]:
-            ready[c] = e
-    by_core: dict[int, list[int]] = {}
-    for i, t in enumerate(tid):
-        lst = by_core.get((t - 1000) >> 1)
-        if lst is None:
-            by_core[(t - 1000) >> 1] = [i]
-        else:
-            lst.append(i)
+    a = tr.arrays()
+    tid, start, end = a.tid, a.start, a.end
+    real = tid >= 1002
+    t0 = float(start[real].min()) if real.any() else 0.0
+    # ready(t) = max(T0, latest predecessor end)
+    ready = np.full(n, t0)
+    ps, cs = pair_flows(tr)
+    if len(ps):
+        np.maximum.at(ready, cs, end[ps])
+    core = (tid - 1000) >> 1
+    order = np.argsort(core, kind="stable")  # each core's tasks in emission order, as the writer walks them
+    core_sorted = core[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = core_sorted[1:] != core_sorted[:-1]
+    prev_end = np.empty(n)
+    prev_end[1:] = end[order][:-1]
+    prev_end[first] = t0
+    s_o = start[order]
+    wait_o = s_o - np.maximum(prev_end, ready[order])
+    gap_o = s_o - prev_end
+    wait = np.zeros(n)
+    wait[order] = wait_o
+    bounds = np.flatnonzero(first).tolist() + [n]
+    seg = {int(core_sorted[b]): (b, e) for b, e in zip(bounds[:-1], bounds[1:])}
     # every lane with a name is a core, even an empty one (SIM lists idle cores; they print work 0.0)
     for t in tr.lane_names:
-        by_core.setdefault((t - 1000) // 2, [])
-    wait = [0.0] * n
+        seg.setdefault((t - 1000) // 2, (0, 0))
+    end_o = end[order]
+    wait[~real] = 0.0
     cores: list[LogCore] = []
-    for core in sorted(by_core):
-        tasks = by_core[core]
-        lane = tr.lane_names.get(1000 + 2 * core) or tr.lane_names.get(1001 + 2 * core) or f"core_{core}"
-        fake = core == 0
-        last = t0
-        total_wait = 0.0
-        sched = 0.0
-        n_real = 0
-        if not fake:
-            for i in tasks:
-                r = ready[i]
-                s = start[i]
-                w = s - (last if last > r else r)
-                wait[i] = w
-                total_wait += s - last
-                sched += w
-                last = s + dur[i]
-            n_real = len(tasks)
-        top = heapq.nlargest(3, tasks, key=wait.__getitem__) if tasks else []
+    for c in sorted(seg):
+        b, e = seg[c]
+        lane = tr.lane_names.get(1000 + 2 * c) or tr.lane_names.get(1001 + 2 * c) or f"core_{c}"
+        fake = c == 0
+        idx = order[b:e]
+        if fake or b == e:
+            work = total_wait = sched = 0.0
+        else:
+            work = float(end_o[e - 1]) - t0
+            total_wait = float(np.cumsum(gap_o[b:e])[-1])
+            sched = float(np.cumsum(wait_o[b:e])[-1])
+        top = [] if fake else _top(wait, idx, 3)
         cores.append(LogCore(
-            name=lane, core_type=core_type_of(lane), index=core, n_real=n_real, n_fake=len(tasks) if fake else 0,
-            work_us=last - t0, wait_total_us=total_wait, wait_schedule_us=sched,
+            name=lane, core_type=core_type_of(lane), index=c, n_real=0 if fake else e - b,
+            n_fake=e - b if fake else 0, work_us=work, wait_total_us=total_wait, wait_schedule_us=sched,
             wait_predecessor_us=total_wait - sched, line=0,
-            top3=[LogTask(key=tr.key[k], label=tr.labels[k], wait_us=wait[k]) for k in top if not fake],
+            top3=[LogTask(key=tr.key[k], label=tr.labels[k], wait_us=float(wait[k])) for k in top],
         ))
-    # heapq.nlargest equals sorted(..., reverse=True)[:10], which is stable: ties keep emission order like the writer
-    order = heapq.nlargest(10, range(n), key=wait.__getitem__)
-    top10 = [LogTask(key=tr.key[k], label=tr.labels[k], wait_us=wait[k]) for k in order if tid[k] >= 1002]
-    return BubbleLog(path=tr.path + " (recomputed)", top10=top10, cores=cores), wait
+    # the writer ranks every task and then leaves out the fake ones, so a fake task can take a slot (kept as is)
+    top10 = [k for k in _top(wait, np.arange(n), 10) if real[k]]
+    log = BubbleLog(path=tr.path + " (recomputed)", cores=cores,
+                    top10=[LogTask(key=tr.key[k], label=tr.labels[k], wait_us=float(wait[k])) for k in top10])
+    return log, wait
 
 
 def compare(log: BubbleLog, recomputed: BubbleLog, tolerance_us: float = 1e-6) -> CrossCheck:

@@ -15,6 +15,7 @@ from pypto_tune.tools.analysis.layout import RunFiles, locate
 from pypto_tune.tools.analysis.models import BubbleLog, Bottleneck, CrossCheck, DirAnalysis, LogCore, RunAnalysis
 from pypto_tune.tools.analysis.suggest import suggest
 from pypto_tune.tools.analysis.topo import Program, read_program
+from pypto_tune.tools.analysis.topo_worker import TopoJob
 from pypto_tune.tools.analysis.trace import Trace, detect_label_layout, read_trace
 from pypto_tune.tools.errors import ArtifactError, InputError
 from pypto_tune.tools.snapshot import CoreStat
@@ -109,18 +110,24 @@ class _Dir:
                                 expected="the swimlane trace written with runtime_debug_mode 1",
                                 hint="collect again with runtime_debug_mode 1 (in SIM keep stitch_function_max_num "
                                 "≥ the number of loop iterations, B.9.3)")
-        self.trace: Trace = read_trace(files.trace)
-        self.recomputed, _ = recompute_log(self.trace)
-        if files.log is not None:
-            self.log: BubbleLog = read_bubble_log(files.log)
-            self.crosscheck = compare(self.log, self.recomputed)
-        else:
-            warnings.append(f"{files.run_dir.name}: bubble_analysis.log is missing; figures recomputed from "
-                            "merged_swimlane.json alone (B.9, exact for single-device-task runs)")
-            self.log = self.recomputed
-            self.crosscheck = None
-        self.program: Program | None = read_program(files.program) if files.program else None
-        self.topo: dict | None = chains_mod.topo_summary(files.topo) if files.topo else None
+        # the task graph is read on the other core meanwhile (topo_worker): it shares nothing with the trace
+        topo_job = TopoJob(files.topo) if files.topo else None
+        try:
+            self.trace: Trace = read_trace(files.trace)
+            self.recomputed, _ = recompute_log(self.trace)
+            if files.log is not None:
+                self.log: BubbleLog = read_bubble_log(files.log)
+                self.crosscheck = compare(self.log, self.recomputed)
+            else:
+                warnings.append(f"{files.run_dir.name}: bubble_analysis.log is missing; figures recomputed from "
+                                "merged_swimlane.json alone (B.9, exact for single-device-task runs)")
+                self.log = self.recomputed
+                self.crosscheck = None
+            self.program: Program | None = read_program(files.program) if files.program else None
+            self.topo: dict | None = topo_job.result() if topo_job else None
+        finally:
+            if topo_job:
+                topo_job.cancel()
         if self.topo is None:
             warnings.append(f"{files.run_dir.name}: dyn_topo.txt is missing — no psgIds or dependency chains")
         if self.program is None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import msgspec
+import numpy as np
 
 from pypto_tune.tools.errors import ArtifactError
 
@@ -119,6 +120,14 @@ def _is_tag_error(exc: Exception) -> bool:
     return isinstance(exc, msgspec.ValidationError)
 
 
+@dataclass(frozen=True)
+class TraceArrays:
+    tid: np.ndarray  # int64
+    start: np.ndarray  # float64, µs
+    dur: np.ndarray
+    end: np.ndarray  # start + dur, the same float sum as ``Trace.end``
+
+
 @dataclass
 class Trace:
     """Columns of the Machine View. Task ``i`` is the i-th ``X`` event on pid 1, in emission order."""
@@ -154,6 +163,16 @@ class Trace:
         cached = self.__dict__.get("_end")
         if cached is None or len(cached) != len(self.start):
             cached = self.__dict__["_end"] = [s + d for s, d in zip(self.start, self.dur)]
+        return cached
+
+    def arrays(self) -> "TraceArrays":
+        """numpy views of the task columns (built once; the cross-check and per-task sums use them)."""
+        cached = self.__dict__.get("_arrays")
+        if cached is None or len(cached.tid) != len(self.start):
+            tid = np.asarray(self.tid, dtype=np.int64)
+            start = np.asarray(self.start, dtype=np.float64)
+            dur = np.asarray(self.dur, dtype=np.float64)
+            cached = self.__dict__["_arrays"] = TraceArrays(tid=tid, start=start, dur=dur, end=start + dur)
         return cached
 
     @property
