@@ -55,12 +55,13 @@ def main() -> int:
     failures = [t for t in trials if not t.ok]
     worst = max((t.recovery_s for t in trials), default=0.0)
     by_step = collections.Counter(t.kill_step.split("#")[0] for t in trials)
-    unrecorded = sum(1 for t in trials if "unrecorded-write" in t.notes)
-    print("| trials | failures | worst recovery time | orphaned test process after kill | unrecorded (whole) "
-          "file write | wall time |")
+    cut_off = sum(1 for t in trials if "cut-off-write" in t.notes)
+    undone = sum(1 for t in trials if "write-undone" in t.notes)
+    print("| trials | failures | worst recovery time | orphaned test process after kill | write cut off by the kill "
+          "(undone on resume) | wall time |")
     print("|---:|---:|---:|---:|---:|---:|")
     print(f"| {len(trials)} | {len(failures)} | {worst:.2f} s | {sum(1 for t in trials if t.orphans)} | "
-          f"{unrecorded} | {time.monotonic() - t0:.0f} s |")
+          f"{cut_off} ({undone}) | {time.monotonic() - t0:.0f} s |")
     print("\nkill points: " + ", ".join(f"{k} {v}" for k, v in sorted(by_step.items())))
     for t in failures:
         print(f"FAIL seed {t.seed} ({t.kill_step} +{t.kill_delay_s}s): {t.problems}")

@@ -92,11 +92,23 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             kind TEXT NOT NULL, detail TEXT NOT NULL);
         """,
     ),
+    (
+        2,
+        "write intents: the sources the server is about to write, recorded before the write",
+        # A crash between writing an operator file and recording the write would leave bytes the ledger does
+        # not know. With the intent on record first, the next call recognises its own interrupted write and
+        # undoes it instead of calling it an external edit (found by the SIGKILL trials, render_report#10).
+        """
+        CREATE TABLE write_intents(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            tool TEXT NOT NULL, before_sources TEXT NOT NULL, after_sources TEXT NOT NULL);
+        """,
+    ),
 ]
 
 APPEND_ONLY_TABLES = (
     "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
-    "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations",
+    "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "write_intents",
 )
 
 _JSON_COLUMNS = {
@@ -178,13 +190,15 @@ class Ledger:
                     for statement in script.split(";"):
                         if statement.strip():
                             self._conn.execute(statement)
-                    if version == 1:
-                        for table in APPEND_ONLY_TABLES:
-                            for op in ("UPDATE", "DELETE"):
-                                self._conn.execute(
-                                    f"CREATE TRIGGER {table}_no_{op.lower()} BEFORE {op} ON {table} "
-                                    f"BEGIN SELECT RAISE(ABORT, 'ledger is append-only: {op} on {table} refused'); END"
-                                )
+                    tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                    for table in APPEND_ONLY_TABLES:
+                        if table not in tables:
+                            continue
+                        for op in ("UPDATE", "DELETE"):
+                            self._conn.execute(
+                                f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
+                                f"BEGIN SELECT RAISE(ABORT, 'ledger is append-only: {op} on {table} refused'); END"
+                            )
                     self._conn.execute(
                         "INSERT INTO schema_migrations(version, applied_at, description) VALUES (?,?,?)",
                         (version, now_iso(), description),

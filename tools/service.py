@@ -143,6 +143,7 @@ class TuningService:
                     raise GateRefusal("busy", f"{h.busy} is still running for this session",
                                       allowed=["wait_job", "get_status"], hint="wait for the job to finish")
                 h.lock.acquire()
+                st = self._heal(h, st)
                 if (not st.finished and st.open_round is None and st.level1 == "S4_TUNE"
                         and gates.time_limit_exceeded(st)):
                     self._finish(h, st, f"time limit of {st.session['time_limit_h']} h reached")
@@ -164,8 +165,41 @@ class TuningService:
         return {"session_id": st.id, "state": st.level1, "stage": st.stage, "message": message,
                 "next_actions": gates.allowed_actions(st)}
 
-    def _write(self, h: _Handle, sources: dict[str, str]) -> str:
+    def _write(self, h: _Handle, st: SessionState, sources: dict[str, str], tool: str) -> str:
+        """Write operator sources, with the intent on record first (ledger migration 2, see ``_heal``)."""
+        h.ledger.insert("write_intents", session_id=st.id, at=now_iso(), tool=tool,
+                        before_sources=st.expected_sources, after_sources=sources)
         return write_sources(h.workspace, sources)
+
+    def _heal(self, h: _Handle, st: SessionState) -> SessionState:
+        """Undo this server's own write if a crash cut it off before it was recorded.
+
+        The sign: the last write intent started from the sources the ledger still expects, and every file on disk
+        holds either its before or its after bytes. Those bytes were never accepted by any rule, so the ledger's
+        state is restored (recorded as a drift-revert) instead of being reported as an external edit. Any other
+        difference stays drift for the agent to resolve.
+        """
+        intents = h.ledger.rows("write_intents", st.id)
+        if not intents:
+            return st
+        last = intents[-1]
+        before, after = dict(last["before_sources"]), dict(last["after_sources"])
+        if hash_sources(before) != st.expected_raw_hash:
+            return st  # that write was recorded (or superseded): nothing of ours is pending
+        try:
+            disk = read_sources(h.workspace, list(st.session["operator_files"]))
+        except FileNotFoundError:
+            return st
+        if hash_sources(disk) == st.expected_raw_hash:
+            return st
+        if not all(disk.get(f) in (before.get(f), after.get(f)) for f in disk):
+            return st
+        self._write(h, st, st.expected_sources, "heal")  # also supersedes the interrupted intent
+        h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
+                                                after=st.expected_sources,
+                                                note=f"undid {last['tool']}'s write of {last['at']}, interrupted "
+                                                "before it was recorded (server crash)"))
+        return self._state(h, st.id)
 
     # ---------------------------------------------------------------------------------------------- start
     def start_session(
@@ -222,6 +256,7 @@ class TuningService:
                         "render_report",
                     )
                 self._session_ws[row["id"]] = ws
+                st = self._heal(h, st)
                 return StartSessionResult(
                     **self._base(st, f"resumed session {row['id']} at {st.level1}" + (f"/{st.stage}" if st.stage
                                                                                      else "")),
@@ -403,7 +438,7 @@ class TuningService:
         changed = sorted(p for p in after if after[p] != before.get(p))
         diff = unified_diff(before, after)
         if changed:
-            self._write(h, after)
+            self._write(h, st, after, "enable_runtime_debug")
         h.ledger.insert("patches", **_patch_row(st.id, kind=kind, round_no=None, before=before, after=after,
                                                 diff=diff, note="runtime debug " + ("enabled" if enabled
                                                                                    else "restored")))
@@ -599,7 +634,7 @@ class TuningService:
                     allowed=["apply_tuning_patch", "list_knobs"],
                     hint="cite the catalogue id the change belongs to (list_knobs shows each knob's ids)"))
         new_hash = code_hash(plan.new_sources)
-        self._write(h, plan.new_sources)
+        self._write(h, st, plan.new_sources, "apply_tuning_patch")
         round_no = st.open_round.number if correction else _next_round(st)
         with h.ledger.transaction() as tx:
             if not correction:
@@ -628,7 +663,7 @@ class TuningService:
         disk = self._disk_sources(h, st)
         if st.open_round is None:
             # Only reachable under drift (the gate refuses otherwise): restore what the server last wrote.
-            self._write(h, st.expected_sources)
+            self._write(h, st, st.expected_sources, "revert_patch")
             h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
                                                     after=st.expected_sources, note="external edit reverted"))
             st2 = self._state(h, session_id)
@@ -650,10 +685,11 @@ class TuningService:
         assert st.open_round is not None
         n = st.open_round.number
         restored_hash = st.current_hash
+        target = st.kept_sources if decision != "kept" else None
+        if target is not None:
+            self._write(h, st, target, "revert")  # before the transaction: the intent must be on record first
         with h.ledger.transaction() as tx:
-            if decision != "kept":
-                target = st.kept_sources
-                self._write(h, target)
+            if target is not None:
                 restored_hash = code_hash(target)
                 tx.insert("patches", **_patch_row(st.id, kind="revert", round_no=n, before=disk, after=target,
                                                   note=f"round {n} rolled back ({result_type})"))
@@ -830,7 +866,7 @@ class TuningService:
         if st.debug_enabled:
             before = st.expected_sources
             after = set_runtime_debug(before, False, baseline=st.debug_baseline)
-            self._write(h, after)
+            self._write(h, st, after, "render_report")
             h.ledger.insert("patches", **_patch_row(st.id, kind="debug-restore", round_no=None, before=before,
                                                     after=after, note="debug_options restored by render_report "
                                                     "(R22)"))

@@ -197,21 +197,20 @@ def check_after_kill(ws: Path, trial: Trial) -> dict[str, Any]:
     info.update(sid=st.id, open_round=st.open_round is not None, level1=st.level1,
                 drift=st.expected_sources.get("softmax.py") != src)
     if info["drift"]:
-        # Not necessarily a bug (the file is written just before its ledger row), but it must be one of the two
-        # states the ledger knows: the expected sources, or the previous kept/expected version of a patch row.
-        known = {st.expected_sources.get("softmax.py"), st.kept_sources.get("softmax.py")}
-        for p in st.rows.get("patches", []):
-            known.add((p.get("after_sources") or {}).get("softmax.py"))
-            known.add((p.get("before_sources") or {}).get("softmax.py"))
-        known.add(SOFTMAX.read_text())
-        from pypto_tune.tools.patching import set_runtime_debug
-
-        # render_report / stop write the debug-off sources just before recording them
-        known.add(set_runtime_debug(st.expected_sources, False, baseline=st.debug_baseline).get("softmax.py"))
-        if src not in known:
-            # Whole (it parsed above) but unrecorded: apply_tuning_patch / enable_runtime_debug write the file
-            # before the ledger row that names it, so a kill in between leaves "drift" that revert_patch undoes.
-            trial.notes.append("unrecorded-write")
+        # Legal only as the server's own write cut off by the kill: the file must hold the after-bytes of the last
+        # write intent, recorded (before the write) from the sources the ledger still expects.
+        ledger = Ledger.for_workspace(ws)
+        try:
+            intents = ledger.rows("write_intents", st.id)
+        finally:
+            ledger.close()
+        last = intents[-1] if intents else None
+        if (last is None or dict(last["before_sources"]) != st.expected_sources
+                or dict(last["after_sources"]).get("softmax.py") != src):
+            trial.problems.append("softmax.py differs from the ledger and is not the pending write of a recorded "
+                                  "intent")
+        else:
+            trial.notes.append("cut-off-write")
     return info
 
 
@@ -235,7 +234,9 @@ async def _recover(ws: Path, info: dict[str, Any], trial: Trial) -> None:
                 trial.problems.append(f"resumed {sid}, expected {info['sid']}")
             status = await call("get_status", session_id=sid)
             finished = status["state"] in ("S5_REPORT", "DONE")
-            if not finished and (info["open_round"] or info["drift"] or "revert_patch" in status["next_actions"][:1]):
+            if info["drift"] and not status["drift"]:
+                trial.notes.append("write-undone")  # the new server recognised its predecessor's cut-off write
+            if not finished and (info["open_round"] or status["drift"] or "revert_patch" in status["next_actions"][:1]):
                 await call("revert_patch", session_id=sid, notes="recovery after SIGKILL")
             status = await call("get_status", session_id=sid)
             if status["state"] not in ("S5_REPORT", "DONE"):

@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 
 from pypto_tune.tools.analysis.bubble_log import parse_bubble_log_text, read_bubble_log
 from pypto_tune.tools.analysis.topo import parse_program_bytes, parse_topo_text, scan_topo_text
+from pypto_tune.tools.analysis.crosscheck import recompute_log
+from pypto_tune.tools.analysis.engine import _aicore_e2e
+from pypto_tune.tools.analysis.leaves import accumulate, short_task_fraction
 from pypto_tune.tools.analysis.trace import parse_trace_bytes, read_trace
 from pypto_tune.tools.errors import ArtifactError, InputError, PatchError
 from pypto_tune.tools.patching import parse_diff, plan_diff_edit
@@ -136,7 +139,16 @@ def _event_mutate():
 @given(st.one_of(_mutate(TRACE), _event_mutate(), st.binary(max_size=300),
                  JSON_VALUES.map(lambda v: json.dumps({"traceEvents": v}).encode())))
 def test_fuzzed_swimlane_trace_raises_only_artifact_error(data: bytes) -> None:
-    _documented_only(parse_trace_bytes, data)
+    _documented_only(_trace_figures, data)
+
+
+def _trace_figures(data: bytes) -> None:
+    """Parse, then every per-task computation that runs on the columns (cross-check walk, leaf sums, E2E)."""
+    tr = parse_trace_bytes(data)
+    recompute_log(tr)
+    accumulate(tr)
+    _aicore_e2e(tr)
+    short_task_fraction([tr])
 
 
 @settings(FUZZ, max_examples=max(30, FUZZ.max_examples // 10))

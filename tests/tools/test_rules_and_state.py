@@ -99,11 +99,14 @@ def test_drift_blocks_everything_but_revert_and_adoption(ledger: Ledger) -> None
 def test_the_ledger_refuses_updates_and_deletes(ledger: Ledger) -> None:
     import sqlite3
 
+    ledger.insert("write_intents", session_id="s1", at="t", tool="apply_tuning_patch", before_sources={},
+                  after_sources={})
     conn = sqlite3.connect(ledger.path)
-    for sql in ("UPDATE sessions SET goal_value = 100", "DELETE FROM sessions"):
+    for sql in ("UPDATE sessions SET goal_value = 100", "DELETE FROM sessions", "DELETE FROM write_intents",
+                "UPDATE write_intents SET tool = 'x'"):
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute(sql)
-    assert ledger.schema_version() == 1 and ledger.integrity_ok()
+    assert ledger.schema_version() == 2 and ledger.integrity_ok()
 
 
 def test_one_change_gate_counts_knobs() -> None:

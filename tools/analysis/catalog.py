@@ -13,7 +13,8 @@ from pypto_tune.tools.errors import ArtifactError
 
 @lru_cache(maxsize=1)
 def load_catalog() -> Catalog:
-    """F-1…F-15, S-1…S-13, I-1…I-9 with stage, stars, P-level, titles, knobs, preconditions and symptoms.
+    """F-1…F-15, S-1…S-13, I-1…I-9 with stage, stars, P-level, titles, knobs, preconditions, symptoms and
+    SIM notes (``sim_check`` / ``sim_check_zh``).
 
     Cached: the file is package data and never changes while the server runs. Callers must not mutate the result.
     """

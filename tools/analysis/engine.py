@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from itertools import compress
 from pathlib import Path
+
+import numpy as np
 
 from pypto_tune.tools.analysis import chains as chains_mod
 from pypto_tune.tools.analysis import leaves as leaves_mod
@@ -16,7 +17,7 @@ from pypto_tune.tools.analysis.models import BubbleLog, Bottleneck, CrossCheck, 
 from pypto_tune.tools.analysis.suggest import suggest
 from pypto_tune.tools.analysis.topo import Program, read_program
 from pypto_tune.tools.analysis.topo_worker import TopoJob
-from pypto_tune.tools.analysis.trace import Trace, detect_label_layout, read_trace
+from pypto_tune.tools.analysis.trace import Trace, detect_label_layout, ordered_sum, read_trace
 from pypto_tune.tools.errors import ArtifactError, InputError
 from pypto_tune.tools.snapshot import CoreStat
 
@@ -138,19 +139,19 @@ class _Dir:
 def _aicore_e2e(tr: Trace) -> tuple[float, float, float]:
     """(writer E2E over AIC/AIV lanes, writer utilisation Σdur/(L·E2E), whole-trace span from T0) — B.3, B.10."""
     names = tr.lane_names
-    lanes = {t for t, n in names.items() if ("AIC" in n or "AIV" in n) and "AICPU" not in n}
+    lanes = sorted(t for t, n in names.items() if ("AIC" in n or "AIV" in n) and "AICPU" not in n)
     core_lanes = {(t - 1000) // 2 for t in lanes}
-    tid, start, dur, end = tr.tid, tr.start, tr.dur, tr.end
-    in_core = [t in lanes for t in tid]
-    real = [t >= 1002 for t in tid]  # not a fake placeholder
-    if any(in_core):
-        lo, hi = min(compress(start, in_core)), max(compress(end, in_core))
-        busy = sum(compress(dur, in_core))
+    a = tr.arrays()
+    in_core = np.isin(a.tid, np.asarray(lanes, dtype=np.int64))
+    real = a.tid >= 1002  # not a fake placeholder
+    if in_core.any():
+        lo, hi = float(a.start[in_core].min()), float(a.end[in_core].max())
+        busy = ordered_sum(a.dur[in_core])
     else:
         lo = hi = busy = 0.0
     e2e = hi - lo
     util = busy / (len(core_lanes) * e2e) * 100.0 if e2e > 0 and core_lanes else 0.0
-    span = (max(compress(end, real)) - min(compress(start, real))) if any(real) else 0.0
+    span = float(a.end[real].max() - a.start[real].min()) if real.any() else 0.0
     return e2e, util, span
 
 
@@ -247,7 +248,7 @@ def analyze_runs(run_dirs: list[Path], *, run_mode: str | None = None, outer_loo
                             f"(max Δ work {d.crosscheck.max_delta_work_us:.6g} µs, schedule "
                             f"{d.crosscheck.max_delta_schedule_us:.6g} µs): " + "; ".join(d.crosscheck.disagreements[:3]))
         invalid.extend(reasons)
-        n_fake = sum(1 for t in d.trace.tid if t < 1002) if d.trace.tid and min(d.trace.tid) < 1002 else 0
+        n_fake = int(np.count_nonzero(d.trace.arrays().tid < 1002))
         per_dir.append(DirAnalysis(
             run_dir=str(d.files.run_dir), layout=d.files.layout, log_path=str(d.files.log or ""),
             trace_path=str(d.files.trace), operator_time_us=fig.max_work_us, e2e_us=e2e,
@@ -326,17 +327,24 @@ def _extra_bottlenecks(a: RunAnalysis) -> list[Bottleneck]:
         out.append(Bottleneck(kind="short_tasks", severity="medium", metric="short_task_fraction",
                               value=a.short_task_fraction * 100, threshold=50.0, source="corrected",
                               message=f"{a.short_task_fraction * 100:.1f} % of compute tasks are shorter than "
-                              f"{leaves_mod.SHORT_TASK_US:g} µs (launch overhead dominates, B.8)"))
+                              f"{leaves_mod.SHORT_TASK_US:g} µs (launch overhead dominates, B.8)",
+                              message_zh=f"{a.short_task_fraction * 100:.1f} % 的计算任务短于 "
+                              f"{leaves_mod.SHORT_TASK_US:g} µs（任务下发开销占主导，B.8）"))
     if a.load_gap.severe and a.load_gap.gap_pct is not None:
         out.append(Bottleneck(kind="leaf_imbalance", severity="high", metric="load_gap.gap_pct",
                               value=a.load_gap.gap_pct, threshold=leaves_mod.LEAF_GAP_SEVERE_PCT, source="corrected",
                               message=f"leaf {a.load_gap.first_leaf} takes {a.load_gap.gap_pct:.1f} % more total "
-                              f"time than the next one (S-3 gap > {leaves_mod.LEAF_GAP_SEVERE_PCT:g} %)"))
+                              f"time than the next one (S-3 gap > {leaves_mod.LEAF_GAP_SEVERE_PCT:g} %)",
+                              # gap_pct is (total₁ − total₂) / total₁ (B.6): a gap, not "% more than the next"
+                              message_zh=f"子图 {a.load_gap.first_leaf} 与总耗时第二的子图差距 "
+                              f"{a.load_gap.gap_pct:.1f} %（S-3 差距 > {leaves_mod.LEAF_GAP_SEVERE_PCT:g} %）"))
     nf = [r for r in a.core_usage.rows if not r.full]
     if nf:
         worst = min(nf, key=lambda r: r.usage_pct)
         out.append(Bottleneck(kind="core_fill", severity="medium", metric="core_usage.usage_pct",
                               value=worst.usage_pct, threshold=100.0, source="corrected",
                               message=f"{len(nf)} leaf(s) NOT FULL; worst {worst.leaf_hash} on {worst.used_cores}/"
-                              f"{worst.theoretical_cores} {worst.core_type} cores"))
+                              f"{worst.theoretical_cores} {worst.core_type} cores",
+                              message_zh=f"{len(nf)} 个子图 NOT FULL；最差的 {worst.leaf_hash} 只用了 "
+                              f"{worst.used_cores}/{worst.theoretical_cores} 个 {worst.core_type} 核"))
     return out

@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pypto_tune.tools.analysis.bubble_log import core_type_of
 from pypto_tune.tools.analysis.models import CoreUsage, CoreUsageRow, LeafStat, LoadGap
 from pypto_tune.tools.analysis.topo import Program, Topo
-from pypto_tune.tools.analysis.trace import Trace
+from pypto_tune.tools.analysis.trace import Trace, ordered_sum
 
 SHORT_TASK_US = 10.0  # B.8: tasks shorter than this are dominated by launch overhead
 LEAF_GAP_SEVERE_PCT = 20.0  # B.6
@@ -40,39 +42,42 @@ class _Acc:
 def accumulate(tr: Trace, acc: dict[int, _Acc] | None = None) -> dict[int, _Acc]:
     """Fold one trace into per-leafHash accumulators (several output folders fold into the same dict).
 
-    One comprehension pass per distinct leaf (few per kernel) instead of one Python step per task; with many
-    distinct leaves a single grouping pass is used instead.
+    Grouped with one stable sort by leafHash, so each group keeps emission order: the first task gives the
+    rootHash and the hashOrder hint, and durations are summed in the order the trace lists them.
     """
     acc = {} if acc is None else acc
     names = tr.lane_names
-    tid, dur, leaf, root = tr.tid, tr.dur, tr.leaf, tr.root
+    a = tr.arrays()
     # HUB / bookkeeping tasks (leafHash 0) and fake placeholders on core 0 (tid < 1002) are not compute tasks
-    real = [i for i, (h, t) in enumerate(zip(leaf, tid)) if h and t >= 1002]
-    groups: dict[int, list[int]] = {}
-    hashes = {leaf[i] for i in real}
-    if len(hashes) <= 16:
-        for h in hashes:
-            groups[h] = [i for i in real if leaf[i] == h]
-    else:
-        for i in real:
-            groups.setdefault(leaf[i], []).append(i)
-    for h, idx in groups.items():
-        a = acc.get(h)
-        if a is None:
-            a = acc[h] = _Acc(root=root[idx[0]])
-        ds = [dur[i] for i in idx]
-        a.count += len(ds)
-        a.total += sum(ds)
-        a.lo = min(a.lo, min(ds))
-        a.hi = max(a.hi, max(ds))
-        for t in {tid[i] for i in idx}:
+    idx = np.flatnonzero(a.compute)
+    if not len(idx):
+        return acc
+    idx = idx[np.argsort(a.leaf[idx], kind="stable")]
+    leaves = a.leaf[idx]
+    cut = np.flatnonzero(leaves[1:] != leaves[:-1]) + 1
+    bounds = [0, *cut.tolist(), len(idx)]
+    dur_sorted = a.dur[idx]
+    tid_sorted = a.tid[idx]
+    hash_order = tr.hash_order
+    for b, e in zip(bounds[:-1], bounds[1:]):
+        h = int(leaves[b])
+        first = int(idx[b])
+        x = acc.get(h)
+        if x is None:
+            x = acc[h] = _Acc(root=tr.root[first])
+        ds = dur_sorted[b:e]
+        x.count += e - b
+        x.total += ordered_sum(ds)
+        x.lo = min(x.lo, float(ds.min()))
+        x.hi = max(x.hi, float(ds.max()))
+        for t in np.unique(tid_sorted[b:e]).tolist():
             nm = names.get(t) or names.get(t - 1) or f"tid_{t}"
-            a.lanes.add(nm)
-            a.types.add(core_type_of(nm))
-        if not a.hint and tr.hash_order:
-            for i in idx:
-                if i in tr.hash_order:
-                    a.hint = tr.hash_order[i]
+            x.lanes.add(nm)
+            x.types.add(core_type_of(nm))
+        if not x.hint and hash_order:
+            for i in idx[b:e].tolist():
+                if i in hash_order:
+                    x.hint = hash_order[i]
                     break
     return acc
 
@@ -185,7 +190,8 @@ def short_task_fraction(traces: list[Trace]) -> float:
     """Share of real compute tasks (leafHash ≠ 0, not fake) with duration < 10 µs, 0..1."""
     n = short = 0
     for tr in traces:
-        ds = [d for d, h, t in zip(tr.dur, tr.leaf, tr.tid) if h and t >= 1002]
+        a = tr.arrays()
+        ds = a.dur[a.compute]
         n += len(ds)
-        short += sum(1 for d in ds if d < SHORT_TASK_US)
+        short += int(np.count_nonzero(ds < SHORT_TASK_US))
     return short / n if n else 0.0

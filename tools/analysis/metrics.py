@@ -136,7 +136,7 @@ def bottlenecks(fig: CoreFigures) -> list[Bottleneck]:
     """analyze_perf's flags on the reference figures, each marked a false alarm when the active-core figure is fine."""
     out: list[Bottleneck] = []
 
-    def flag(kind, value, high, medium, lower_is_bad, metric, active_value, text):
+    def flag(kind, value, high, medium, lower_is_bad, metric, active_value, text, text_zh):
         bad_high = value < high if lower_is_bad else value > high
         bad_med = value < medium if lower_is_bad else value > medium
         if not (bad_high or bad_med):
@@ -148,19 +148,23 @@ def bottlenecks(fig: CoreFigures) -> list[Bottleneck]:
             source="reference", false_alarm=ok_active,
             message=text.format(v=value, t=thr) + (f" (active cores only: {active_value:.2f} %, not a problem)"
                                                    if ok_active else f" (active cores only: {active_value:.2f} %)"),
+            message_zh=text_zh.format(v=value, t=thr) + (f"（仅统计活跃核：{active_value:.2f} %，不构成问题）"
+                                                         if ok_active else f"（仅统计活跃核：{active_value:.2f} %）"),
         ))
 
     flag("utilization", fig.avg_util, UTIL_HIGH_PCT, UTIL_MEDIUM_PCT, True, "avg_core_utilization_pct",
-         fig.active_util, "core utilisation {v:.2f} % < {t:g} %")
+         fig.active_util, "core utilisation {v:.2f} % < {t:g} %", "核利用率 {v:.2f} % < {t:g} %")
     flag("bubble", fig.avg_bubble, BUBBLE_HIGH_PCT, BUBBLE_MEDIUM_PCT, False, "avg_bubble_rate_pct",
-         fig.active_bubble, "bubble rate {v:.2f} % > {t:g} %")
+         fig.active_bubble, "bubble rate {v:.2f} % > {t:g} %", "气泡率 {v:.2f} % > {t:g} %")
     flag("load_balance", fig.load_balance, BALANCE_HIGH_PCT, BALANCE_MEDIUM_PCT, True, "load_balance_pct",
-         fig.active_balance, "AIC load balance {v:.2f} % < {t:g} %")
+         fig.active_balance, "AIC load balance {v:.2f} % < {t:g} %", "AIC 负载均衡度 {v:.2f} % < {t:g} %")
     if fig.max_aic_wait_pred_us > AIC_WAIT_PRED_US:
         out.append(Bottleneck(kind="dependency", severity="medium", metric="max_aic_wait_predecessor_us",
                               value=fig.max_aic_wait_pred_us, threshold=AIC_WAIT_PRED_US, source="reference",
                               message=f"an AIC core waits {fig.max_aic_wait_pred_us:.2f} µs for predecessors "
-                              f"(> {AIC_WAIT_PRED_US:g} µs)"))
+                              f"(> {AIC_WAIT_PRED_US:g} µs)",
+                              message_zh=f"有 AIC 核等待前驱任务 {fig.max_aic_wait_pred_us:.2f} µs"
+                              f"（> {AIC_WAIT_PRED_US:g} µs）"))
     return out
 
 

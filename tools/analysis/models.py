@@ -58,6 +58,7 @@ class Bottleneck(BaseModel):
     threshold: float
     source: Literal["reference", "corrected"]
     message: str
+    message_zh: str = ""  # the same flag in Chinese for the zh report; "" falls back to ``message``
     false_alarm: bool = False  # the reference flag is contradicted by the corrected figure (domain E.2)
 
 
@@ -167,6 +168,7 @@ class Suggestion(BaseModel):
     p_level: str = ""
     title: str = ""
     reason: str
+    reason_zh: str = ""  # the same reason in Chinese for the zh report; "" falls back to ``reason``
     symptom: str = ""  # A/B/C/D or a B.8 threshold name
     evidence: dict[str, Any] = Field(default_factory=dict)
     knobs: list[str] = Field(default_factory=list)
@@ -254,6 +256,7 @@ class CatalogItem(BaseModel):
     preconditions: list[str] = Field(default_factory=list)
     symptoms: list[str] = Field(default_factory=list)  # "A" bubble, "B" utilisation, "C" imbalance, "D" in-core
     sim_check: str = ""  # what happened when tried in SIM (domain C)
+    sim_check_zh: str = ""  # the same in Chinese, quoted in zh suggestion reasons
 
 
 class Catalog(BaseModel):

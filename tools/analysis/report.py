@@ -99,6 +99,10 @@ def render_report(a: RunAnalysis, lang: str = "zh") -> str:
     def t(key: str) -> str:
         return _T[key][k]
 
+    def local(en: str, zh: str) -> str:
+        # analyses saved before the zh fields existed carry only the English text
+        return zh if k == 0 and zh else en
+
     out: list[str] = [f"# {t('title')}", "", f"- {t('generated')}: {datetime.now().astimezone().isoformat(timespec='seconds')}"]
     out.append(f"- {t('runs')}: " + ", ".join(f"`{d}`" for d in a.run_dirs))
     if a.invalid_reasons:
@@ -126,7 +130,8 @@ def render_report(a: RunAnalysis, lang: str = "zh") -> str:
     out += ["", f"## {t('bottlenecks')}", ""]
     if a.bottlenecks:
         for b in a.bottlenecks:
-            out.append(f"- **{b.severity}** [{b.source}] {b.message}" + (t("false_alarm") if b.false_alarm else ""))
+            out.append(f"- **{b.severity}** [{b.source}] {local(b.message, b.message_zh)}"
+                       + (t("false_alarm") if b.false_alarm else ""))
     else:
         out.append(f"- {t('none')}")
     if a.directions:
@@ -140,7 +145,7 @@ def render_report(a: RunAnalysis, lang: str = "zh") -> str:
         item = cat.get(s.catalog_id)
         title = (item.title_zh if k == 0 else item.title_en) if item else s.title
         out.append(f"| {s.priority} | {s.catalog_id} {title} | {_STAGE[s.stage][k]} | {'★' * s.stars} {s.p_level} | "
-                   f"{s.reason.replace('|', '/')} |")
+                   f"{local(s.reason, s.reason_zh).replace('|', '/')} |")
     out += ["", f"## {t('cores')}", "", f"| {t('core')} | {t('work')} | {t('busy')} | {t('wsched')} | {t('ucol')} | "
             f"{t('bcol')} |", "|---|---:|---:|---:|---:|---:|"]
     idle = 0

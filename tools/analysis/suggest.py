@@ -70,6 +70,15 @@ _REASONS = {
     "short_tasks": "most compute tasks are shorter than 10 µs (launch overhead dominates)",
     "core_fill": "some leaves run on fewer cores than the platform has (NOT FULL)",
 }
+# The zh report's wording of the same symptoms; every key of _REASONS needs one (a test checks).
+_REASONS_ZH = {
+    "A": "气泡率超过 10 %（调度等待）",
+    "B": "执行过任务的核利用率低于 50 %（可并行的工作量不足）",
+    "C": "负载分布不均（S-3 差距 > 20 % 或活跃核负载均衡度 < 80 %）",
+    "D": "核已基本跑满且气泡很少：剩余的优化空间在任务内部",
+    "short_tasks": "大部分计算任务短于 10 µs（任务下发开销占主导）",
+    "core_fill": "部分子图使用的核数少于平台核数（NOT FULL）",
+}
 
 
 def suggest(a: RunAnalysis) -> list[Suggestion]:
@@ -105,11 +114,14 @@ def suggest(a: RunAnalysis) -> list[Suggestion]:
         if item.id == "S-3":
             evidence.update(first_leaf=a.load_gap.first_leaf, second_leaf=a.load_gap.second_leaf)
         reason = "; ".join(_REASONS[s] for s in hit)
+        reason_zh = "；".join(_REASONS_ZH[s] for s in hit)
         if item.sim_check:
             reason += f" — measured in SIM: {item.sim_check}"
+            # an untranslated SIM note is still worth showing, even in English
+            reason_zh += f"——SIM 实测：{item.sim_check_zh or item.sim_check}"
         key = (_STAGE_ORDER[item.stage], -stars, item.p_level, order)
         picked.append((key, Suggestion(catalog_id=item.id, stage=item.stage, priority=0, stars=stars,
-                                       p_level=item.p_level, title=item.title_en, reason=reason,
+                                       p_level=item.p_level, title=item.title_en, reason=reason, reason_zh=reason_zh,
                                        symptom=",".join(hit), evidence=evidence, knobs=list(item.knobs))))
     picked.sort(key=lambda kv: kv[0])
     out = []

@@ -1,7 +1,7 @@
 """Read ``dyn_topo.txt`` on the second core while the main process decodes the trace.
 
 At 500k tasks the task graph costs ~2 s of the ~6.5 s analysis (regex scan + AIV chains) and shares nothing with the
-trace decode, so it runs in a child process: ``python -m pypto_tune.tools.analysis.topo_worker FILE`` prints one
+trace decode, so it runs in a child process: ``python -m pypto_tune.tools.analysis._topo_main FILE`` prints one
 JSON object (the summary, or the ``ArtifactError`` it hit) on stdout. A plain subprocess, not multiprocessing: the
 server calls this from worker threads, where forking the server itself is unsafe, and spawn/forkserver would
 re-import the console-script ``__main__``.
@@ -47,8 +47,10 @@ def _decode(data: bytes) -> dict:
 class TopoJob:
     """``topo_summary(path)``, started now and collected by ``result()``."""
 
-    def __init__(self, path: Path, *, min_offload_bytes: int = MIN_OFFLOAD_BYTES) -> None:
+    def __init__(self, path: Path, *, min_offload_bytes: int | None = None) -> None:
         self.path = Path(path)
+        if min_offload_bytes is None:
+            min_offload_bytes = MIN_OFFLOAD_BYTES
         self.offloaded = False
         self._proc: subprocess.Popen | None = None
         try:
@@ -58,7 +60,7 @@ class TopoJob:
         if big and os.environ.get(INLINE_ENV) != "1":
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "pypto_tune.tools.analysis.topo_worker", str(self.path)],
+                    [sys.executable, "-m", "pypto_tune.tools.analysis._topo_main", str(self.path)],
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
                 self.offloaded = True
             except OSError:

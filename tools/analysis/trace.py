@@ -126,6 +126,18 @@ class TraceArrays:
     start: np.ndarray  # float64, µs
     dur: np.ndarray
     end: np.ndarray  # start + dur, the same float sum as ``Trace.end``
+    leaf: np.ndarray  # uint64 leafHash (0 = HUB / none)
+
+    @property
+    def compute(self) -> np.ndarray:
+        """Mask of real compute tasks: a leafHash, and not a fake placeholder on core 0."""
+        return (self.leaf != 0) & (self.tid >= 1002)
+
+
+def ordered_sum(values: np.ndarray) -> float:
+    """Σ in index order, like Python's ``sum`` of a list (numpy's ``sum`` is pairwise and differs in the last bits;
+    the figures are compared with the writer's own, which adds in order)."""
+    return float(np.cumsum(values)[-1]) if len(values) else 0.0
 
 
 @dataclass
@@ -169,10 +181,17 @@ class Trace:
         """numpy views of the task columns (built once; the cross-check and per-task sums use them)."""
         cached = self.__dict__.get("_arrays")
         if cached is None or len(cached.tid) != len(self.start):
-            tid = np.asarray(self.tid, dtype=np.int64)
-            start = np.asarray(self.start, dtype=np.float64)
-            dur = np.asarray(self.dur, dtype=np.float64)
-            cached = self.__dict__["_arrays"] = TraceArrays(tid=tid, start=start, dur=dur, end=start + dur)
+            try:
+                tid = np.asarray(self.tid, dtype=np.int64)
+                start = np.asarray(self.start, dtype=np.float64)
+                dur = np.asarray(self.dur, dtype=np.float64)
+                leaf = np.asarray(self.leaf, dtype=np.uint64)  # leafHash is an unsigned 64-bit value
+            except OverflowError:
+                raise ArtifactError("merged_swimlane.json has a tid or leafHash outside 64 bits", path=self.path,
+                                    expected="tid a small integer, leafHash an unsigned 64-bit integer (A.4)",
+                                    hint=_HINT) from None
+            cached = self.__dict__["_arrays"] = TraceArrays(tid=tid, start=start, dur=dur, end=start + dur,
+                                                            leaf=leaf)
         return cached
 
     @property
