@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shutil
 import subprocess
@@ -35,7 +36,9 @@ class Browser:
 
         targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json").read())
         page = next(t for t in targets if t["type"] == "page")
-        self.ws = connect(page["webSocketDebuggerUrl"], max_size=None)
+        # websockets ≥ 17 wants connect() used as a context manager; the stack keeps it open until close()
+        self._stack = contextlib.ExitStack()
+        self.ws = self._stack.enter_context(connect(page["webSocketDebuggerUrl"], max_size=None))
         self._id = 0
         self.events: list[dict[str, Any]] = []
 
@@ -95,7 +98,7 @@ class Browser:
 
     def close(self) -> None:
         try:
-            self.ws.close()
+            self._stack.close()
         finally:
             self.proc.kill()
             self.proc.wait(timeout=10)

@@ -333,9 +333,10 @@ def _extra_bottlenecks(a: RunAnalysis) -> list[Bottleneck]:
     if a.load_gap.severe and a.load_gap.gap_pct is not None:
         out.append(Bottleneck(kind="leaf_imbalance", severity="high", metric="load_gap.gap_pct",
                               value=a.load_gap.gap_pct, threshold=leaves_mod.LEAF_GAP_SEVERE_PCT, source="corrected",
-                              message=f"leaf {a.load_gap.first_leaf} takes {a.load_gap.gap_pct:.1f} % more total "
-                              f"time than the next one (S-3 gap > {leaves_mod.LEAF_GAP_SEVERE_PCT:g} %)",
-                              # gap_pct is (total₁ − total₂) / total₁ (B.6): a gap, not "% more than the next"
+                              # gap_pct is (total₁ − total₂) / total₁ (B.6): a share of the first leaf's total
+                              message=f"leaf {a.load_gap.first_leaf}'s total time is {a.load_gap.gap_pct:.1f} % ahead "
+                              f"of the next leaf's, as a share of its own (S-3 gap > "
+                              f"{leaves_mod.LEAF_GAP_SEVERE_PCT:g} %)",
                               message_zh=f"子图 {a.load_gap.first_leaf} 与总耗时第二的子图差距 "
                               f"{a.load_gap.gap_pct:.1f} %（S-3 差距 > {leaves_mod.LEAF_GAP_SEVERE_PCT:g} %）"))
     nf = [r for r in a.core_usage.rows if not r.full]
