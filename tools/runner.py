@@ -79,14 +79,32 @@ class RunResult(BaseModel):
         return f"{self.output_head}\n[... {dropped} bytes of output omitted ...]\n{self.output_tail}"
 
 
-# The child gets SIGKILL when the server dies (even by SIGKILL, which runs no cleanup): the kernel's parent-death
-# signal survives exec, so a tiny launcher sets it and then execs the real command. Without it a killed server
-# leaves the simulator running in its own session, out of reach of any group kill (found by the crash trials).
+# When the server dies (even by SIGKILL, which runs no cleanup) the whole test must die with it. The kernel's
+# parent-death signal reaches only one process, so a tiny supervisor sits between the server and the command: it
+# asks for SIGUSR1 on the server's death, runs the command as its child in the same process group, and on that
+# signal kills the group — the command and every helper it started (the 100 crash trials found both: first the
+# simulator itself left running, then, once only the direct child got the signal, three of its helpers). Otherwise
+# it waits and leaves with the command's own exit status or signal. SIGTERM is caught (not ignored, which exec
+# would pass on) so that the runner's group SIGTERM gives the command its grace period while the supervisor
+# keeps reporting the command's real status.
 _PDEATHSIG_LAUNCHER = (
     "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv[1]): os._exit(137)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: os.killpg(0, signal.SIGKILL))\n"
+    "signal.signal(signal.SIGTERM, lambda *_: None)\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGUSR1), 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]): os.killpg(0, signal.SIGKILL)\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    try:\n"
+    "        os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "    finally:\n"
+    "        os._exit(127)\n"
+    "status = os.waitpid(pid, 0)[1]\n"
+    "if os.WIFSIGNALED(status):\n"
+    "    sig = os.WTERMSIG(status)\n"
+    "    signal.signal(sig, signal.SIG_DFL)\n"
+    "    os.kill(os.getpid(), sig)\n"
+    "os._exit(os.waitstatus_to_exitcode(status))\n"
 )
 
 

@@ -879,6 +879,9 @@ class TuningService:
             paths.append(str(render_report_file(snap, f, lang, out_dir)))
         if st.level1 != "DONE":
             self._transition(h, st, "state", "DONE", "final report rendered")
+        # A finished session writes nothing more: free the workspace so another server can start the next one
+        # (rendering again re-takes the lock if it is still free).
+        h.lock.release()
         st2 = self._state(h, session_id)
         return ReportResult(**self._base(st2, "report written: " + ", ".join(paths)
                                          + ("; debug options restored first (R22)" if restored_now else "")),

@@ -67,10 +67,11 @@ def relative_operator_files(workspace: Path, files: list[str]) -> list[str]:
 
 
 class WorkspaceLock:
-    """Exclusive, process-lifetime lock on ``WORKSPACE/.pypto-tune/server.lock``.
+    """Exclusive lock on ``WORKSPACE/.pypto-tune/server.lock``.
 
-    Taken on the first call that changes anything and held until the process exits; flock is released by the kernel
-    when the holder dies, so a killed server never blocks its successor.
+    Taken on the first call that changes anything and held until the session's report is rendered (DONE) or the
+    process exits; flock is released by the kernel when the holder dies, so a killed server never blocks its
+    successor.
     """
 
     def __init__(self, workspace: Path) -> None:

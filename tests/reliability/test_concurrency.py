@@ -99,8 +99,14 @@ def test_http_server_and_stdio_server_on_one_workspace_one_is_refused(tmp_path: 
             assert (await s.ok("get_status", session_id=sid))["state"] == "S1_SETUP"
             res = await h.call_tool("stop_session", {"session_id": sid, "reason": "http holder stops"})
             assert not res.is_error and res.structured_content["state"] == "S5_REPORT"
-            # the stdio server still cannot write: the lock is per server process, held until it exits
+            # the stdio server still cannot write: the session is not finished, its server keeps the lock
             assert "GATE session-lock:" in await s.refused("render_report", session_id=sid)
+            res = await h.call_tool("render_report", {"session_id": sid, "format": "md", "lang": "en"})
+            assert not res.is_error and res.structured_content["state"] == "DONE"
+            # a finished session frees the workspace: the other server may start the next session
+            nxt = await s.ok("start_session", **args)
+            assert nxt["session_id"] != sid and not nxt["resumed"]
+            assert "GATE session-lock:" in (await h.call_tool("start_session", args)).content[0].text
 
     try:
         anyio.run(go)

@@ -63,3 +63,61 @@ def test_sigkilled_server_leaves_no_orphan_simulator(tmp_path: Path) -> None:
         except ProcessLookupError:
             pass
     assert not left, f"processes still running in the workspace after the server was SIGKILLed: {left}"
+
+
+_TEST_WITH_A_HELPER = """
+import os, signal, sys, time
+pid = os.fork()
+if pid == 0:  # a helper process of the test (PyPTO starts some), deaf to SIGTERM
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(120)
+    os._exit(0)
+open(sys.argv[1], "w").write(str(pid))
+time.sleep(120)
+"""
+
+_SERVER = """
+import os, sys, anyio
+from pathlib import Path
+from pypto_tune.tools.runner import run_command
+
+async def main():
+    await run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], cwd=Path.cwd(), env=dict(os.environ),
+                      timeout_s=120)
+
+anyio.run(main)
+"""
+
+
+def test_sigkilled_server_takes_the_tests_helper_processes_with_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    pid_file = tmp_path / "helper.pid"
+    server = subprocess.Popen([sys.executable, "-c", _SERVER, _TEST_WITH_A_HELPER, str(pid_file)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline and server.poll() is None, "the test never started its helper"
+            time.sleep(0.05)
+        helper = int(pid_file.read_text())
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait()
+        deadline = time.monotonic() + 10
+        while _alive(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        alive = _alive(helper)
+        if alive:
+            os.kill(helper, signal.SIGKILL)
+        assert not alive, "the test's helper process outlived the SIGKILLed server"
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
