@@ -52,7 +52,7 @@ def test_a_patch_write_cut_off_by_sigkill_is_undone_when_the_session_resumes(sof
     last = _patches(softmax_ws, sid)[-1]
     assert last["kind"] == "drift-revert" and "undid apply_tuning_patch's write" in last["note"]
     # the undo superseded the intent: resuming again changes nothing more
-    _, _ = _start_after_release(svc2, softmax_ws, sid)
+    _start_after_release(svc2, softmax_ws, sid)
     assert len(_patches(softmax_ws, sid)) == 1
 
 
