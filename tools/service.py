@@ -299,7 +299,9 @@ class TuningService:
         argv = list(st.session["test_command"])
         result = await run_command(argv, cwd=h.workspace, env=env, timeout_s=float(st.session["timeout_s"]),
                                    on_progress=progress)
-        dirs = find_run_dirs(h.workspace, created_after=result.started_at)
+        # a folder another run of this session already claimed is never ours, whatever its timestamp says
+        claimed = {d for r in h.ledger.rows("runs", st.id) for d in r["output_dirs"]}
+        dirs = [d for d in find_run_dirs(h.workspace, created_after=result.started_at) if str(d) not in claimed]
         run_id = h.ledger.insert(
             "runs", session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=argv,
             env={k: v for k, v in env.items()}, cwd=str(h.workspace), exit_code=result.exit_code,

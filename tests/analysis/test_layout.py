@@ -67,3 +67,13 @@ def test_sim_and_npu_layouts(tmp_path):
     gz = _mk(tmp_path, "output_20261202_105837_1_1_C")
     (gz / "merged_swimlane.json.gz").write_bytes(b"")
     assert locate(gz).trace == gz / "merged_swimlane.json.gz" and locate(gz).log is None
+
+
+def test_a_folder_written_just_before_a_run_started_is_not_that_runs(tmp_path):
+    # the demo's failed round 4 left a folder 0.8 s before round 5's collection began; it must not be summed in
+    start = time.time()
+    stamp = lambda t: time.strftime("output_%Y%m%d_%H%M%S_", time.localtime(t)) + f"{int(t % 1 * 1e6):06d}_1_C"
+    before = _mk(tmp_path, stamp(start - 0.8))
+    after = _mk(tmp_path, stamp(start + 0.3))
+    assert run_timestamp(before) < start
+    assert find_run_dirs(tmp_path, created_after=start) == [after]

@@ -105,7 +105,10 @@ def find_run_dirs(root: Path, *, created_after: float | None = None) -> list[Pat
             ts = run_timestamp(d)
             if ts is None:
                 ts = d.stat().st_mtime
-            if ts >= created_after - 1.0:  # the name has µs, the caller's clock may be read a little later
+            # The caller reads its clock before spawning, so a run of its own is never older. The slack only
+            # covers float rounding of the µs in the name: a full second once let a failed run's folder, written
+            # 0.8 s before the next collection started, be summed into that collection (demo, round 5).
+            if ts >= created_after - 0.002:
                 kept.append(d)
         found = kept
     return sorted(found, key=_sort_key)
