@@ -179,10 +179,12 @@ class TuningService:
         state is restored (recorded as a drift-revert) instead of being reported as an external edit. Any other
         difference stays drift for the agent to resolve.
         """
-        intents = h.ledger.rows("write_intents", st.id)
+        # only the newest intent matters, and each row holds two full copies of the sources: fetch just that one
+        intents = h.ledger.rows("write_intents", st.id, "id = (SELECT MAX(id) FROM write_intents WHERE session_id = ?)",
+                                (st.id,))
         if not intents:
             return st
-        last = intents[-1]
+        last = intents[0]
         before, after = dict(last["before_sources"]), dict(last["after_sources"])
         if hash_sources(before) != st.expected_raw_hash:
             return st  # that write was recorded (or superseded): nothing of ours is pending

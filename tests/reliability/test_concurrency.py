@@ -11,15 +11,9 @@ from pathlib import Path
 import anyio
 
 from tests.conftest import make_workspace, sim_command
+from tests.runner.runner_helpers import is_alive
 from tests.server.mcp_client import connect
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path: Path) -> None:
@@ -32,7 +26,7 @@ def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path
             st = await a.ok("start_session", **args)
             sid = st["session_id"]
             holder = int((ws / ".pypto-tune" / "server.lock").read_text().strip())
-            assert holder != os.getpid() and _alive(holder)
+            assert holder != os.getpid() and is_alive(holder)
 
             text = await b.refused("start_session", **args)
             assert "GATE session-lock:" in text and f"pid {holder}" in text
@@ -49,7 +43,7 @@ def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path
             await a.ok("get_status", session_id=sid)
             os.kill(holder, signal.SIGKILL)
             deadline = time.monotonic() + 30
-            while _alive(holder) and time.monotonic() < deadline:
+            while is_alive(holder) and time.monotonic() < deadline:
                 await anyio.sleep(0.05)
 
             # The kernel drops the flock only once the killed process has fully exited; on a loaded machine that

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from tests.reliability import crash_harness as ch
+from tests.runner.runner_helpers import kill_leftovers, wait_dead
 
 pytestmark = pytest.mark.sim
 
@@ -103,21 +104,10 @@ def test_sigkilled_server_takes_the_tests_helper_processes_with_it(tmp_path: Pat
         helper = int(pid_file.read_text())
         os.kill(server.pid, signal.SIGKILL)
         server.wait()
-        deadline = time.monotonic() + 10
-        while _alive(helper) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        alive = _alive(helper)
-        if alive:
-            os.kill(helper, signal.SIGKILL)
-        assert not alive, "the test's helper process outlived the SIGKILLed server"
+        left = wait_dead([helper], timeout_s=10)
+        kill_leftovers(left)
+        assert not left, "the test's helper process outlived the SIGKILLed server"
     finally:
         if server.poll() is None:
             server.kill()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

@@ -27,7 +27,13 @@ def _crash_after_write(svc: TuningService, sid: str, new_text: str, tool: str) -
     h = svc._find(sid)
     st = svc._state(h, sid)
     svc._write(h, st, {"softmax.py": new_text}, tool)
-    h.lock.release()  # the kernel drops a dead server's lock
+    _die(svc, sid)
+
+
+def _die(svc: TuningService, sid: str) -> None:
+    """The server goes away: the kernel drops its lock, its ledger connection closes."""
+    h = svc._find(sid)
+    h.lock.release()
     h.ledger.close()
 
 
@@ -52,22 +58,14 @@ def test_a_patch_write_cut_off_by_sigkill_is_undone_when_the_session_resumes(sof
     last = _patches(softmax_ws, sid)[-1]
     assert last["kind"] == "drift-revert" and "undid apply_tuning_patch's write" in last["note"]
     # the undo superseded the intent: resuming again changes nothing more
-    _start_after_release(svc2, softmax_ws, sid)
+    _die(svc2, sid)
+    _start(softmax_ws)
     assert len(_patches(softmax_ws, sid)) == 1
-
-
-def _start_after_release(svc: TuningService, ws: Path, sid: str) -> tuple[TuningService, str]:
-    h = svc._find(sid)
-    h.lock.release()
-    h.ledger.close()
-    return _start(ws)
 
 
 def test_an_external_edit_is_still_drift_after_resume(softmax_ws: Path) -> None:
     svc, sid = _start(softmax_ws)
-    h = svc._find(sid)
-    h.lock.release()
-    h.ledger.close()
+    _die(svc, sid)
     edited = (softmax_ws / "softmax.py").read_text() + "\n# edited by hand\n"
     (softmax_ws / "softmax.py").write_text(edited)
 

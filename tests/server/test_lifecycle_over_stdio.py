@@ -14,6 +14,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import sim_command
+from tests.runner.runner_helpers import is_alive
 from tests.server.mcp_client import connect, server_params
 
 HANG = """
@@ -27,19 +28,6 @@ if pid == 0:
     sys.exit(0)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purpose.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -126,9 +114,9 @@ def test_a_timeout_kills_the_whole_process_group_including_grandchildren(softmax
             assert time.monotonic() - t < 60
             pid = int((softmax_ws / "grandchild.pid").read_text())
             deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
+            while is_alive(pid) and time.monotonic() < deadline:
                 await anyio.sleep(0.1)
-            assert not _alive(pid), "the grandchild that ignores SIGTERM survived the timeout"
+            assert not is_alive(pid), "the grandchild that ignores SIGTERM survived the timeout"
 
     anyio.run(scenario)
 
@@ -154,9 +142,9 @@ def test_a_background_job_reports_progress_and_a_cancelled_job_leaves_no_process
             cancelled = await s.ok("cancel_job", job_id=job["job_id"])
             assert cancelled["status"] == "cancelled"
             deadline = time.monotonic() + 5
-            while _alive(pid) and time.monotonic() < deadline:
+            while is_alive(pid) and time.monotonic() < deadline:
                 await anyio.sleep(0.1)
-            assert not _alive(pid)
+            assert not is_alive(pid)
             status = await s.ok("get_status", session_id=sid)
             assert status["state"] == "S1_SETUP" and status["running_job"] is None
 

@@ -125,7 +125,7 @@ class TraceArrays:
     tid: np.ndarray  # int64
     start: np.ndarray  # float64, µs
     dur: np.ndarray
-    end: np.ndarray  # start + dur, the same float sum as ``Trace.end``
+    end: np.ndarray  # start + dur
     leaf: np.ndarray  # uint64 leafHash (0 = HUB / none)
 
     @property
@@ -168,14 +168,6 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.start)
-
-    @property
-    def end(self) -> list[float]:
-        """start + dur per task, computed once (the recomputation and E2E both need it)."""
-        cached = self.__dict__.get("_end")
-        if cached is None or len(cached) != len(self.start):
-            cached = self.__dict__["_end"] = [s + d for s, d in zip(self.start, self.dur)]
-        return cached
 
     def arrays(self) -> "TraceArrays":
         """numpy views of the task columns (built once; the cross-check and per-task sums use them)."""
