@@ -6,7 +6,6 @@ prefix (PyPTO APIs always carry one, e.g. ``pypto.set_vec_tile_shapes(...)``); a
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import re
 import sys
@@ -39,21 +38,20 @@ rules = _load_rules()
 
 
 def _service_ops() -> set[str]:
-    tree = ast.parse((ROOT / "tools" / "service.py").read_text(encoding="utf-8"))
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TuningService")
-    return {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and not n.name.startswith("_")}
+    from pypto_tune.tools.service import TuningService
+
+    return {n for n in dir(TuningService) if not n.startswith("_") and callable(getattr(TuningService, n))}
 
 
 def _start_session_default(name: str) -> float:
-    tree = ast.parse((ROOT / "tools" / "service.py").read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "start_session":
-            args = node.args.kwonlyargs
-            for a, d in zip(args, node.args.kw_defaults):
-                if a.arg == name and isinstance(d, ast.Constant):
-                    return float(d.value)
-    raise AssertionError(f"start_session has no default for {name}")
+    import inspect
+
+    from pypto_tune.tools.service import TuningService
+
+    param = inspect.signature(TuningService.start_session).parameters.get(name)
+    if param is None or param.default is inspect.Parameter.empty:
+        raise AssertionError(f"start_session has no default for {name}")
+    return float(param.default)
 
 
 OPS = _service_ops() | EXTRA_TOOLS

@@ -1,0 +1,209 @@
+"""Rounds: a change is admitted, verified, measured and judged; kept or rolled back byte for byte."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pypto_tune.tools import gates, rules
+from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.ledger import now_iso
+from pypto_tune.tools.patching import (
+    extract_knobs,
+    knob_delta,
+    plan_diff_edit,
+    plan_knob_edit,
+)
+from pypto_tune.tools.results import (
+    PatchResult,
+    RecordResult,
+    RevertResult,
+)
+from pypto_tune.tools.state import SessionState
+
+from pypto_tune.tools.operations.base import (
+    OperationsBase, _Handle, _describe, _next_round, _patch_row, code_hash,
+)
+
+
+from pypto_tune.tools.operations.reporting import render_status_board
+
+log = logging.getLogger("pypto_tune.service")
+
+
+class RoundOps(OperationsBase):
+    """apply_tuning_patch, revert_patch, record_round."""
+
+    def apply_tuning_patch(self, session_id: str, *, catalog_id: str, rationale: str, knob: str | None = None,
+                           value: Any = None, target: str | None = None, diff: str | None = None,
+                           algorithm: bool = False) -> PatchResult:
+        """Change exactly one knob (structured ``knob``+``value``, or a unified ``diff``) and open a round."""
+        h = self._find(session_id)
+        st = self._state(h, session_id)
+        self._gate(h, st, "apply_tuning_patch", catalog_id=catalog_id, algorithm=algorithm)
+        if not rationale or not rationale.strip():
+            raise InputError("rationale is required: say which analysis row or symptom led to this change (R10)",
+                             hint="e.g. 'AIV util 12 %, tasks 0.9 µs: bigger vector tile (F-10)'")
+        if (diff is None) == (knob is None):
+            raise InputError("give either knob (+ value, optional target) or diff, not both/neither",
+                             hint="list_knobs shows the knob ids")
+        correction = st.open_round is not None
+        base_sources = st.expected_sources
+        if diff is not None:
+            plan = plan_diff_edit(base_sources, diff)
+        else:
+            plan = plan_knob_edit(base_sources, knob, value, target)
+        if plan.new_sources == base_sources:
+            raise InputError("the patch changes nothing", hint="choose a different value; list_knobs shows current ones")
+        # The one-change rule compares the candidate with the last KEPT state (E.1.2), not the failed attempt.
+        reference = st.open_round.patches[0]["before_sources"] if correction else st.kept_sources
+        delta = knob_delta(reference, plan.new_sources)
+        kind = "algorithm" if algorithm else "config"
+        try:
+            gates.check_one_change(delta, algorithm=algorithm,
+                                   first_knobs=[c["knob_id"] for c in st.open_round.patches[0]["knob_changes"]]
+                                   if correction else None)
+        except GateRefusal as refusal:
+            raise self._refuse(h, st.id, "apply_tuning_patch", refusal) from None
+        if not algorithm and len(delta) == 1:
+            served = _knob_catalog_ids(plan.new_sources, delta[0].knob_id)
+            if served and catalog_id not in served:
+                raise self._refuse(h, st.id, "apply_tuning_patch", GateRefusal(
+                    "catalog-stage", f"knob {delta[0].knob_id} serves {', '.join(served)}, not {catalog_id}",
+                    allowed=["apply_tuning_patch", "list_knobs"],
+                    hint="cite the catalogue id the change belongs to (list_knobs shows each knob's ids)"))
+        new_hash = code_hash(plan.new_sources)
+        self._write(h, st, plan.new_sources, "apply_tuning_patch")
+        round_no = st.open_round.number if correction else _next_round(st)
+        with h.ledger.transaction() as tx:
+            if not correction:
+                tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage or "",
+                          outer_round=st.outer_round, kind=kind, catalog_id=catalog_id,
+                          change=_describe(delta) or f"algorithm change ({catalog_id})", rationale=rationale,
+                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+            tx.insert("patches", **_patch_row(st.id, kind="correction" if correction else "tuning",
+                                              round_no=round_no, before=base_sources, after=plan.new_sources,
+                                              note=rationale, catalog_id=catalog_id, diff=plan.diff,
+                                              changes=delta))
+        st2 = self._state(h, session_id)
+        return PatchResult(
+            **self._base(st2, f"round {round_no}: {_describe(delta) or 'algorithm change'}; verify it with "
+                         "run_precision_check"),
+            round=round_no, kind="correction" if correction else kind, knob_changes=delta, diff=plan.diff,
+            code_hash=new_hash,
+        )
+
+    def revert_patch(self, session_id: str, *, notes: str = "") -> RevertResult:
+        """Roll the open round back to the last kept state byte-for-byte (or undo an external edit)."""
+        h = self._find(session_id)
+        st = self._state(h, session_id)
+        self._gate(h, st, "revert_patch")
+        disk = self._disk_sources(h, st)
+        if st.open_round is None:
+            # Only reachable under drift (the gate refuses otherwise): restore what the server last wrote.
+            self._write(h, st, st.expected_sources, "revert_patch")
+            h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
+                                                    after=st.expected_sources, note="external edit reverted"))
+            st2 = self._state(h, session_id)
+            return RevertResult(**self._base(st2, "external edit reverted; the server's sources are restored"),
+                                round=None, restored_hash=st.current_hash)
+        decision, result_type, error = _abandon_outcome(st)
+        restored = self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=None,
+                                     delta_pct=None, error=error, notes=notes or "reverted by revert_patch")
+        st2 = self._state(h, session_id)
+        self._judge_stage(h, st2)
+        st2 = self._state(h, session_id)
+        return RevertResult(**self._base(st2, f"round {st.open_round.number} rolled back ({result_type}); "
+                                         "source restored to the last kept state"),
+                            round=st.open_round.number, restored_hash=restored, decision=decision)
+
+    def _close_round(self, h: _Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,
+                     after_us: float | None, delta_pct: float | None, error: str, notes: str) -> str:
+        """Write the decision; when not kept, restore the kept sources (with the current debug state) first."""
+        assert st.open_round is not None
+        n = st.open_round.number
+        restored_hash = st.current_hash
+        target = st.kept_sources if decision != "kept" else None
+        if target is not None:
+            self._write(h, st, target, "revert")  # before the transaction: the intent must be on record first
+        with h.ledger.transaction() as tx:
+            if target is not None:
+                restored_hash = code_hash(target)
+                tx.insert("patches", **_patch_row(st.id, kind="revert", round_no=n, before=disk, after=target,
+                                                  note=f"round {n} rolled back ({result_type})"))
+            tx.insert("round_decisions", session_id=st.id, number=n, at=now_iso(), decision=decision,
+                      result_type=result_type, after_us=after_us, delta_pct=delta_pct, error_output=error[-4000:],
+                      notes=notes, restored_hash=restored_hash)
+            cat = st.open_round.row["catalog_id"]
+            group = rules.STAGES_BY_NAME.get(st.open_round.row["stage"])
+            if group and group.group in ("frontend", "swimlane", "incore") and cat != "MANUAL":
+                tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group.group,
+                          catalog_id=cat, status="tried" if decision != "failed" else "failed",
+                          reason=f"round {n}: {result_type}", round=n)
+        return restored_hash
+
+    def record_round(self, session_id: str, *, notes: str = "") -> RecordResult:
+        """Judge the open round from the server's own measurement and keep or roll back (R12/R13/R14)."""
+        h = self._find(session_id)
+        st = self._state(h, session_id)
+        self._gate(h, st, "record_round")
+        assert st.open_round is not None
+        r = st.open_round
+        disk = self._disk_sources(h, st)
+        last_prec = r.precision[-1] if r.precision else None
+        measurement = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
+        before = st.kept_us
+        after = delta = None
+        if last_prec is not None and last_prec["code_hash"] == st.current_hash and last_prec["verdict"] != "passed":
+            decision, result_type = "failed", last_prec["result_type"] or "precision-failure"
+            error = last_prec["key_output"] + ("\n" + last_prec["reason"] if last_prec["reason"] else "")
+        elif measurement is not None and not measurement["valid"]:
+            decision, result_type = "failed", "runtime-error"
+            error = "invalid measurement: " + "; ".join(measurement["invalid_reasons"])
+        else:
+            assert measurement is not None and before is not None
+            j = rules.judge_measurement(before, list(measurement["samples"]), st.run_mode)
+            after, delta, result_type = j.after_us, j.delta_pct, j.result_type
+            decision = "kept" if j.result_type == "gain" else "reverted"
+            error = ""
+            notes = "; ".join(x for x in [notes, j.note, f"noise margin {j.margin_pct:.2f} %"
+                                          if st.run_mode == "npu" else ""] if x)
+        self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
+                          delta_pct=delta, error=error, notes=notes)
+        st2 = self._state(h, session_id)
+        verdict = self._judge_stage(h, st2)
+        st2 = self._state(h, session_id)
+        c = st2.counters.get(r.row["stage"])
+        sdef = rules.STAGES_BY_NAME.get(r.row["stage"])
+        msg = f"round {r.number}: {decision} ({result_type}"
+        msg += f", {delta:+.2f} %)" if delta is not None else ")"
+        if verdict:
+            msg += f"; {verdict}"
+        try:
+            board = render_status_board(self.snapshot(session_id), "en")
+        except Exception:  # the decision is recorded; a rendering bug must not turn it into an error
+            log.exception("status board rendering failed")
+            board = ""
+        return RecordResult(
+            **self._base(st2, msg), round=r.number, before_us=before, after_us=after, delta_pct=delta,
+            decision=decision, result_type=result_type, finished=st2.finished, best_us=st2.kept_us,
+            target_us=st2.target_us, stage_consecutive_no_gain=c.consecutive_no_gain if c else 0,
+            stage_threshold=sdef.no_gain_threshold if sdef else 0, board=board,
+        )
+
+
+
+def _knob_catalog_ids(sources: dict[str, str], knob_id: str) -> list[str]:
+    for k in extract_knobs(sources):
+        if k.id == knob_id:
+            return list(k.catalog_ids)
+    return []
+
+
+def _abandon_outcome(st: SessionState) -> tuple[str, str, str]:
+    r = st.open_round
+    assert r is not None
+    last = r.precision[-1] if r.precision else None
+    if last is not None and last["verdict"] != "passed" and last["code_hash"] == st.current_hash:
+        return "failed", last["result_type"] or "precision-failure", last["key_output"]
+    return "reverted", "abandoned", ""
