@@ -85,6 +85,12 @@ class KnobValueError(PatchError):
         super().__init__(f"{message} (rule {rule}; legal: {legal})", hint=hint)
 
 
+class TreeError(PyptoTuneError):
+    """The workspace tree cannot be accounted for (too large, a link out of it, a recorded copy altered)."""
+
+    code = "tree"
+
+
 class RunError(PyptoTuneError):
     """The test command could not be started at all (missing interpreter, bad cwd...)."""
 

@@ -52,9 +52,11 @@ def time_limit_exceeded(st: SessionState) -> bool:
     return time.time() - started > float(st.session["time_limit_h"]) * 3600.0
 
 
-def check(tool: str, st: SessionState, *, disk_raw_hash: str, **kw: Any) -> None:
-    """Raise the first GateRefusal that applies to ``tool`` in ``st``."""
-    drift = disk_raw_hash != st.expected_raw_hash
+def check(tool: str, st: SessionState, *, drift: str = "", **kw: Any) -> None:
+    """Raise the first GateRefusal that applies to ``tool`` in ``st``.
+
+    ``drift`` describes how the workspace differs from the recorded state ('' = it does not).
+    """
     if tool in READ_ONLY:
         if tool == "analyze_bubbles" and st.open_round is not None and not has_pass(st):
             raise _refuse("precision-first", "the open round's code has no passing precision record yet", st,
@@ -66,8 +68,9 @@ def check(tool: str, st: SessionState, *, disk_raw_hash: str, **kw: Any) -> None
                           "comes after termination", st, "reach an exit condition, or stop_session(reason) when the "
                           "user asks to stop; get_status shows the live board")
         if drift:
-            raise _refuse("drift", "operator files changed outside the server; restoring the debug options now "
-                          "would overwrite that edit", st, "undo the external edit (or copy it away), then retry")
+            raise _refuse("drift", f"the workspace changed outside the server ({drift}); restoring the debug "
+                          "options now could overwrite that edit", st,
+                          "undo the external edit (or copy it away), then retry")
         return
     if st.finished:
         raise _refuse("finished", f"the session has terminated ({st.finish_reason or st.level1}); only reporting "
@@ -76,23 +79,26 @@ def check(tool: str, st: SessionState, *, disk_raw_hash: str, **kw: Any) -> None
         adopting = tool == "run_precision_check" and kw.get("adopt_drift")
         if not adopting and tool != "revert_patch":
             raise GateRefusal(
-                "drift", "the operator files on disk differ from the last state the server wrote (an edit made "
-                "behind its back, or an interrupted write); tuning is blocked", allowed=DRIFT_ALLOWED,
-                hint="revert_patch restores the server's sources byte-for-byte; run_precision_check(adopt_drift="
-                "true) adopts the edit as a manual round, verified like any other change")
+                "drift", f"the workspace differs from the state the server recorded ({drift}): an edit made behind "
+                "its back, or an interrupted write; tuning is blocked", allowed=DRIFT_ALLOWED,
+                hint="revert_patch restores every recorded file byte-for-byte (files added since are moved to "
+                ".pypto-tune/quarantine/); during tuning, run_precision_check(adopt_drift=true) adopts an edit of "
+                "the operator files that is exactly one legal knob change, as a manual round")
         if adopting and st.open_round is not None:
             raise _refuse("round-open", "cannot adopt an external edit while a round is open", st,
                           "revert_patch first (it also undoes the external edit)")
         return
 
     if tool == "run_precision_check":
-        if st.awaiting_user and not kw.get("confirm_retry"):
+        if st.awaiting_user:
             raise GateRefusal(
                 "baseline-retry", f"the baseline precision check failed {st.baseline_failures} times; the operator "
-                "must not be fixed by the tuner and the user must decide (R5)",
-                allowed=["run_precision_check(confirm_retry=true)", "get_status"],
-                hint="ask the user; only with their explicit confirmation call run_precision_check(confirm_retry="
-                "true)")
+                "must not be fixed by the tuner and a person must decide whether to retry (R5). An agent's own "
+                "confirm_retry=true is not that person's answer",
+                allowed=["get_status", "stop_session"],
+                hint="ask the user: in a client with elicitation the server asks them on this call; otherwise they "
+                f"type `pypto-tune confirm --workspace {st.session['workspace']}` in a terminal, then call "
+                "run_precision_check again")
         return
 
     if tool == "enable_runtime_debug":
@@ -197,25 +203,6 @@ def check(tool: str, st: SessionState, *, disk_raw_hash: str, **kw: Any) -> None
     raise _refuse("sequence", f"unknown operation {tool}", st)
 
 
-def check_one_change(delta: list[Any], *, algorithm: bool, first_knobs: list[str] | None) -> None:
-    """R9: exactly one knob differs from the last kept state (a correction must touch the same knob)."""
-    ids = [c.knob_id for c in delta]
-    if algorithm:
-        return
-    if not delta:
-        raise GateRefusal("one-change", "the patch changes no recognised tuning knob (a structural edit)",
-                          allowed=["apply_tuning_patch", "list_knobs"],
-                          hint="change one knob from list_knobs; structural edits are algorithm-level (R23)")
-    if len(delta) > 1:
-        raise GateRefusal("one-change", f"the patch changes {len(delta)} knobs at once: {', '.join(ids)}",
-                          allowed=["apply_tuning_patch", "list_knobs"],
-                          hint="split it: one knob per round, each verified and measured on its own")
-    if first_knobs is not None and ids != first_knobs:
-        raise GateRefusal("correction-limit", f"a correction must adjust the round's own knob {first_knobs}, "
-                          f"not {ids}", allowed=["apply_tuning_patch", "record_round", "revert_patch"],
-                          hint="correct the same knob, or roll the round back")
-
-
 def global_stop_reason(st: SessionState) -> str:
     """R14b, evaluated at every JUDGE: target, utilisation+bubble on active cores (E.2), time limit."""
     if st.kept_us is not None and st.target_us is not None and st.kept_us <= st.target_us:
@@ -254,7 +241,7 @@ def allowed_actions(st: SessionState) -> list[str]:
         return ["render_report", "get_status"]
     if st.level1 == "S1_SETUP":
         if st.awaiting_user:
-            return ["run_precision_check(confirm_retry=true) once the user confirms", "get_status"]
+            return ["ask the user (pypto-tune confirm, or the client's elicitation)", "get_status", "stop_session"]
         return ["run_precision_check", "get_status"]
     if st.level1 == "S2_COLLECT":
         return (["collect_swimlane"] if st.debug_enabled else ["enable_runtime_debug"]) + ["get_status"]

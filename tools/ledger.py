@@ -104,17 +104,57 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             tool TEXT NOT NULL, before_sources TEXT NOT NULL, after_sources TEXT NOT NULL);
         """,
     ),
+    (
+        3,
+        "the whole workspace tree, what each run executed, questions for a person, admissions, trials",
+        # Issue #10: a verdict bound to the operator files alone could be had by rewriting the harness, and a run
+        # on the live workspace could execute bytes swapped in while it ran. The session now records every file a
+        # run can read (tree_files; copies in .pypto-tune/blobs/), each run executes a private copy of that state
+        # (runs.exec_hash names it; runs.tampered lists files that changed in the copy during the run).
+        # questions: what the server asked a person (R5 retry); confirmations.source says who answered (the MCP
+        # client's elicitation or `pypto-tune confirm` typed at a terminal), never the agent's own argument.
+        # admissions: how every change was accounted for (tools/admission.py). corrections: a test command fixed
+        # before the baseline passed. trials: candidates of run_candidates batches (issue #12).
+        """
+        CREATE TABLE tree_files(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), path TEXT NOT NULL,
+            sha256 TEXT NOT NULL, size INTEGER NOT NULL, executable INTEGER NOT NULL, link TEXT,
+            role TEXT NOT NULL);
+        ALTER TABLE runs ADD COLUMN exec_hash TEXT;
+        ALTER TABLE runs ADD COLUMN exec_dir TEXT;
+        ALTER TABLE runs ADD COLUMN tampered TEXT;
+        ALTER TABLE runs ADD COLUMN batch TEXT;
+        ALTER TABLE confirmations ADD COLUMN source TEXT;
+        ALTER TABLE confirmations ADD COLUMN question_id INTEGER;
+        ALTER TABLE measurements ADD COLUMN per_kernel TEXT;
+        CREATE TABLE questions(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            kind TEXT NOT NULL, text TEXT NOT NULL, info TEXT NOT NULL);
+        CREATE TABLE admissions(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            round INTEGER, path TEXT NOT NULL, verdict TEXT NOT NULL, knob_id TEXT, info TEXT NOT NULL);
+        CREATE TABLE corrections(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            field TEXT NOT NULL, before_value TEXT NOT NULL, after_value TEXT NOT NULL, reason TEXT NOT NULL);
+        CREATE TABLE trials(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            batch TEXT NOT NULL, candidate TEXT NOT NULL, round INTEGER, outcome TEXT NOT NULL,
+            operator_time_us REAL, info TEXT NOT NULL);
+        """,
+    ),
 ]
 
 APPEND_ONLY_TABLES = (
     "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
     "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "write_intents",
+    "tree_files", "questions", "admissions", "corrections", "trials",
 )
 
 _JSON_COLUMNS = {
     "operator_files", "test_command", "device_ids", "original_sources", "config", "argv", "env", "output_dirs",
     "command", "invalid_reasons", "samples", "analysis", "run_ids", "suggestions", "before_sources",
-    "after_sources", "knob_changes", "summary",
+    "after_sources", "knob_changes", "summary", "tampered", "info", "per_kernel", "candidate", "before_value",
+    "after_value",
 }
 
 

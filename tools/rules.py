@@ -72,6 +72,20 @@ RULES: list[Rule] = [
     Rule(id="algorithm", source="R23", text_en="Algorithm-level changes only after the configuration stages "
          "converged without reaching the target; one at a time, with one catalogue id.",
          text_zh="算法级修改仅在配置阶段收敛仍未达标后进行；每次一个，并引用一个目录编号。"),
+    Rule(id="legality", source="C", text_en="Every change is checked against domain C on the effective value of every "
+         "tiling call, loop and view it affects, whichever way it was written (structured edit, diff or adopted edit); "
+         "values the server cannot evaluate pass as unchecked and are recorded so.",
+         text_zh="每次修改都按领域规则 C 检查其影响到的每个 tile 调用、循环与 view 的实际取值（无论以结构化修改、diff 还是采纳外部修改提交）；"
+         "服务器无法求值的取值记为“未检查”。"),
+    Rule(id="no-retry", source="R19", text_en="A change that failed, regressed or brought no gain is never tried again: "
+         "the same code (by meaning), or the same knob and value from the same kept state, is refused with the round "
+         "that tried it.", text_zh="失败、退化或无收益的修改不再重试：相同语义的代码，或在同一保留状态上的相同参数与取值，"
+         "会被拒绝并指出尝试过它的轮次。"),
+    Rule(id="confirmation", source="R5", text_en="A question the server asks a person (retry a baseline that failed "
+         "3 times) is answered by that person: through the client's elicitation, or `pypto-tune confirm` typed at a "
+         "terminal; the agent's own argument is not an answer.",
+         text_zh="服务器向用户提出的问题（基线失败 3 次后是否重试）必须由用户本人回答：通过客户端的交互确认（elicitation），"
+         "或在终端中输入 `pypto-tune confirm`；智能体自己传入的参数不算回答。"),
     Rule(id="busy", source="—", text_en="A run is in progress for this session; wait for its job.",
          text_zh="本会话有运行中的任务，请等待其完成。"),
     Rule(id="session-lock", source="—", text_en="Another server process holds this workspace's session lock; "
@@ -130,35 +144,78 @@ class Judgement(BaseModel):
     after_us: float
     delta_pct: float
     margin_pct: float
+    decisive: bool = True  # False: the noise band still straddles the decision (more samples would help)
     note: str = ""
 
 
-def judge_measurement(before_us: float, samples_us: list[float], run_mode: str) -> Judgement:
+NPU_MIN_REPEATS = 3  # a floor the agent cannot lower (issue #10, attack 9)
+NPU_MAX_SAMPLES_FACTOR = 6  # an ambiguous NPU round takes more repeats (of both states), up to 6 × repeats each
+NPU_Z = 2.5  # confidence multiplier; simulated at σ = 2 %, 3 repeats: a true 5 % gain kept in 99.1 % of rounds, a true
+# 0.5 % one in 1.0 % (z = 2 gave 99.9 % / 3.1 %: too many noise wins; z = 3 lost real 5 % gains)
+MEDIAN_SE_FACTOR = 1.2533  # standard error of a median ≈ 1.2533 σ/√n for normal noise
+
+
+def _rel_se_pct(before: list[float], after: list[float]) -> float:
+    """Standard error (in % of the kept time) of the difference of the two medians, from the pooled spread.
+
+    Pooling matters: three samples alone give a wild σ; the kept state usually has several measurements (baseline,
+    stage re-collections), and both sides share the same noise source (the device)."""
+    mb, ma = statistics.median(before), statistics.median(after)
+    resid = [x / mb - 1.0 for x in before] + [x / ma - 1.0 for x in after]
+    dof = max(len(resid) - 2, 1)
+    sigma = (sum(r * r for r in resid) / dof) ** 0.5
+    return MEDIAN_SE_FACTOR * sigma * (1.0 / len(before) + 1.0 / len(after)) ** 0.5 * 100.0
+
+
+def judge_measurement(before_us: float, samples_us: list[float], run_mode: str,
+                      before_samples: list[float] | None = None, *, final: bool = True) -> Judgement:
     """Keep/revert from the server's own samples against the last kept state (E.1 resolved).
 
-    SIM is deterministic, so a gain is any strict improvement. On the NPU the median of the repeats must improve by
-    more than max(2σ, 1 %) of it; with fewer than three repeats the single-shot noise bound of 4 % applies.
-    "Equal" is not a gain (the skill keeps equal results; we revert them so that every kept change earned its place).
+    SIM is deterministic, so a gain is any strict improvement. On the NPU the decision needs confidence: with the
+    difference of the medians ``d`` and its standard error ``se`` (pooled from the kept state's samples and the
+    round's), a gain is ``d + z·se < −1 %`` (surely better by more than 1 %), a regression ``d − z·se > +1 %``, and
+    no-gain ``d − z·se > −1 %`` (surely not 1 % better), z = 2.5. Anything else is not decisive: the caller measures
+    both states again (``collect_swimlane`` takes up to 6 × ``repeats`` samples of each); when ``final`` an
+    undecided change is not kept. This is stricter than E.1's "median better by max(2σ, 1 %)", which kept 7 % of
+    true 0.5 % changes at σ = 2 % in simulation. Without samples of the kept state (legacy) the round's own σ is used;
+    a single-shot comparison needs 4 %. "Equal" is never a gain: every kept change earned its place.
     """
     after = statistics.median(samples_us)
     delta_pct = (after - before_us) / before_us * 100.0 if before_us else 0.0
-    if run_mode == "sim":
-        margin = 0.0
-    elif len(samples_us) >= 3:
-        sigma = statistics.pstdev(samples_us)
-        margin = max(2 * sigma / after * 100.0 if after else 0.0, NPU_MIN_MARGIN_PCT)
-    else:
-        margin = NPU_SINGLE_SHOT_MARGIN_PCT
     note = ""
-    if delta_pct < -margin:
-        kind: Literal["gain", "no-gain", "regression"] = "gain"
-        if run_mode == "sim" and -delta_pct < SIM_TRANSFER_WARN_PCT:
-            note = f"gain of {-delta_pct:.2f} % is below {SIM_TRANSFER_WARN_PCT} %: may not transfer to the NPU"
-    elif delta_pct > margin:
-        kind = "regression"
+    if run_mode == "sim":
+        if delta_pct < 0:
+            kind: Literal["gain", "no-gain", "regression"] = "gain"
+            if -delta_pct < SIM_TRANSFER_WARN_PCT:
+                note = f"gain of {-delta_pct:.2f} % is below {SIM_TRANSFER_WARN_PCT} %: may not transfer to the NPU"
+        else:
+            kind = "regression" if delta_pct > 0 else "no-gain"
+        return Judgement(result_type=kind, after_us=after, delta_pct=delta_pct, margin_pct=0.0, note=note)
+    before = list(before_samples or [])
+    if len(before) + len(samples_us) >= 4 and before:
+        se = _rel_se_pct(before, samples_us)
+    elif len(samples_us) >= 3:
+        se = statistics.pstdev(samples_us) / after * 100.0 if after else 0.0
     else:
-        kind = "no-gain"
-    return Judgement(result_type=kind, after_us=after, delta_pct=delta_pct, margin_pct=margin, note=note)
+        se = NPU_SINGLE_SHOT_MARGIN_PCT / 2
+    lo, hi = delta_pct - NPU_Z * se, delta_pct + NPU_Z * se
+    margin = max(2 * se, NPU_MIN_MARGIN_PCT)
+    if hi < -NPU_MIN_MARGIN_PCT:
+        kind, decisive = "gain", True
+    elif lo > NPU_MIN_MARGIN_PCT:
+        kind, decisive = "regression", True
+    elif lo > -NPU_MIN_MARGIN_PCT:
+        kind, decisive = "no-gain", True
+    else:
+        decisive = False
+        kind = "gain" if delta_pct < -margin else "regression" if delta_pct > margin else "no-gain"
+    if not decisive and final:
+        # The change did not prove itself within the sample budget: it is not kept (no-gain), whatever the median.
+        kind = "regression" if delta_pct > margin else "no-gain"
+        note = (f"not decisive after {len(samples_us)} samples (±{NPU_Z * se:.2f} %): not kept — a gain must be "
+                "shown beyond the noise")
+    return Judgement(result_type=kind, after_us=after, delta_pct=delta_pct, margin_pct=margin, decisive=decisive,
+                     note=note)
 
 
 def classify_failure(verdict: str, key_output: str) -> Literal[

@@ -7,16 +7,22 @@ function of the rows, so the rules can be tested without running anything.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from pypto_tune.tools import rules
+from pypto_tune.tools.codestate import FileEntry, entries_for_sources
 from pypto_tune.tools.ledger import Ledger, Row
 
 TABLES = (
     "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
-    "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations",
+    "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "tree_files", "questions",
+    "admissions", "corrections", "trials",
 )
+
+
+PERSON_SOURCES = ("elicitation", "cli")
 
 
 @dataclass
@@ -75,6 +81,11 @@ class SessionState:
     checklist: dict[tuple[str, str], Row]  # (stage_group, catalog_id) -> latest mark
     finish_reason: str | None
     rows: dict[str, list[Row]]
+    tree: dict[str, FileEntry] = field(default_factory=dict)  # every workspace file at session start (empty: legacy)
+    test_command: list[str] = field(default_factory=list)  # as corrected before the baseline passed
+    pending_question: Row | None = None  # what the server asked a person and is waiting for (R5)
+    kept_samples: list[float] = field(default_factory=list)  # every sample ever measured on the kept code
+    device: str = "0"  # the chip the next run uses (R5 rotation; a chip that works stays in use until it fails)
 
     @property
     def id(self) -> str:
@@ -88,9 +99,19 @@ class SessionState:
     def finished(self) -> bool:
         return self.level1 in ("S5_REPORT", "DONE")
 
+    @property
+    def expected_tree(self) -> dict[str, FileEntry]:
+        """The tree the workspace must hold now: the recorded files with the operator files as the server wrote them.
+        Legacy sessions (recorded before the whole tree was) know only the operator files."""
+        if not self.tree:
+            return entries_for_sources(self.expected_sources, {})
+        return entries_for_sources(self.expected_sources, self.tree)
+
     def last_valid_measurement(self, code_hash: str | None = None) -> Row | None:
+        """The newest valid measurement (of ``code_hash`` if given); kept-state reference samples that an NPU
+        round took for its decision (round −2) are not what an agent analyses."""
         for m in reversed(self.rows["measurements"]):
-            if m["valid"] and (code_hash is None or m["code_hash"] == code_hash):
+            if m["valid"] and m["round"] != -2 and (code_hash is None or m["code_hash"] == code_hash):
                 return m
         return None
 
@@ -137,7 +158,10 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
 
     # R5: consecutive baseline failures, reset by a pass or by an explicit user confirmation. A confirmation row's
     # detail holds the id of the last precision record it answered, which orders the two tables without clocks.
-    confirmed_upto = max((int(c["detail"]) for c in rows["confirmations"] if c["kind"] == "baseline-retry"),
+    # Only a person's answer counts (MCP elicitation answered in the client, or `pypto-tune confirm` typed at a
+    # terminal): an agent's own argument never resets the count (issue #10, attack 8).
+    confirmed_upto = max((int(c["detail"]) for c in rows["confirmations"] if c["kind"] == "baseline-retry"
+                          and c.get("source") in PERSON_SOURCES),
                          default=0)
     failures = 0
     for r in rows["precision_records"]:
@@ -179,13 +203,12 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
             kept_hash, kept_raw, kept_sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
             if n is not None:
                 best_round = int(n)
-    kept_us = None
-    for m in rows["measurements"]:
-        # round 0 = baseline, round -1 = a stage's entry re-collection (R15), both of the kept code.
-        if m["valid"] and m["code_hash"] == kept_hash and (
-            m["round"] <= 0 or decisions.get(int(m["round"]), {}).get("decision") == "kept"
-        ):
-            kept_us = float(m["operator_time_us"])
+    # The kept time is the median of EVERY sample ever measured on the kept code (baseline, stage re-collections,
+    # the round that kept it), never the latest or the best one: re-collecting until noise gives a good number
+    # moves nothing (issue #10, attack 9).
+    kept_samples = [float(x) for m in rows["measurements"] if m["valid"] and m["code_hash"] == kept_hash
+                    for x in (m["samples"] or [m["operator_time_us"]])]
+    kept_us = statistics.median(kept_samples) if kept_samples else None
 
     counters: dict[str, StageCounters] = {}
     for r in rows["rounds"]:
@@ -204,7 +227,7 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     stage_measured = stage_analyzed = False
     if stage is not None and stage_entry_id is not None:
         # A stage name is entered once, so "measured in this stage" needs no clock comparison.
-        stage_ms = [m for m in rows["measurements"] if m["stage"] == stage and m["valid"] and m["round"] < 0]
+        stage_ms = [m for m in rows["measurements"] if m["stage"] == stage and m["valid"] and m["round"] == -1]
         if rules.STAGES_BY_NAME[stage].group in ("frontend", "algorithm"):
             # FRONTEND reuses the S2/S3 baseline data (R15): the S3 analysis is its entry analysis.
             stage_measured = baseline is not None
@@ -219,7 +242,18 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     for mark in rows["checklist_marks"]:
         checklist[(mark["stage_group"], mark["catalog_id"])] = mark
 
+    tree = {r["path"]: FileEntry(path=r["path"], sha256=r["sha256"], size=int(r["size"]),
+                                 executable=bool(r["executable"]), link=r["link"]) for r in rows["tree_files"]}
+    command = list(session["test_command"])
+    for c in rows["corrections"]:
+        if c["field"] == "test_command":
+            command = list(c["after_value"])
+    answered = {int(c["question_id"]) for c in rows["confirmations"] if c.get("question_id") is not None}
+    pending = next((q for q in reversed(rows["questions"]) if int(q["id"]) not in answered), None)
+
     return SessionState(
+        device=_current_device(rows, [str(d) for d in session["device_ids"]]), kept_samples=kept_samples,
+        tree=tree, test_command=command, pending_question=pending if awaiting else None,
         session=session, level1=level1, stage=stage, outer_round=outer, current_hash=current_hash,
         expected_raw_hash=raw_hash, expected_sources=sources, debug_enabled=debug_enabled,
         debug_baseline=debug_baseline, env_ok=env_ok, env_batches=len(batches), passed_hashes=passed,
@@ -229,6 +263,25 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
         counters=counters, stage_entry_transition_id=stage_entry_id, stage_measured=stage_measured,
         stage_analyzed=stage_analyzed, checklist=checklist, finish_reason=finish_reason, rows=rows,
     )
+
+
+def _current_device(rows: dict[str, list[Row]], pool: list[str]) -> str:
+    """The chip of the next run: the first of the pool, then the one after a chip that failed a baseline precision
+    run (R5: retry on another card) or hung until the timeout; a chip that works stays in use until it fails
+    (an emulated box showed runs going back to the failed chip 0 after chip 1 had passed, issue #13)."""
+    if not pool:
+        return "0"
+    device = pool[0]
+    failed_baseline = {int(p["run_id"]) for p in rows["precision_records"]
+                       if p["round"] is None and p["verdict"] != "passed" and p["run_id"] is not None}
+    for r in rows["runs"]:
+        used = str(r["device_id"]) if r["device_id"] is not None else device
+        if r["timed_out"] or int(r["id"]) in failed_baseline:
+            i = pool.index(used) if used in pool else -1
+            device = pool[(i + 1) % len(pool)]
+        elif r["exit_code"] == 0:
+            device = used if used in pool else device
+    return device
 
 
 def checklist_status(state: SessionState, group: str, catalog_ids: list[str]) -> list[tuple[str, str, str]]:

@@ -4,11 +4,13 @@ real PyPTO simulator running our softmax fixture. One session walks the whole lo
 from __future__ import annotations
 
 import difflib
+import json
 import sqlite3
 from pathlib import Path
 
 import anyio
 import pytest
+from mcp.types import ResourceLink
 
 from tests.conftest import sim_command
 from tests.server.mcp_client import connect
@@ -61,9 +63,20 @@ def test_a_whole_session_enforces_every_gate(softmax_ws: Path) -> None:
             assert base_m["state"] == "S3_ANALYZE"
             assert "GATE sequence:" in await s.refused("collect_swimlane", session_id=sid)
 
-            an = await s.ok("analyze_bubbles", session_id=sid, lang="en")
+            res = await s.call("analyze_bubbles", session_id=sid, lang="en")
+            an = res.structured_content
             assert an["state"] == "S4_TUNE" and an["stage"] == "FRONTEND"
             assert Path(an["report_path"]).is_file()
+            # a summary under 8 KB, and the whole analysis of that measurement one resource read away
+            assert len(res.model_dump_json(by_alias=True, exclude_none=True)) <= 8 * 1024
+            assert an["measurement_id"] == base_m["measurement_id"]
+            uri = f"pypto-tune://sessions/{sid}/analyses/{base_m['measurement_id']}"
+            assert an["detail_uri"] == uri
+            assert [str(b.uri) for b in res.content if isinstance(b, ResourceLink)] == [uri]
+            whole = json.loads((await s.client.read_resource(uri)).contents[0].text)
+            assert whole["measurement_id"] == base_m["measurement_id"] and whole["valid"] is True
+            assert len(whole["analysis"]["cores"]) == an["cores_total"]
+            assert whole["operator_time_us"] == pytest.approx(an["operator_time_us"], abs=1e-3)
 
             # R9: one knob per round; R10: the id must belong to the stage.
             src = (softmax_ws / "softmax.py").read_text()
@@ -105,15 +118,20 @@ def test_a_whole_session_enforces_every_gate(softmax_ws: Path) -> None:
             assert r2["decision"] == "reverted" and r2["result_type"] == "regression" and r2["delta_pct"] > 0
             assert (softmax_ws / "softmax.py").read_text() == kept_src
 
-            # A compile failure: recorded with its cause and rolled back; one correction was on offer.
-            await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[4, 32, 256], catalog_id="F-10",
-                       rationale="one tile per body")
-            bad = await s.ok("run_precision_check", session_id=sid)
-            assert bad["verdict"] in ("error", "failed")
-            assert any("correction" in a for a in bad["next_actions"])
-            r3 = await s.ok("record_round", session_id=sid)
-            assert r3["decision"] == "failed" and r3["result_type"] == "compile-failure"
+            # C/F-10: a tile that cannot fit the unified buffer is refused before anything is written or run
+            # (it used to compile-fail in a round), whichever way it is written.
+            tile_diff = "".join(difflib.unified_diff(
+                kept_src.splitlines(True), kept_src.replace("set_vec_tile_shapes(1, 8, 256)",
+                                                            "set_vec_tile_shapes(4, 32, 256)").splitlines(True),
+                "a/softmax.py", "b/softmax.py"))
+            for args in ({"knob": VEC, "value": [4, 32, 256]}, {"diff": tile_diff}):
+                msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-10",
+                                      rationale="one tile per body", **args)
+                assert "GATE legality:" in msg and "128 KB" in msg
             assert (softmax_ws / "softmax.py").read_text() == kept_src
+            # R19: the regression of round 2 is never tried again, written differently or not.
+            assert "GATE no-retry:" in await s.refused("apply_tuning_patch", session_id=sid, knob=VEC,
+                                                       value=[1, 4, 256], catalog_id="F-10", rationale="again")
 
             # Drift: an edit behind the server's back blocks tuning until reverted.
             (softmax_ws / "softmax.py").write_text(kept_src.replace("TILE_B = 4", "TILE_B = 8"))
@@ -140,6 +158,6 @@ def test_a_whole_session_enforces_every_gate(softmax_ws: Path) -> None:
             db.execute("UPDATE round_decisions SET decision='kept'")
         rules = {r[0] for r in db.execute("SELECT rule FROM refusals")}
         assert {"goal", "precision-first", "debug-mode", "one-change", "catalog-stage", "verify-after-change",
-                "round-open", "measure-first", "drift", "finished"} <= rules
+                "round-open", "measure-first", "drift", "finished", "legality", "no-retry"} <= rules
 
     anyio.run(scenario)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pypto_tune.tools import gates
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
@@ -18,8 +19,13 @@ from pypto_tune.tools.patching import (
     unified_diff,
     write_sources,
 )
+from pypto_tune.tools.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
+from pypto_tune.tools.errors import TreeError
 from pypto_tune.tools.state import SessionState, derive_state, load_rows
 from pypto_tune.tools.workspace import WorkspaceLock
+
+if TYPE_CHECKING:
+    from pypto_tune.tools.admission import Admission
 
 
 Progress = Callable[[float, str], Awaitable[None]] | None
@@ -45,6 +51,8 @@ class OperationsBase:
         self.python = python
         self._handles: dict[Path, _Handle] = {}
         self._session_ws: dict[str, Path] = {}
+        self._contexts: dict[tuple[str, str], dict[str, str]] = {}
+        self._sem_cache: dict[str, str] = {}
 
     def _handle(self, workspace: Path) -> _Handle:
         if workspace not in self._handles:
@@ -95,10 +103,19 @@ class OperationsBase:
                         and gates.time_limit_exceeded(st)):
                     self._finish(h, st, f"time limit of {st.session['time_limit_h']} h reached")
                     st = self._state(h, st.id)
-            disk = self._disk_sources(h, st)
-            gates.check(tool, st, disk_raw_hash=hash_sources(disk), **kw)
+            gates.check(tool, st, drift=self._drift(h, st), **kw)
         except GateRefusal as refusal:
             raise self._refuse(h, st.id, tool, refusal) from None
+
+    def _drift(self, h: _Handle, st: SessionState) -> str:
+        """'' when the workspace holds exactly the recorded state, else what differs (every file a run can read
+        counts, not only the operator files: a rewritten harness is drift like an edited kernel)."""
+        try:
+            actual = scan_tree(h.workspace, strict=False) if st.tree else _operator_entries(h.workspace, st)
+        except TreeError as exc:
+            return exc.message
+        diff = diff_trees(st.expected_tree, actual)
+        return "" if diff.empty else diff.describe()
 
     def _disk_sources(self, h: _Handle, st: SessionState) -> dict[str, str]:
         try:
@@ -107,6 +124,144 @@ class OperationsBase:
             raise GateRefusal("drift", f"an operator file is missing on disk: {exc}",
                               allowed=["revert_patch", "get_status"],
                               hint="call revert_patch to restore the server's last known sources") from None
+
+    def _restore_tree(self, h: _Handle, st: SessionState) -> str:
+        """Put the recorded state back: the operator files as the server wrote them, every other recorded file from
+        the blob store; files added since are moved to ``.pypto-tune/quarantine/<time>/`` (nothing a person wrote is
+        deleted). Returns what was done besides the operator files."""
+        import shutil
+        import stat as stat_mod
+        from datetime import datetime
+
+        from pypto_tune.tools.codestate import BlobStore
+
+        self._write(h, st, st.expected_sources, "revert_patch")
+        if not st.tree:
+            return ""
+        diff = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False))
+        store = BlobStore(h.workspace)
+        restored: list[str] = []
+        moved: list[str] = []
+        for path in diff.changed + diff.removed:
+            if path in st.expected_sources:
+                continue
+            e = st.tree[path]
+            target = h.workspace / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink() or target.exists():
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                else:
+                    target.unlink()
+            if e.link is not None:
+                os.symlink(e.link, target)
+            else:
+                target.write_bytes(store.get(e.sha256))
+                mode = target.stat().st_mode
+                target.chmod(mode | stat_mod.S_IXUSR if e.executable else mode & ~stat_mod.S_IXUSR)
+            restored.append(path)
+        if diff.added:
+            dest = h.workspace / LEDGER_DIR / "quarantine" / datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+            for path in diff.added:
+                src = h.workspace / path
+                (dest / path).parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(src), str(dest / path))
+                moved.append(path)
+        parts = []
+        if restored:
+            parts.append("restored " + ", ".join(restored))
+        if moved:
+            parts.append(f"moved added files to {LEDGER_DIR}/quarantine/: " + ", ".join(moved))
+        return "; ".join(parts)
+
+    def _context(self, h: _Handle, st: SessionState) -> dict[str, str]:
+        """The workspace's other Python files as recorded at session start (the harness, helpers): never edited,
+        but they decide which names reach the problem (tools/patching/roles.py). Read from the blob store."""
+        key = (str(h.workspace), st.id)
+        cached = self._contexts.get(key)
+        if cached is not None:
+            return cached
+        from pypto_tune.tools.codestate import BlobStore
+
+        store = BlobStore(h.workspace)
+        out: dict[str, str] = {}
+        for path, e in st.tree.items():
+            if path.endswith(".py") and path not in st.expected_sources and e.link is None:
+                try:
+                    out[path] = store.get(e.sha256).decode("utf-8", "surrogateescape")
+                except TreeError:
+                    continue  # a missing blob is caught where it matters: materialising a run
+        self._contexts[key] = out
+        return out
+
+    def _admit(self, h: _Handle, st: SessionState, tool: str, reference: dict[str, str], after: dict[str, str], *,
+               catalog_id: str, algorithm: bool = False, same_knob_as: str | None = None,
+               path: str = "knob") -> "Admission":
+        """The one admission path (tools/admission.py) plus the session's own rules: the catalogue id the knob
+        serves (R10), a correction touches the round's own knob (R11), and a change that already failed or did not
+        pay off from this kept state is never tried again (R19). Refusals are recorded and raised."""
+        from pypto_tune.tools import admission as adm_mod
+        from pypto_tune.tools import rules
+
+        stage = rules.STAGES_BY_NAME.get(st.stage or "")
+        try:
+            adm = adm_mod.admit(reference, after, context=self._context(h, st), algorithm=algorithm,
+                                allow_structural=bool(stage and stage.group == "algorithm" and algorithm))
+            if adm.kind == "knob" and adm.change is not None:
+                if same_knob_as is not None and adm.change.knob_id != same_knob_as:
+                    raise GateRefusal("correction-limit", f"a correction must adjust the round's own knob "
+                                      f"{same_knob_as}, not {adm.change.knob_id}",
+                                      allowed=["apply_tuning_patch", "record_round", "revert_patch"],
+                                      hint="correct the same knob, or roll the round back")
+                served = [c for c in adm.catalog_ids]
+                if catalog_id and stage is not None and stage.group != "algorithm" and served \
+                        and catalog_id not in served:
+                    raise GateRefusal("catalog-stage", f"knob {adm.change.knob_id} serves {', '.join(served)}, not "
+                                      f"{catalog_id}", allowed=["apply_tuning_patch", "list_knobs"],
+                                      hint="cite the catalogue id the change belongs to (list_knobs shows each "
+                                      "knob's ids)")
+            tried = self._tried(st, reference, after, adm)
+            if tried:
+                raise GateRefusal("no-retry", tried, allowed=["apply_tuning_patch", "propose_candidates",
+                                                                "list_knobs", "get_status"],
+                                  hint="failed and fruitless changes are never retried (R19); try another value or "
+                                  "knob — propose_candidates lists untried legal ones")
+        except GateRefusal as refusal:
+            raise self._refuse(h, st.id, tool, refusal) from None
+        h.ledger.insert("admissions", session_id=st.id, at=now_iso(), round=st.open_round.number if st.open_round
+                        else None, path=path, verdict=adm.kind,
+                        knob_id=adm.change.knob_id if adm.change else None, info=adm.model_dump(mode="json"))
+        return adm
+
+    def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
+        """'' or why this change was already tried: the same code (by meaning) was judged and not kept, or the same
+        knob+value was tried from the same kept state."""
+        from pypto_tune.tools.patching._cst import canon
+
+        new_sem = semantic_hash(after)
+        key = (adm.change.knob_id, repr(canon(adm.change.after))) if adm.change else None
+        for r in st.rounds:
+            n = int(r["number"])
+            d = st.decisions.get(n)
+            if d is None or d["decision"] == "kept" or d["result_type"] == "abandoned":
+                continue
+            for p in st.rows["patches"]:
+                if p["round"] != n or p["kind"] not in ("tuning", "correction", "manual-adopt", "trial"):
+                    continue
+                if self._sem(p) == new_sem:
+                    return (f"this exact change was tried in round {n} ({r['change']}) and ended "
+                            f"{d['decision']} ({d['result_type']})")
+                if key and r["before_hash"] == st.kept_hash and any(
+                        (c["knob_id"], repr(canon(c["after"]))) == key for c in p["knob_changes"]):
+                    return (f"{key[0]} = {adm.change.after!r} was tried from this same kept state in round {n} and "
+                            f"ended {d['decision']} ({d['result_type']})")
+        return ""
+
+    def _sem(self, patch: Any) -> str:
+        cached = self._sem_cache.get(patch["after_raw_hash"])
+        if cached is None:
+            cached = self._sem_cache[patch["after_raw_hash"]] = semantic_hash(dict(patch["after_sources"]))
+        return cached
 
     def _base(self, st: SessionState, message: str = "") -> dict[str, Any]:
         return {"session_id": st.id, "state": st.level1, "stage": st.stage, "message": message,
@@ -187,3 +342,29 @@ def _next_round(st: SessionState) -> int:
 
 def _describe(changes: list[Any]) -> str:
     return "; ".join(f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in changes)
+
+
+def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]:
+    """Legacy sessions (no recorded tree): the operator files only, as they are on disk."""
+    try:
+        disk = read_sources(workspace, list(st.session["operator_files"]))
+    except FileNotFoundError as exc:
+        raise TreeError(f"an operator file is missing on disk: {exc}") from None
+    return entries_for_sources(disk, {})
+
+
+def semantic_hash(sources: dict[str, str]) -> str:
+    """Hash of what the code *means*: the syntax trees of the functional sources, so whitespace, comments and the
+    runtime-debug switch cannot make a change that already failed look new (issue #10, attack 7)."""
+    import ast
+    import hashlib
+
+    h = hashlib.sha256()
+    for path, text in sorted(functional_sources(sources).items()):
+        body = text[1:] if text.startswith("\ufeff") else text
+        try:
+            dumped = ast.dump(ast.parse(body))
+        except SyntaxError:
+            dumped = body
+        h.update(f"{path}\0{dumped}\0".encode())
+    return h.hexdigest()

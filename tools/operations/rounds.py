@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pypto_tune.tools import gates, rules
-from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools import rules
+from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.ledger import now_iso
 from pypto_tune.tools.patching import (
     extract_knobs,
-    knob_delta,
     plan_diff_edit,
     plan_knob_edit,
 )
@@ -37,7 +36,12 @@ class RoundOps(OperationsBase):
     def apply_tuning_patch(self, session_id: str, *, catalog_id: str, rationale: str, knob: str | None = None,
                            value: Any = None, target: str | None = None, diff: str | None = None,
                            algorithm: bool = False) -> PatchResult:
-        """Change exactly one knob (structured ``knob``+``value``, or a unified ``diff``) and open a round."""
+        """Change exactly one knob (structured ``knob``+``value``, or a unified ``diff``) and open a round.
+
+        Both forms go through the one admission path (``tools/admission.py``): every differing syntax node must be
+        one knob, the value must be legal on every site it reaches, and the change must not be one that already
+        failed; nothing is written before that holds.
+        """
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "apply_tuning_patch", catalog_id=catalog_id, algorithm=algorithm)
@@ -49,29 +53,25 @@ class RoundOps(OperationsBase):
                              hint="list_knobs shows the knob ids")
         correction = st.open_round is not None
         base_sources = st.expected_sources
-        if diff is not None:
-            plan = plan_diff_edit(base_sources, diff)
-        else:
-            plan = plan_knob_edit(base_sources, knob, value, target)
+        try:
+            if diff is not None:
+                plan = plan_diff_edit(base_sources, diff)
+            else:
+                plan = plan_knob_edit(base_sources, knob, value, target, context=self._context(h, st))
+        except KnobValueError as exc:
+            raise self._refuse(h, st.id, "apply_tuning_patch", GateRefusal(
+                "legality", str(exc.message), allowed=["apply_tuning_patch", "list_knobs", "propose_candidates"],
+                hint=exc.hint or "choose a value inside the legal range (list_knobs)")) from None
         if plan.new_sources == base_sources:
             raise InputError("the patch changes nothing", hint="choose a different value; list_knobs shows current ones")
         # The one-change rule compares the candidate with the last KEPT state (E.1.2), not the failed attempt.
         reference = st.open_round.patches[0]["before_sources"] if correction else st.kept_sources
-        delta = knob_delta(reference, plan.new_sources)
-        kind = "algorithm" if algorithm else "config"
-        try:
-            gates.check_one_change(delta, algorithm=algorithm,
-                                   first_knobs=[c["knob_id"] for c in st.open_round.patches[0]["knob_changes"]]
-                                   if correction else None)
-        except GateRefusal as refusal:
-            raise self._refuse(h, st.id, "apply_tuning_patch", refusal) from None
-        if not algorithm and len(delta) == 1:
-            served = _knob_catalog_ids(plan.new_sources, delta[0].knob_id)
-            if served and catalog_id not in served:
-                raise self._refuse(h, st.id, "apply_tuning_patch", GateRefusal(
-                    "catalog-stage", f"knob {delta[0].knob_id} serves {', '.join(served)}, not {catalog_id}",
-                    allowed=["apply_tuning_patch", "list_knobs"],
-                    hint="cite the catalogue id the change belongs to (list_knobs shows each knob's ids)"))
+        first = st.open_round.patches[0]["knob_changes"] if correction else []
+        adm = self._admit(h, st, "apply_tuning_patch", reference, plan.new_sources, catalog_id=catalog_id,
+                          algorithm=algorithm, same_knob_as=first[0]["knob_id"] if first else None,
+                          path="diff" if diff is not None else "knob")
+        delta = [adm.change] if adm.change is not None else []
+        kind = "algorithm" if adm.kind == "structural" else "config"
         new_hash = code_hash(plan.new_sources)
         self._write(h, st, plan.new_sources, "apply_tuning_patch")
         round_no = st.open_round.number if correction else _next_round(st)
@@ -79,18 +79,24 @@ class RoundOps(OperationsBase):
             if not correction:
                 tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage or "",
                           outer_round=st.outer_round, kind=kind, catalog_id=catalog_id,
-                          change=_describe(delta) or f"algorithm change ({catalog_id})", rationale=rationale,
+                          change=_describe(delta) if adm.kind == "knob" else f"algorithm change ({catalog_id}): "
+                          + "; ".join(adm.structural_lines[:2]), rationale=rationale,
                           before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
             tx.insert("patches", **_patch_row(st.id, kind="correction" if correction else "tuning",
                                               round_no=round_no, before=base_sources, after=plan.new_sources,
                                               note=rationale, catalog_id=catalog_id, diff=plan.diff,
                                               changes=delta))
         st2 = self._state(h, session_id)
+        notes = []
+        if adm.unchecked:
+            notes.append("unchecked: " + "; ".join(adm.unchecked[:2]))
+        if adm.formatting_files:
+            notes.append("formatting-only differences in " + ", ".join(adm.formatting_files))
         return PatchResult(
-            **self._base(st2, f"round {round_no}: {_describe(delta) or 'algorithm change'}; verify it with "
-                         "run_precision_check"),
+            **self._base(st2, f"round {round_no}: {adm.describe()}; verify it with run_precision_check"
+                         + (f" ({'; '.join(notes)})" if notes else "")),
             round=round_no, kind="correction" if correction else kind, knob_changes=delta, diff=plan.diff,
-            code_hash=new_hash,
+            code_hash=new_hash, legality_checked=adm.checked, legality_unchecked=adm.unchecked,
         )
 
     def revert_patch(self, session_id: str, *, notes: str = "") -> RevertResult:
@@ -100,22 +106,36 @@ class RoundOps(OperationsBase):
         self._gate(h, st, "revert_patch")
         disk = self._disk_sources(h, st)
         if st.open_round is None:
-            # Only reachable under drift (the gate refuses otherwise): restore what the server last wrote.
-            self._write(h, st, st.expected_sources, "revert_patch")
+            # Only reachable under drift (the gate refuses otherwise): restore every recorded file.
+            restored = self._restore_tree(h, st)
             h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
-                                                    after=st.expected_sources, note="external edit reverted"))
+                                                    after=st.expected_sources,
+                                                    note="external edit reverted" + (f" ({restored})" if restored
+                                                                                     else "")))
             st2 = self._state(h, session_id)
-            return RevertResult(**self._base(st2, "external edit reverted; the server's sources are restored"),
+            return RevertResult(**self._base(st2, "external edit reverted; the recorded state is restored"
+                                             + (f" ({restored})" if restored else "")),
                                 round=None, restored_hash=st.current_hash)
-        decision, result_type, error = _abandon_outcome(st)
-        restored = self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=None,
-                                     delta_pct=None, error=error, notes=notes or "reverted by revert_patch")
+        r = st.open_round
+        measured = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash and m["valid"]),
+                        None)
+        after = delta = None
+        if measured is not None and st.kept_us is not None:
+            # Measured already: the server's numbers judge the round even when the agent rolls it back, so a bad
+            # number cannot be hidden as "abandoned" and the change fished for again (R12/R19).
+            j = rules.judge_measurement(st.kept_us, list(measured["samples"]), st.run_mode, st.kept_samples)
+            after, delta = j.after_us, j.delta_pct
+            decision, result_type, error = "reverted", ("abandoned" if j.result_type == "gain" else j.result_type), ""
+        else:
+            decision, result_type, error = _abandon_outcome(st)
+        restored = self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
+                                     delta_pct=delta, error=error, notes=notes or "reverted by revert_patch")
         st2 = self._state(h, session_id)
         self._judge_stage(h, st2)
         st2 = self._state(h, session_id)
-        return RevertResult(**self._base(st2, f"round {st.open_round.number} rolled back ({result_type}); "
+        return RevertResult(**self._base(st2, f"round {r.number} rolled back ({result_type}); "
                                          "source restored to the last kept state"),
-                            round=st.open_round.number, restored_hash=restored, decision=decision)
+                            round=r.number, restored_hash=restored, decision=decision)
 
     def _close_round(self, h: _Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,
                      after_us: float | None, delta_pct: float | None, error: str, notes: str) -> str:
@@ -162,7 +182,7 @@ class RoundOps(OperationsBase):
             error = "invalid measurement: " + "; ".join(measurement["invalid_reasons"])
         else:
             assert measurement is not None and before is not None
-            j = rules.judge_measurement(before, list(measurement["samples"]), st.run_mode)
+            j = rules.judge_measurement(before, list(measurement["samples"]), st.run_mode, st.kept_samples)
             after, delta, result_type = j.after_us, j.delta_pct, j.result_type
             decision = "kept" if j.result_type == "gain" else "reverted"
             error = ""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import gzip
 import logging
+from dataclasses import dataclass, field
 import shutil
 import statistics
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools import gates
+from pypto_tune.tools import gates, rules
 from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run, write_report
 from pypto_tune.tools.artifacts import archive_run_dirs
 from pypto_tune.tools.errors import GateRefusal, InputError
@@ -23,7 +24,9 @@ from pypto_tune.tools.results import (
     CollectResult,
     SuggestionOut,
 )
-from pypto_tune.tools.runner import RunResult, run_command
+from pypto_tune.tools.codestate import ExecFile, exec_files
+from pypto_tune.tools.execution import run_isolated
+from pypto_tune.tools.runner import RunResult
 from pypto_tune.tools.state import SessionState
 from pypto_tune.tools.workspace import inside
 
@@ -35,32 +38,161 @@ from pypto_tune.tools.operations.base import (
 log = logging.getLogger("pypto_tune.service")
 
 
+@dataclass
+class Measured:
+    """Samples of one code state gathered by ``_measure`` (one or several batches)."""
+
+    samples: list[float] = field(default_factory=list)
+    e2es: list[float] = field(default_factory=list)
+    run_ids: list[int] = field(default_factory=list)
+    dirs: list[Path] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    analysis: dict[str, Any] = field(default_factory=dict)
+    archive: str = ""
+    traces: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid and bool(self.samples)
+
+    def absorb(self, other: "Measured") -> None:
+        self.samples += other.samples
+        self.e2es += other.e2es
+        self.run_ids += other.run_ids
+        self.dirs += other.dirs
+        self.invalid += other.invalid
+        self.notes += other.notes
+        if other.analysis:
+            self.analysis = other.analysis
+
+
+@dataclass
+class RunOutcome:
+    """One recorded run: what the command did, its ledger row, its output folders (now in WORKSPACE/output/), and
+    the files that changed in its private copy while it ran (non-empty: the run is discarded)."""
+
+    result: RunResult
+    run_id: int
+    dirs: list[Path]
+    tampered: list[str] = field(default_factory=list)
+
+    def __iter__(self):  # (result, run_id, dirs), as callers unpack it
+        return iter((self.result, self.run_id, self.dirs))
+
+    @property
+    def tamper_reason(self) -> str:
+        return ("files of the run's private copy changed while it ran (" + ", ".join(self.tampered[:5]) + "): the "
+                "run did not execute the recorded bytes and is discarded") if self.tampered else ""
+
+
 class RunOps(OperationsBase):
     """_run, collect_swimlane, analyze_bubbles."""
 
     async def _run(self, h: _Handle, st: SessionState, *, purpose: str, round_no: int | None,
-                   device_id: str | None, sources: dict[str, str], progress: Progress) -> tuple[RunResult, int,
-                                                                                               list[Path]]:
+                   device_id: str | None, sources: dict[str, str], progress: Progress,
+                   batch: str | None = None) -> "RunOutcome":
+        """Run the session's test command on a private copy of exactly the recorded state (``sources`` for the
+        operator files, the blob store for everything else; ``tools/execution.py``) and record the run.
+
+        A run whose copy changed while it ran (``tampered``) returns no output folders: nothing it produced may
+        become a verdict or a measurement.
+        """
         env = self._child_env(st, device_id)
-        argv = list(st.session["test_command"])
-        result = await run_command(argv, cwd=h.workspace, env=env, timeout_s=float(st.session["timeout_s"]),
-                                   on_progress=progress)
-        # a folder another run of this session already claimed is never ours, whatever its timestamp says
-        claimed = {d for r in h.ledger.rows("runs", st.id) for d in r["output_dirs"]}
-        dirs = [d for d in find_run_dirs(h.workspace, created_after=result.started_at) if str(d) not in claimed]
+        argv = list(st.test_command)
+        files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
+        iso = await run_isolated(files, argv, workspace=h.workspace, env=env, timeout_s=float(st.session["timeout_s"]),
+                                 on_progress=progress, tag=f"{purpose}-r{round_no}")
+        result, dirs = iso.result, list(iso.output_dirs)
+        if iso.tampered:
+            log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
+            dirs = []
         run_id = h.ledger.insert(
-            "runs", session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=argv,
-            env={k: v for k, v in env.items()}, cwd=str(h.workspace), exit_code=result.exit_code,
+            "runs", session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
+            env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
             duration_s=result.duration_s, started_epoch=result.started_at, output_head=result.output_head,
             output_tail=result.output_tail, output_bytes=result.output_bytes,
             output_dirs=[str(d) for d in dirs], code_hash=code_hash(sources), raw_hash=hash_sources(sources),
-            device_id=device_id,
+            device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
+            batch=batch,
         )
-        return result, run_id, dirs
+        return RunOutcome(result, run_id, dirs, list(iso.tampered))
+
+    async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
+                       round_no: int, count: int, label: str, progress: Progress,
+                       batch: str | None = None) -> "Measured":
+        """``count`` runs of ``sources``, each analysed by the server; stops at the first invalid run.
+
+        A run that hangs until the timeout is a chip problem on the NPU: the state moves to the next chip of the
+        pool (R5 rotation, ``state._current_device``) and that repeat is tried once more there.
+        """
+        m = Measured()
+        i = 0
+        retries = max(len(st.session["device_ids"]) - 1, 0)
+        while i < count:
+            async def rep_progress(elapsed: float, line: str, i: int = i) -> None:
+                if progress:
+                    await progress(elapsed, f"{label} {i + 1}/{count}: {line}")
+            out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device, sources=sources,
+                                  progress=rep_progress, batch=batch)
+            result, run_id, dirs = out
+            m.run_ids.append(run_id)
+            if result.timed_out and retries > 0 and st.run_mode == "npu":
+                retries -= 1
+                st = self._state(h, st.id)  # the hung chip is left behind
+                m.notes.append(f"{label} {i + 1}: chip timed out after {result.duration_s:.0f} s; retried on chip "
+                               f"{st.device}")
+                continue
+            if out.tampered:
+                m.invalid.append(f"{label} {i + 1}: {out.tamper_reason}")
+                break
+            if result.timed_out or result.exit_code != 0:
+                m.invalid.append(f"{label} {i + 1}: the test command failed (exit {result.exit_code}, timeout "
+                                 f"{result.timed_out}): {result.output_tail[-400:]}")
+                break
+            if not dirs:
+                m.invalid.append(f"{label} {i + 1}: the run wrote no output folder")
+                break
+            reasons = [r for d in dirs for r in validate_run(d, st.run_mode)]
+            m.dirs.extend(dirs)
+            if reasons:
+                m.invalid.extend(f"{label} {i + 1}: {r}" for r in reasons)
+                break
+            analysis = analyze_runs(dirs, run_mode=st.run_mode, source_root=h.workspace)
+            m.samples.append(float(analysis.operator_time_us))
+            m.e2es.append(float(analysis.e2e_us))
+            m.analysis = analysis.model_dump(mode="json")
+            i += 1
+        return m
+
+    def _record_measurement(self, h: _Handle, st: SessionState, m: "Measured", *, round_no: int, code: str,
+                            label: str) -> int:
+        art_dir = h.workspace / LEDGER_DIR / "artifacts" / st.id
+        archive = ""
+        traces: list[str] = []
+        if m.dirs:
+            stamp = datetime.now().strftime("%H%M%S%f")
+            archive = str(archive_run_dirs(m.dirs, art_dir / f"{label}-{stamp}.tar.gz"))
+            traces = _keep_traces(m.dirs, art_dir / "traces" / f"{label}-{stamp}")
+        analysis = dict(m.analysis)
+        analysis["trace_copies"] = traces
+        m.archive, m.traces = archive, traces
+        return h.ledger.insert(
+            "measurements", session_id=st.id, at=now_iso(), round=round_no, code_hash=code, valid=m.valid,
+            invalid_reasons=m.invalid, operator_time_us=statistics.median(m.samples) if m.valid else None,
+            e2e_us=statistics.median(m.e2es) if m.valid else None, samples=m.samples, analysis=analysis,
+            archive=archive, run_ids=m.run_ids, stage=st.stage,
+        )
 
     async def collect_swimlane(self, session_id: str, *, progress: Progress = None) -> CollectResult:
-        """Run the test with runtime_debug_mode 1, parse the new output folders and record a measurement."""
+        """Run the test with runtime_debug_mode 1, parse the new output folders and record a measurement.
+
+        On the NPU a round's measurement is sequential: after ``repeats`` samples the server asks whether the
+        difference to the kept state is decisive (``rules.judge_measurement``); if not, it measures the kept state
+        and the candidate ``repeats`` more times each, up to 6 × ``repeats`` — so noise can neither keep a
+        change that did not pay nor drop one that did, and the agent has no say in how often it is measured.
+        """
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "collect_swimlane")
@@ -73,57 +205,36 @@ class RunOps(OperationsBase):
             else:
                 round_no, purpose = -1, "stage-baseline"
             reps = int(st.session["repeats"])
-            samples: list[float] = []
-            e2es: list[float] = []
-            run_ids: list[int] = []
-            all_dirs: list[Path] = []
-            invalid: list[str] = []
-            analysis_json: dict[str, Any] = {}
-            for i in range(reps):
-                async def rep_progress(elapsed: float, line: str, i: int = i) -> None:
-                    if progress:
-                        await progress(elapsed, f"repeat {i + 1}/{reps}: {line}")
-                result, run_id, dirs = await self._run(h, st, purpose=purpose, round_no=round_no,
-                                                       device_id=self._device_for(st), sources=st.expected_sources,
-                                                       progress=rep_progress)
-                run_ids.append(run_id)
-                if result.timed_out or result.exit_code != 0:
-                    invalid.append(f"repeat {i + 1}: the test command failed (exit {result.exit_code}, timeout "
-                                   f"{result.timed_out}): {result.output_tail[-400:]}")
-                    break
-                if not dirs:
-                    invalid.append(f"repeat {i + 1}: no output folder was created under {h.workspace / 'output'}")
-                    break
-                reasons = [r for d in dirs for r in validate_run(d, st.run_mode)]
-                if reasons:
-                    invalid.extend(f"repeat {i + 1}: {r}" for r in reasons)
-                    all_dirs.extend(dirs)
-                    break
-                analysis = analyze_runs(dirs, run_mode=st.run_mode, source_root=h.workspace)
-                samples.append(float(analysis.operator_time_us))
-                e2es.append(float(analysis.e2e_us))
-                all_dirs.extend(dirs)
-                analysis_json = analysis.model_dump(mode="json")
-            valid = not invalid and bool(samples)
-            art_dir = h.workspace / LEDGER_DIR / "artifacts" / st.id
             label = f"round{round_no}" if round_no >= 0 else f"{(st.stage or 'stage').lower()}-entry"
-            archive = ""
-            traces: list[str] = []
-            if all_dirs:
-                stamp = datetime.now().strftime("%H%M%S%f")
-                archive = str(archive_run_dirs(all_dirs, art_dir / f"{label}-{stamp}.tar.gz"))
-                traces = _keep_traces(all_dirs, art_dir / "traces" / f"{label}-{stamp}")
-            analysis_json["trace_copies"] = traces
-            op_time = statistics.median(samples) if valid else None
-            e2e = statistics.median(e2es) if valid else None
-            mid = h.ledger.insert(
-                "measurements", session_id=st.id, at=now_iso(), round=round_no, code_hash=st.current_hash,
-                valid=valid, invalid_reasons=invalid, operator_time_us=op_time, e2e_us=e2e, samples=samples,
-                analysis=analysis_json, archive=archive, run_ids=run_ids, stage=st.stage,
-            )
+            m = await self._measure(h, st, sources=st.expected_sources, code=st.current_hash, purpose=purpose,
+                                    round_no=round_no, count=reps, label="repeat", progress=progress)
+            notes = list(m.notes)
+            if (purpose == "measure" and st.run_mode == "npu" and m.valid and st.kept_samples
+                    and st.kept_us is not None):
+                kept_pool = list(st.kept_samples)
+                cap = reps * rules.NPU_MAX_SAMPLES_FACTOR
+                while True:
+                    j = rules.judge_measurement(statistics.median(kept_pool), m.samples, "npu", kept_pool,
+                                                final=False)
+                    if j.decisive or len(m.samples) >= cap:
+                        break
+                    ref = await self._measure(h, st, sources=st.kept_sources, code=st.kept_hash,
+                                              purpose="kept-reference", round_no=-2, count=reps,
+                                              label="kept-state reference", progress=progress)
+                    self._record_measurement(h, st, ref, round_no=-2, code=st.kept_hash, label=f"{label}-reference")
+                    more = await self._measure(h, st, sources=st.expected_sources, code=st.current_hash,
+                                               purpose=purpose, round_no=round_no, count=reps, label="repeat",
+                                               progress=progress)
+                    m.absorb(more)
+                    kept_pool += ref.samples
+                    notes.append(f"not decisive at ±{rules.NPU_Z} se: measured the kept state and the candidate "
+                                 f"{reps} more times each ({len(m.samples)} samples)")
+                    if not (ref.valid and more.valid):
+                        break
+            mid = self._record_measurement(h, st, m, round_no=round_no, code=st.current_hash, label=label)
             st2 = self._state(h, session_id)
-            if not valid:
-                msg = ("the measurement is INVALID and was not used: " + "; ".join(invalid)
+            if not m.valid:
+                msg = ("the measurement is INVALID and was not used: " + "; ".join(m.invalid)
                        + (" — in SIM keep stitch_function_max_num ≥ the number of loop iterations (domain B.9.3)"
                           if st.run_mode == "sim" else ""))
                 if st.open_round is None:
@@ -131,15 +242,24 @@ class RunOps(OperationsBase):
                         "measure-first", msg, allowed=gates.allowed_actions(st2),
                         hint="fix the cause (the source was not changed by this call) and collect again"))
             else:
-                msg = f"operator time {op_time:.3f} µs (median of {len(samples)}; E2E {e2e:.3f} µs)"
+                op_time, e2e = statistics.median(m.samples), statistics.median(m.e2es)
+                spread = (f", spread {min(m.samples):.3f}–{max(m.samples):.3f}" if len(m.samples) > 1 else "")
+                msg = f"operator time {op_time:.3f} µs (median of {len(m.samples)}{spread}; E2E {e2e:.3f} µs)"
                 if purpose == "baseline":
                     self._transition(h, st2, "state", "S3_ANALYZE", "baseline collected (S2)")
                     st2 = self._state(h, session_id)
                     msg += f"; baseline set, target {st2.target_us:.3f} µs"
+                elif purpose == "stage-baseline":
+                    msg += f"; kept time (median of all {len(st2.kept_samples)} samples of the kept code) " \
+                           f"{st2.kept_us:.3f} µs"
+            if notes:
+                msg += " — " + "; ".join(notes)
             return CollectResult(
-                **self._base(st2, msg), output_dirs=[str(d) for d in all_dirs],
-                artifacts=[a for a in [archive] if a] + traces, operator_time_us=op_time, e2e_us=e2e,
-                samples_us=samples, valid=valid, invalid_reasons=invalid, measurement_id=mid, round=round_no,
+                **self._base(st2, msg), output_dirs=[str(d) for d in m.dirs],
+                artifacts=[a for a in [m.archive] if a] + m.traces,
+                operator_time_us=statistics.median(m.samples) if m.valid else None,
+                e2e_us=statistics.median(m.e2es) if m.valid else None,
+                samples_us=m.samples, valid=m.valid, invalid_reasons=m.invalid, measurement_id=mid, round=round_no,
                 target_us=st2.target_us, baseline_us=st2.baseline_us,
             )
         finally:
@@ -170,7 +290,9 @@ class RunOps(OperationsBase):
                                  hint="pass a run folder, its output/ parent, or a workspace holding output/")
             picked = [dirs[-1]]
             analysis = analyze_runs(picked, outer_loops=outer_loops)
-            report = write_report(analysis, _report_dir(picked[0]) / "performance_analysis_report.md", lang)
+            # derived files go under .pypto-tune/ only: the tool is read-only for everything the user owns
+            report = write_report(analysis, self.default_workspace / LEDGER_DIR / "reports" / "adhoc"
+                                  / f"{picked[0].name}-analysis.{lang}.md", lang)
             note = f"analysed the newest run {picked[0].name}" + (f" of {len(dirs)} found" if len(dirs) > 1 else "")
             return _analysis_result(analysis, report, {"session_id": None, "message": note, "next_actions": []})
 
@@ -188,26 +310,29 @@ class RunOps(OperationsBase):
             raise InputError(f"the run folders of measurement {m['id']} are gone: {missing[0]}",
                              hint=f"the compressed copy is {m['archive']}; collect_swimlane again for fresh data")
         analysis = analyze_runs(dirs, run_mode=st.run_mode, outer_loops=outer_loops, source_root=h.workspace)
-        report = write_report(analysis, _report_dir(dirs[0]) / "performance_analysis_report.md", lang)
+        report = write_report(analysis, h.workspace / LEDGER_DIR / "reports" / st.id
+                              / f"analysis-m{m['id']}.{lang}.md", lang)
+        msg = f"analysed measurement {m['id']} (round {m['round']})"
+        try:
+            h.lock.acquire()
+        except GateRefusal as held:
+            # a second window on a held workspace reads; only the holder records (issue #11)
+            return _analysis_result(analysis, report, self._base(st, msg + f" — not recorded: {held.message}"))
         h.ledger.insert("analyses", session_id=st.id, at=now_iso(), measurement_id=m["id"], stage=st.stage,
                         report_path=str(report),
                         suggestions=[s.model_dump(mode="json") for s in analysis.suggestions])
-        msg = f"analysed measurement {m['id']} (round {m['round']})"
         st2 = self._state(h, session_id)
         if st2.level1 == "S3_ANALYZE":
-            h.lock.acquire()
             self._transition(h, st2, "state", "S4_TUNE", "baseline analysed (S3)")
             st2 = self._state(h, session_id)
             self._transition(h, st2, "stage", "FRONTEND", "tuning starts with the frontend stage")
             st2 = self._state(h, session_id)
             msg += "; tuning starts: stage FRONTEND"
+        if st2.stage is not None and st2.stage_analyzed and st2.level1 == "S4_TUNE" and not st2.finished:
+            self._auto_mark(h, st2)  # type: ignore[attr-defined]  # StageOps, composed in TuningService
+            st2 = self._state(h, session_id)
         return _analysis_result(analysis, report, self._base(st2, msg))
 
-
-
-def _report_dir(run_dir: Path) -> Path:
-    sim = run_dir / "CostModelSimulationOutput"
-    return sim if sim.is_dir() else run_dir
 
 
 def _keep_traces(dirs: list[Path], dest: Path) -> list[str]:
@@ -246,3 +371,17 @@ def _analysis_result(analysis: Any, report: Path, base: dict[str, Any]) -> Analy
                      for s in a.suggestions],
         warnings=list(getattr(a, "warnings", [])), report_path=str(report), details=details,
     )
+
+
+def _legacy_files(workspace: Path, st: SessionState, sources: dict[str, str]) -> dict[str, ExecFile]:
+    """Sessions recorded before the whole tree was: the operator files from the ledger, the rest as on disk now."""
+    from pypto_tune.tools.codestate import scan_tree
+    from pypto_tune.tools.patching.files import to_bytes
+
+    out: dict[str, ExecFile] = {}
+    for path, e in scan_tree(workspace, strict=False).items():
+        if path not in sources and e.link is None:
+            out[path] = ExecFile(data=(workspace / path).read_bytes(), executable=e.executable)
+    for path, text in sources.items():
+        out[path] = ExecFile(data=to_bytes(text))
+    return out

@@ -7,14 +7,15 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pypto_tune.tools import rules
 from pypto_tune.tools.environment import check_environment
-from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.codestate import diff_trees, record_tree, scan_tree, tree_hash
+from pypto_tune.tools.errors import GateRefusal, InputError, TreeError
 from pypto_tune.tools.ledger import now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
-    knob_delta,
     read_sources,
     set_runtime_debug,
     unified_diff,
@@ -26,12 +27,12 @@ from pypto_tune.tools.results import (
 )
 from pypto_tune.tools.runner import build_child_env, split_command
 from pypto_tune.tools.snapshot import EnvCheck
-from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.state import PERSON_SOURCES, SessionState
 from pypto_tune.tools.verdict import judge_precision
 from pypto_tune.tools.workspace import relative_operator_files, resolve_workspace
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, _Handle, _describe, _goal_text, _next_round, _patch_row, code_hash,
+    OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 
 
@@ -66,7 +67,11 @@ class SetupOps(OperationsBase):
             raise InputError(f"timeout_s must be between 1 and 86400, got {timeout_s}", hint="default is 300")
         if not 0 < float(time_limit_h) <= 24 * 7:
             raise InputError(f"time_limit_h must be in (0, 168], got {time_limit_h}", hint="default is 12")
-        reps = repeats if repeats is not None else (1 if run_mode == "sim" else 3)
+        if repeats is not None and run_mode == "npu" and int(repeats) < rules.NPU_MIN_REPEATS:
+            raise InputError(f"repeats on the NPU must be at least {rules.NPU_MIN_REPEATS}, got {repeats}",
+                             hint="NPU times are noisy: the server measures at least 3 times and more when a "
+                             "difference is not decisive; omit repeats for the default")
+        reps = repeats if repeats is not None else (1 if run_mode == "sim" else rules.NPU_MIN_REPEATS)
         if not 1 <= int(reps) <= 20:
             raise InputError(f"repeats must be 1..20, got {reps}", hint="NPU default 3, SIM 1 (deterministic)")
         files = relative_operator_files(ws, list(operator_files))
@@ -79,61 +84,144 @@ class SetupOps(OperationsBase):
         devices = [str(d) for d in (device_ids or ["0"])]
         if not devices or any(not d.strip() for d in devices):
             raise InputError("device_ids must be non-empty strings", hint="e.g. ['0', '1']")
+        goal_kind = "speedup" if goal_speedup is not None else "target_us"
+        goal_value = float(goal_speedup if goal_speedup is not None else goal_target_us)  # type: ignore[arg-type]
 
         h = self._handle(ws)
-        h.lock.acquire()
+        try:
+            h.lock.acquire()
+        except GateRefusal as held:
+            return self._attach_read_only(h, held, files, argv, run_mode)
         for row in reversed(h.ledger.rows("sessions")):
             st = self._state(h, row["id"])
-            if st.level1 != "DONE":
-                same = (list(row["operator_files"]) == files and list(row["test_command"]) == argv
-                        and row["run_mode"] == run_mode)
-                if not same:
-                    raise InputError(
-                        f"session {row['id']} is still open on this workspace with different operator files, "
-                        f"test command or run mode ({row['operator_files']}, {row['test_command']}, {row['run_mode']})",
-                        hint=f"resume it with the same arguments, or finish it: stop_session('{row['id']}') then "
-                        "render_report",
-                    )
-                self._session_ws[row["id"]] = ws
-                st = self._heal(h, st)
-                return StartSessionResult(
-                    **self._base(st, f"resumed session {row['id']} at {st.level1}" + (f"/{st.stage}" if st.stage
-                                                                                     else "")),
-                    resumed=True, operator_files=files, test_command=argv, run_mode=run_mode,
-                    goal=_goal_text(row),
-                )
-            break
+            if st.level1 == "DONE":
+                break
+            return self._resume(h, st, files=files, argv=argv, run_mode=run_mode, goal_kind=goal_kind,
+                                goal_value=goal_value)
 
+        self._check_command(argv, ws, run_mode)
         sources = read_sources(ws, files)
+        try:
+            tree = scan_tree(ws)
+        except TreeError as exc:
+            raise InputError(exc.message, hint=exc.hint) from None
+        missing = [f for f in files if f not in tree]
+        if missing:
+            raise InputError(f"operator files not found in the workspace tree: {missing}",
+                             hint="operator files must be regular files inside the workspace (not in output/, "
+                             ".git/ or a virtual environment)")
+        record_tree(ws, tree)  # copies of every file, before the session that refers to them exists
         sid = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         operator = Path(files[0]).stem
         with h.ledger.transaction() as tx:
             tx.insert(
                 "sessions", id=sid, created_at=now_iso(), workspace=str(ws), operator=operator, operator_files=files,
-                test_command=argv, shell=shell, run_mode=run_mode,
-                goal_kind="speedup" if goal_speedup is not None else "target_us",
-                goal_value=float(goal_speedup if goal_speedup is not None else goal_target_us),
+                test_command=argv, shell=shell, run_mode=run_mode, goal_kind=goal_kind, goal_value=goal_value,
                 timeout_s=float(timeout_s), device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
                 original_sources=sources, original_hash=code_hash(sources), original_raw_hash=hash_sources(sources),
-                config={"python": self.python, "started_epoch": time.time()},
+                config={"python": self.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree)},
             )
+            for e in tree.values():
+                tx.insert("tree_files", session_id=sid, path=e.path, sha256=e.sha256, size=e.size,
+                          executable=e.executable, link=e.link, role="operator" if e.path in files else "fixed")
             tx.insert("transitions", session_id=sid, at=now_iso(), level="state", from_value=None,
                       to_value="S1_SETUP", reason="session started with a goal (R1)", summary={})
         self._session_ws[sid] = ws
         st = self._state(h, sid)
+        others = len(tree) - len(files)
         return StartSessionResult(
-            **self._base(st, f"session {sid} started; next: run_precision_check (environment check first, R3)"),
+            **self._base(st, f"session {sid} started; {len(files)} operator file(s) and {others} other workspace "
+                         "file(s) recorded (every run executes exactly these bytes); next: run_precision_check "
+                         "(environment check first, R3)"),
             resumed=False, operator_files=files, test_command=argv, run_mode=run_mode,
             goal=_goal_text(st.session),
         )
 
+    def _check_command(self, argv: list[str], ws: Path, run_mode: str) -> None:
+        """Refuse a test command that cannot work (missing file, wrong run-mode flag) before anything is recorded."""
+        try:
+            from pypto_tune.tools.command_check import check_command
+        except ImportError:  # pragma: no cover - the module ships with the package
+            return
+        problems = check_command(argv, workspace=ws, run_mode=run_mode, env=build_child_env(run_mode=run_mode))
+        if problems:
+            raise InputError("the test command cannot be used: " + "; ".join(p.message for p in problems),
+                             hint=" / ".join(dict.fromkeys(p.hint for p in problems if p.hint))
+                             or "fix the command and call start_session again")
+
+    def _resume(self, h: _Handle, st: SessionState, *, files: list[str], argv: list[str], run_mode: str,
+                goal_kind: str, goal_value: float) -> StartSessionResult:
+        row = st.session
+        sid = st.id
+        finish = (f"finish it first (stop_session('{sid}') then render_report) and start a new session, or resume "
+                  "it with its own arguments")
+        if list(row["operator_files"]) != files or row["run_mode"] != run_mode:
+            raise InputError(f"session {sid} is still open on this workspace with other operator files or run mode "
+                             f"({row['operator_files']}, {row['run_mode']})", hint=finish)
+        if (row["goal_kind"], float(row["goal_value"])) != (goal_kind, goal_value):
+            raise InputError(f"session {sid} is still open with the goal {_goal_text(row)}; a resumed session keeps "
+                             "its goal", hint=finish)
+        self._session_ws[sid] = ws = h.workspace
+        msg = f"resumed session {sid} at {st.level1}" + (f"/{st.stage}" if st.stage else "")
+        if argv != st.test_command:
+            if st.level1 != "S1_SETUP" or st.passed_hashes:
+                raise InputError(f"session {sid} runs {st.test_command}; the test command is fixed once the baseline "
+                                 "precision passed", hint=finish)
+            self._check_command(argv, ws, run_mode)
+            h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="test_command",
+                            before_value=st.test_command, after_value=argv,
+                            reason="corrected before the baseline precision passed")
+            st = self._state(h, sid)
+            msg += f"; test command corrected to {argv} (recorded; allowed until the baseline precision passes)"
+        st = self._heal(h, st)
+        return StartSessionResult(**self._base(st, msg), resumed=True, operator_files=files,
+                                  test_command=st.test_command, run_mode=run_mode, goal=_goal_text(row))
+
+    def _attach_read_only(self, h: _Handle, held: GateRefusal, files: list[str], argv: list[str],
+                          run_mode: str) -> StartSessionResult:
+        """Another server holds this workspace: a second window may still read (status, ledger, knobs, report
+        resources); everything that changes the session stays with the holder."""
+        rows = h.ledger.rows("sessions")
+        if not rows:
+            raise held
+        st = self._state(h, rows[-1]["id"])
+        self._session_ws[st.id] = h.workspace
+        base = self._base(st, f"{held.message}; attached READ-ONLY to session {st.id} ({st.level1}"
+                          + (f"/{st.stage}" if st.stage else "") + "): get_status, list_knobs, analyze_bubbles and "
+                          "the session resources work here; every call that changes the session is refused")
+        base["next_actions"] = ["get_status", "list_knobs", "analyze_bubbles"]
+        return StartSessionResult(**base, resumed=True, operator_files=list(st.session["operator_files"]),
+                                  test_command=st.test_command, run_mode=st.run_mode, goal=_goal_text(st.session),
+                                  read_only=True)
+
     def _child_env(self, st: SessionState, device_id: str | None) -> dict[str, str]:
         return build_child_env(run_mode=st.run_mode, device_id=device_id)
 
-    def _device_for(self, st: SessionState) -> str:
-        pool = list(st.session["device_ids"])
-        # R5: a failing baseline moves to the next device of the pool.
-        return pool[st.baseline_failures % len(pool)] if st.level1 == "S1_SETUP" else pool[0]
+    def _verdict_options(self, st: SessionState) -> dict[str, Any]:
+        """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
+        cfg = st.session["config"] or {}
+        return {k: cfg[k] for k in ("pass_pattern", "fail_pattern") if cfg.get(k)}
+
+    def confirm(self, session_id: str, *, source: str, answer: bool = True) -> str:
+        """Record a person's answer to the pending question (R5 retry). ``source`` is how it was given: "elicitation"
+        (the MCP client asked its user) or "cli" (``pypto-tune confirm`` typed at a terminal). Never called with the
+        agent's own say-so."""
+        if source not in PERSON_SOURCES:
+            raise InputError(f"confirmation source must be one of {PERSON_SOURCES}, got {source!r}")
+        h = self._find(session_id)
+        st = self._state(h, session_id)
+        q = st.pending_question
+        if q is None:
+            raise InputError("there is no question waiting for an answer",
+                             hint="questions appear after three failed baseline precision checks (R5)")
+        if not answer:
+            h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="declined", detail="0",
+                            source=source, question_id=int(q["id"]))
+            return "declined: no further baseline attempt; stop_session and render_report, or fix the environment"
+        last = max(int(r["id"]) for r in st.rows["precision_records"])
+        h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="baseline-retry", detail=str(last),
+                        source=source, question_id=int(q["id"]))
+        return f"retry confirmed by a person ({source}); run_precision_check may run the baseline again"
 
     async def run_precision_check(self, session_id: str, *, confirm_retry: bool = False, adopt_drift: bool = False,
                                   progress: Progress = None) -> PrecisionResult:
@@ -143,21 +231,15 @@ class SetupOps(OperationsBase):
         self._gate(h, st, "run_precision_check", confirm_retry=confirm_retry, adopt_drift=adopt_drift)
         h.busy = "run_precision_check"
         try:
-            if confirm_retry and st.awaiting_user:
-                last = max(int(r["id"]) for r in st.rows["precision_records"])
-                h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="baseline-retry",
-                                detail=str(last))
-                st = self._state(h, session_id)
-            disk = self._disk_sources(h, st)
-            if adopt_drift and hash_sources(disk) != st.expected_raw_hash:
-                self._adopt_drift(h, st, disk)
+            if adopt_drift and self._drift(h, st):
+                self._adopt_drift(h, st)
                 st = self._state(h, session_id)
 
             env_checks: list[EnvCheck] = []
             if st.level1 == "S1_SETUP" and st.env_ok is not True:
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
-                    env=self._child_env(st, self._device_for(st)), python=self.python,
+                    env=self._child_env(st, st.device), python=self.python,
                     device_ids=list(st.session["device_ids"]),
                 )
                 batch = st.env_batches + 1
@@ -175,13 +257,16 @@ class SetupOps(OperationsBase):
                         "run_precision_check again"))
 
             round_no = st.open_round.number if st.open_round else None
-            device = self._device_for(st)
+            device = st.device
             sources = st.expected_sources
-            result, run_id, dirs = await self._run(h, st, purpose="precision", round_no=round_no, device_id=device,
-                                                   sources=sources, progress=progress)
-            verdict = judge_precision(result, st.run_mode)
+            out = await self._run(h, st, purpose="precision", round_no=round_no, device_id=device,
+                                  sources=sources, progress=progress)
+            result, run_id, dirs = out
+            verdict = judge_precision(result, st.run_mode, **self._verdict_options(st))
             v, key, reason = verdict.verdict, verdict.key_output, verdict.reason
-            if v == "passed" and st.run_mode == "sim" and not dirs:
+            if out.tampered:
+                v, reason = "error", out.tamper_reason
+            elif v == "passed" and st.run_mode == "sim" and not dirs:
                 v, reason = "failed", "the test exited 0 but the simulator wrote no output folder: nothing was " \
                     "simulated (is the jit run_mode SIM and the test calling the kernel?)"
             result_type = None if v == "passed" else rules.classify_failure(v, key + "\n" + reason)
@@ -192,6 +277,13 @@ class SetupOps(OperationsBase):
                 round=round_no, device_id=device, result_type=result_type,
             )
             st2 = self._state(h, session_id)
+            if st2.awaiting_user and st2.pending_question is None:
+                # R5: the third baseline failure asks the person, not the agent
+                h.ledger.insert("questions", session_id=st.id, at=now_iso(), kind="baseline-retry",
+                                text=f"The baseline precision check failed {st2.baseline_failures} times (last: "
+                                f"{reason[:200]}). Retry it once more? The operator must not be fixed by the tuner.",
+                                info={"last_record_id": rec_id})
+                st2 = self._state(h, session_id)
             if v == "passed" and st2.level1 == "S1_SETUP":
                 self._transition(h, st2, "state", "S2_COLLECT", "baseline precision passed (S1b)")
                 st2 = self._state(h, session_id)
@@ -200,14 +292,16 @@ class SetupOps(OperationsBase):
             if v != "passed" and round_no is None and st2.level1 == "S1_SETUP":
                 left = max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
                 msg += (f"; baseline failure {st2.baseline_failures}/{rules.BASELINE_ATTEMPTS}: do not fix the "
-                        f"operator (R5); the next attempt uses device {self._device_for(st2)}" if left else
-                        "; 3 baseline failures: the user must confirm before another attempt (R5)")
+                        f"operator (R5); the next attempt uses device {st2.device}" if left else
+                        "; 3 baseline failures: the user must confirm before another attempt (R5) — in a client "
+                        "with elicitation the next run_precision_check asks them; otherwise they type "
+                        f"`pypto-tune confirm --workspace {h.workspace}` in a terminal")
             elif v != "passed" and round_no is not None:
                 msg += (f" ({result_type}); one quick correction of the same knob is allowed, or revert_patch /"
                         " record_round to roll back" if st2.open_round and st2.open_round.corrections == 0 else
                         f" ({result_type}); call record_round (it rolls back) or revert_patch")
             return PrecisionResult(
-                **self._base(st2, msg), verdict=v, numerics_checked=verdict.numerics_checked,
+                **self._base(st2, msg), verdict=v, reason=reason, numerics_checked=verdict.numerics_checked,
                 exit_code=result.exit_code, duration_s=result.duration_s, key_output=key,
                 code_hash=st.current_hash, record_id=rec_id, round=round_no, device_id=device,
                 env_checks=env_checks,
@@ -217,22 +311,49 @@ class SetupOps(OperationsBase):
         finally:
             h.busy = None
 
-    def _adopt_drift(self, h: _Handle, st: SessionState, disk: dict[str, str]) -> None:
-        """Record an external edit as a manual round (in S4) or a manual adoption (before tuning)."""
-        changes = knob_delta(st.expected_sources, disk)
-        diff = unified_diff(st.expected_sources, disk)
-        round_no = None
+    def _adopt_drift(self, h: _Handle, st: SessionState) -> None:
+        """Adopt an external edit of the operator files as a manual round — through the same admission as every
+        other change: only while tuning, only the operator files, exactly one legal knob that was not tried before
+        (issue #10, attack 4: two knobs edited by hand and adopted; adopting before S4 made unmeasured code the kept
+        state). Anything else stays drift: revert_patch restores the recorded state."""
+        refuse = "run_precision_check(adopt_drift=true)"
+        if st.level1 != "S4_TUNE" or st.stage is None:
+            raise self._refuse(h, st.id, refuse, GateRefusal(
+                "drift", f"an external edit can only be adopted while tuning (now {st.level1}); before that the "
+                "baseline must run on the code the session started with (R5: the tuner does not fix the operator)",
+                allowed=["revert_patch", "get_status"], hint="revert_patch restores the recorded state"))
+        diff_tree = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False)) if st.tree else None
+        others = [p for p in (diff_tree.changed + diff_tree.added + diff_tree.removed if diff_tree else [])
+                  if p not in st.expected_sources]
+        if others:
+            raise self._refuse(h, st.id, refuse, GateRefusal(
+                "drift", f"files other than the operator files changed ({', '.join(others[:6])}): the harness, "
+                "helpers and data are fixed for the whole session", allowed=["revert_patch", "get_status"],
+                hint="revert_patch restores them (added files go to .pypto-tune/quarantine/); to change the test, "
+                "finish this session and start a new one"))
+        disk = self._disk_sources(h, st)
+        stage = rules.STAGES_BY_NAME[st.stage]
+        adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
+                          algorithm=stage.group == "algorithm")
+        served = [c for c in adm.catalog_ids if c.startswith(stage.catalog_prefix)] if stage.catalog_prefix else []
+        if stage.group != "algorithm" and not served:
+            raise self._refuse(h, st.id, refuse, GateRefusal(
+                "catalog-stage", f"the edited knob serves {', '.join(adm.catalog_ids) or 'no catalogue item'}, "
+                f"none of stage {st.stage}", allowed=["revert_patch", "get_status"],
+                hint="revert_patch, then change a knob of the current stage"))
+        catalog_id = served[0] if served else "MANUAL"
+        changes = [adm.change] if adm.change is not None else []
+        round_no = _next_round(st)
         with h.ledger.transaction() as tx:
-            if st.level1 == "S4_TUNE":
-                round_no = _next_round(st)
-                tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage or "",
-                          outer_round=st.outer_round, kind="manual", catalog_id="MANUAL",
-                          change="external edit adopted: " + (_describe(changes) or "structural edit"),
-                          rationale="source changed outside the server; adopted through a precision run",
-                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+            tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage,
+                      outer_round=st.outer_round, kind="manual", catalog_id=catalog_id,
+                      change="external edit adopted: " + adm.describe(),
+                      rationale="source changed outside the server; admitted as one knob change and verified like "
+                      "any other", before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
             tx.insert("patches", **_patch_row(st.id, kind="manual-adopt", round_no=round_no,
                                               before=st.expected_sources, after=disk, note="drift adopted",
-                                              catalog_id="MANUAL", diff=diff, changes=changes))
+                                              catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
+                                              changes=changes))
 
     def enable_runtime_debug(self, session_id: str, enabled: bool = True) -> DebugResult:
         """Add (or remove) ``debug_options={"runtime_debug_mode": 1}`` on every jit (R7/R22)."""

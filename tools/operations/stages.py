@@ -21,6 +21,9 @@ from pypto_tune.tools.operations.base import (
 
 log = logging.getLogger("pypto_tune.service")
 
+# Catalogue items that are analyses, done by the stage's entry analysis (S-1: core usage).
+ANALYSIS_ONLY = {"S-1"}
+
 
 class StageOps(OperationsBase):
     """mark_checklist, advance_stage, stop_session and the JUDGE step."""
@@ -40,10 +43,17 @@ class StageOps(OperationsBase):
                                            f"(threshold {sdef.no_gain_threshold})")
         return ""
 
-    def _leave_stage(self, h: _Handle, st: SessionState, reason: str) -> str:
+    def _leave_stage(self, h: _Handle, st: SessionState, reason: str, *, converged: bool = True) -> str:
+        """Move to the next stage. ``converged`` is False for an early exit by a complete checklist: the last
+        configuration stage then ends the session instead of opening ALGORITHM, which needs convergence shown by
+        measurement (R23; issue #10, attack 6: marks alone walked a session into ALGORITHM in a second)."""
         assert st.stage is not None
         nxt = rules.next_stage(st.stage)
         summary = gates.stage_summary(st)
+        if nxt is None and st.stage != rules.ALGORITHM_STAGE.name and not converged:
+            self._finish(h, st, f"{st.stage} left early ({reason}); the configuration stages did not converge by "
+                         "measurement, so no algorithm stage (R23)", summary)
+            return "last configuration stage left early: reporting only (ALGORITHM needs measured convergence)"
         if nxt is None and st.stage != rules.ALGORITHM_STAGE.name:
             # R23: the configuration stages converged without reaching the target; algorithm-level changes may
             # follow (stop_session ends the session instead).
@@ -58,7 +68,12 @@ class StageOps(OperationsBase):
         return f"stage {st.stage} left ({reason}); now {nxt.name}: collect_swimlane + analyze_bubbles first (R15)"
 
     def mark_checklist(self, session_id: str, *, catalog_id: str, status: str, reason: str) -> ChecklistResult:
-        """Mark a catalogue item of the current stage as not-applicable (with a reason) or tried (R10)."""
+        """Mark a catalogue item of the current stage as not-applicable, with a reason the server can check (R10).
+
+        Items no knob of this operator serves are marked by the server itself when the stage is analysed. An item
+        whose knob exists needs a tried round, or a specific reason: one that names the knob or a measured figure
+        and is not the same words as another mark (issue #10, attack 6: boilerplate marks skipped every stage).
+        """
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "mark_checklist", catalog_id=catalog_id)
@@ -67,14 +82,61 @@ class StageOps(OperationsBase):
             # rule without trying anything.
             raise InputError(f"only 'not-applicable' can be marked by hand, got {status!r}",
                              hint="items become tried/failed when a round citing them is recorded")
-        if not reason or len(reason.strip()) < 5:
-            raise InputError("a reason is required (at least a few words)", hint="say why the item does not apply")
+        text = " ".join((reason or "").split())
         group = rules.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
+        knobs = self._knobs_serving(h, st, catalog_id)
+        problem = ""
+        if len(text) < 10:
+            problem = "a reason of a few words at least is required"
+        elif knobs:
+            names = {k.name.lower() for k in knobs} | {k.id.lower() for k in knobs}
+            used = {" ".join(str(m["reason"]).split()).lower() for m in st.rows["checklist_marks"]}
+            if text.lower() in used:
+                problem = "the same reason was already given for another item: say why THIS item does not apply"
+            elif len(text) < 30 or not (any(n in text.lower() for n in names) or any(ch.isdigit() for ch in text)):
+                problem = (f"{catalog_id} has knobs in this operator ({', '.join(k.id for k in knobs[:4])}): the "
+                           "reason must name the knob or cite a measured figure (at least 30 characters)")
+        if problem:
+            raise self._refuse(h, st.id, "mark_checklist", GateRefusal(
+                "stage-exit", f"{catalog_id} cannot be marked not-applicable: {problem}",
+                allowed=["apply_tuning_patch", "propose_candidates", "mark_checklist", "get_status"],
+                hint="try the item (a round citing it marks it), or give a specific reason"))
         h.ledger.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, catalog_id=catalog_id,
-                        status=status, reason=reason.strip(), round=None)
+                        status=status, reason=text, round=None)
         st2 = self._state(h, session_id)
         return ChecklistResult(**self._base(st2, f"{catalog_id} marked {status}"), stage_group=group,
                                items=self._checklist(st2, group))
+
+    def _knobs_serving(self, h: _Handle, st: SessionState, catalog_id: str) -> list:
+        from pypto_tune.tools.patching import extract_knobs
+
+        try:
+            knobs = extract_knobs(st.expected_sources, self._context(h, st))
+        except InputError:
+            return []
+        return [k for k in knobs if k.tunable and catalog_id in k.catalog_ids]
+
+    def _auto_mark(self, h: _Handle, st: SessionState) -> None:
+        """At a stage's entry analysis the server marks what it knows itself: items no knob of this operator
+        serves are not-applicable (they need a structural change: ALGORITHM stage), analysis-only items are tried."""
+        if st.stage is None:
+            return
+        group = rules.STAGES_BY_NAME[st.stage].group
+        if group == "algorithm":
+            return
+        with h.ledger.transaction() as tx:
+            for item in load_catalog().items:
+                if item.stage != group or (group, item.id) in st.checklist:
+                    continue
+                if item.id in ANALYSIS_ONLY:
+                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group,
+                              catalog_id=item.id, status="tried", reason="server: the stage's entry analysis did it",
+                              round=None)
+                elif not self._knobs_serving(h, st, item.id):
+                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group,
+                              catalog_id=item.id, status="not-applicable",
+                              reason="server: no knob of this operator serves it; it needs a structural change "
+                              "(ALGORITHM stage)", round=None)
 
     def _checklist(self, st: SessionState, group: str) -> list[dict[str, str]]:
         items = [i for i in load_catalog().items if i.stage == group]
@@ -86,19 +148,25 @@ class StageOps(OperationsBase):
         return out
 
     def advance_stage(self, session_id: str, *, reason: str) -> ChecklistResult:
-        """Leave the current stage early: allowed only when its checklist is fully marked (R14)."""
+        """Leave the current stage early: only after its entry collection and analysis, with every checklist item
+        tried or marked (R14). Leaving the last configuration stage early ends the session (no ALGORITHM, R23)."""
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "advance_stage")
+        if not (st.stage_measured and st.stage_analyzed):
+            raise self._refuse(h, st.id, "advance_stage", GateRefusal(
+                "stage-analysis", f"{st.stage} has no entry collection and analysis yet; a stage is left only after "
+                "it was measured (R15/R16)", allowed=gates.allowed_actions(st), hint="collect_swimlane, then "
+                "analyze_bubbles"))
         group = rules.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
         items = self._checklist(st, group)
         untried = [i["catalog_id"] for i in items if i["status"] == "untried"]
         if untried:
             raise self._refuse(h, st.id, "advance_stage", GateRefusal(
                 "stage-exit", f"{st.stage} cannot be left early: checklist items untried: {', '.join(untried)}",
-                allowed=["apply_tuning_patch", "mark_checklist", "get_status"],
-                hint="try them, or mark_checklist(catalog_id, 'not-applicable', reason) for each"))
-        msg = self._leave_stage(h, st, f"checklist complete; {reason}")
+                allowed=["apply_tuning_patch", "propose_candidates", "mark_checklist", "get_status"],
+                hint="try them, or mark_checklist(catalog_id, 'not-applicable', a specific reason) for each"))
+        msg = self._leave_stage(h, st, f"checklist complete; {reason}", converged=False)
         st2 = self._state(h, session_id)
         return ChecklistResult(**self._base(st2, msg), stage_group=group, items=items)
 

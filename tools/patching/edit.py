@@ -32,24 +32,24 @@ Mapping = dict[int, Callable[[cst.CSTNode], cst.CSTNode]]
 # -------------------------------------------------------------------------------------------------- the delta
 
 
-def _delta_knobs(sources: dict[str, str]) -> dict[str, Knob]:
+def _delta_knobs(sources: dict[str, str], context: dict[str, str] | None = None) -> dict[str, Knob]:
     out: dict[str, Knob] = {}
-    for path in sorted(sources):
-        for site in parse_file(path, sources[path]).sites:
-            k = site.knob
-            if not k.present or (k.kind == "debug_option" and k.name == DEBUG_KEY):
-                continue
-            out[k.id] = k
+    for site in sites_of(sources, context)[1]:
+        k = site.knob
+        if not k.present or (k.kind == "debug_option" and k.name == DEBUG_KEY):
+            continue
+        out[k.id] = k
     return out
 
 
-def knob_delta(before: dict[str, str], after: dict[str, str]) -> list[KnobChange]:
+def knob_delta(before: dict[str, str], after: dict[str, str],
+               context: dict[str, str] | None = None) -> list[KnobChange]:
     """Knobs whose value differs between two source states, by knob id (added: before=None, removed: after=None).
 
     ``runtime_debug_mode`` never appears. The line is the knob's line in ``after`` (in ``before`` when removed).
     Raises InputError if either state does not parse.
     """
-    a, b = _delta_knobs(before), _delta_knobs(after)
+    a, b = _delta_knobs(before, context), _delta_knobs(after, context)
     changes: list[KnobChange] = []
     for kid in sorted(set(a) | set(b), key=lambda k: ((b.get(k) or a[k]).file, (b.get(k) or a[k]).line, k)):
         ka, kb = a.get(kid), b.get(kid)
@@ -223,9 +223,9 @@ def _has_expr(value: Any) -> bool:
 def violations(sources: dict[str, str]) -> dict[str, str]:
     """Knob id -> why its current (literal) value breaks its rule, for every present tunable knob."""
     out: dict[str, str] = {}
-    for path in sorted(sources):
-        for site in parse_file(path, sources[path]).sites:
-            k = site.knob
+    for site in sites_of(sources)[1]:
+        k = site.knob
+        if True:
             if not (k.present and k.tunable) or k.value is None or _has_expr(k.value):
                 continue
             try:
@@ -241,7 +241,8 @@ def _new_violations(before: dict[str, str], after: dict[str, str]) -> dict[str, 
     return {kid: why for kid, why in violations(after).items() if kid not in old}
 
 
-def plan_knob_edit(sources: dict[str, str], knob_id: str, value: Any, target: str | None = None) -> EditPlan:
+def plan_knob_edit(sources: dict[str, str], knob_id: str, value: Any, target: str | None = None,
+                   context: dict[str, str] | None = None) -> EditPlan:
     """Plan setting one knob to ``value``: validate, then the minimal edit (formatting and comments kept).
 
     ``knob_id`` is a full id from :func:`extract_knobs` or a knob name (``"vec_nbuffer_setting"``,
@@ -250,9 +251,15 @@ def plan_knob_edit(sources: dict[str, str], knob_id: str, value: Any, target: st
     Raises KnobValueError for an illegal value (rule + legal range), InputError for an unknown/ambiguous knob, a
     non-tuning knob or a value equal to the current one. Nothing is written.
     """
-    parsed, sites = sites_of(sources)
+    parsed, sites = sites_of(sources, context)
     site = resolve(sites, knob_id, target)
     knob = site.knob
+    if not knob.tunable and knob.kind in ("local_constant", "shape_constant"):
+        uses = "; ".join(knob.context.get("problem_uses", [])) or "it is not used for tiling or blocking"
+        raise InputError(f"{knob.id} is not a tuning knob but a problem size: it also reaches the problem itself "
+                         f"({uses})",
+                         hint="a change to it changes what the operator computes; only an algorithm-level change "
+                         "(ALGORITHM stage) may touch it")
     ctx = dict(knob.context, current=knob.value)
     new_value = legality.validate(knob.kind, site.extra.get("key") or knob.name, site.extra.get("group"), value, ctx)
     if knob.present and same(knob.value, new_value):

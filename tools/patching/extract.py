@@ -24,9 +24,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import InputError
-from . import legality
+from . import legality, roles
 from ._cst import is_dict_call, is_expr, literal
-from .models import EXPR_KEY, Knob
+from .models import DTYPE_BYTES, EXPR_KEY, Knob  # noqa: F401  (DTYPE_BYTES re-exported for old imports)
 
 OPTION_GROUPS = (
     "runtime_options", "pass_options", "debug_options", "host_options", "codegen_options", "verify_options",
@@ -41,8 +41,15 @@ VIEW_CALLEES = ("view", "reshape")
 UPPER = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Names that say "tiling/blocking" on their face (F-11 lists BLOCK_SIZE, S_TILE, ...).
 TILING_NAME = re.compile(r"(TILE|BLOCK|BLK|CHUNK|SPLIT|UNROLL|STEP|GROUP|NBUF|(^|_)BS($|_)|(^|_)T[A-Z]?($|_))")
-DTYPE_BYTES = {"DT_FP16": 2, "DT_BF16": 2, "DT_FP32": 4, "DT_INT8": 1, "DT_INT16": 2, "DT_INT32": 4,
-               "DT_INT64": 8, "DT_UINT8": 1, "DT_FP8": 1, "DT_HF8": 1, "DT_BOOL": 1}
+
+
+# Catalogue rows served by a name, by the tuning consumer it feeds (domain C).
+CONSUMER_CATALOG = {
+    "loop": ("F-3", "F-1", "F-7", "F-2"), "slice": ("F-1", "F-3", "F-7"), "view": ("F-1", "F-3", "F-7", "I-9"),
+    "vec_tile": ("F-10", "S-12", "S-3"), "cube_tile": ("F-9", "S-2", "S-11", "S-3", "I-7"),
+    "pass_options": ("S-4", "S-5", "S-6", "S-7", "S-8"), "jit_options": ("S-5", "S-6", "S-7", "S-8", "S-9", "S-10"),
+    "operation_options": ("F-15",), "cache_policy": ("I-2",),
+}
 
 
 @dataclass
@@ -66,6 +73,9 @@ class ParsedFile:
     jits: list["JitSite"]
     constants: dict[str, int]
     bom: str = ""
+    assigns: dict[tuple[str, str], list[cst.BaseExpression]] = field(default_factory=dict)
+    divisor_bounds: dict[str, int] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)  # id(value node) -> line
 
 
 @dataclass
@@ -107,25 +117,78 @@ def _parse_file_cached(path: str, text: str) -> ParsedFile:
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
     visitor = _Collector(path, module)
     wrapper.visit(visitor)  # finish() runs in leave_Module, while metadata is still available
-    return ParsedFile(path, text, module, visitor.sites, visitor.jits, visitor.constants, bom)
+    positions = {id(v): wrapper.resolve(PositionProvider)[v].start.line
+                 for values in visitor.assigns.values() for v in values} if visitor.assigns else {}
+    return ParsedFile(path, text, module, visitor.sites, visitor.jits, visitor.constants, bom,
+                      assigns=visitor.assigns, divisor_bounds=visitor.divisor_bounds, positions=positions)
 
 
-def extract_knobs(sources: dict[str, str]) -> list[Knob]:
+def extract_knobs(sources: dict[str, str], context: dict[str, str] | None = None) -> list[Knob]:
     """Every knob in ``sources`` (relative path -> exact text), in file order then source order.
 
+    ``context`` holds the workspace's other Python files (the harness, helpers): they are never edited, but a name
+    they use for the problem (``torch.randn(kernels.ROWS, ...)``) is not a knob (see :mod:`.roles`).
     Absent-but-addable knobs (``present=False``, ``value=None``) are included for the jit option keys of domain C
     S-5…S-10 and for ``unroll_list`` / ``submit_before_loop`` of every loop, so that an agent can set them by id.
     Raises InputError when a file does not parse.
     """
-    knobs: list[Knob] = []
-    for path in sorted(sources):
-        knobs.extend(site.knob.model_copy(deep=True) for site in parse_file(path, sources[path]).sites)
-    return knobs
+    _, sites = sites_of(sources, context)
+    return [site.knob.model_copy(deep=True) for site in sites]
 
 
-def sites_of(sources: dict[str, str]) -> tuple[dict[str, ParsedFile], list[Site]]:
+def sites_of(sources: dict[str, str], context: dict[str, str] | None = None,
+             ) -> tuple[dict[str, ParsedFile], list[Site]]:
+    """Parsed operator files and every knob site: call sites and option entries, plus the names (module constants,
+    locals of the kernel or its caller) that the role analysis finds are knobs."""
     parsed = {path: parse_file(path, sources[path]) for path in sorted(sources)}
-    return parsed, [site for pf in parsed.values() for site in pf.sites]
+    program = roles.analyze({**(context or {}), **sources})
+    out: list[Site] = []
+    for path, pf in parsed.items():
+        out.extend(sorted(pf.sites + binding_sites(pf, program), key=lambda s: (s.knob.line, s.knob.id)))
+    return parsed, out
+
+
+def binding_sites(pf: ParsedFile, program: roles.Program) -> list[Site]:
+    """Knob sites for the names bound once to a literal in ``pf`` (kinds ``tile_constant`` / ``local_constant``).
+
+    A name whose every use ends in a tuning consumer is tunable; a module constant that also reaches the problem is
+    listed as ``shape_constant`` (not tunable) with the uses that make it one, so an agent sees why.
+    """
+    out: list[Site] = []
+    # a module dict passed as a jit option group is already listed entry by entry (``<file>:<VAR>.<key>``)
+    group_vars = {v for j in pf.jits for v in j.group_var.values()}
+    for (path, scope, name), b in program.bindings.items():
+        if path != pf.path or (scope == roles.MODULE and name in group_vars):
+            continue
+        nodes = pf.assigns.get((scope, name), [])
+        if len(nodes) != 1:
+            continue
+        node = nodes[0]
+        if not b.consumers and not (scope == roles.MODULE and UPPER.match(name) and b.problems):
+            continue  # unused, or never near tiling: not worth listing
+        local = scope != roles.MODULE
+        if b.is_knob:
+            kind = "local_constant" if local else "tile_constant"
+        elif local:
+            kind = "local_constant"
+        else:
+            kind = "shape_constant"
+        context: dict[str, Any] = {"consumers": sorted(b.consumers)}
+        if b.problems:
+            context["problem_uses"] = b.problems[:5]
+        if not local and name in pf.divisor_bounds:
+            context["max_value"] = pf.divisor_bounds[name]
+        spec = legality.spec_for(kind, name)
+        # the catalogue rows a name serves follow from what it feeds (a block size is F-3, a tile tuple F-10)
+        ids = [cid for c in sorted(b.consumers) for cid in CONSUMER_CATALOG.get(c, ())]
+        knob = Knob(
+            id=f"{pf.path}:{name}" if not local else f"{pf.path}:{scope}.{name}", kind=kind, name=name,
+            file=pf.path, line=pf.positions.get(id(node), b.line), value=literal(node, pf.module),
+            catalog_ids=list(dict.fromkeys(["F-11", *ids])), legal=spec.legal, target=f"{pf.path}:{b.line}",
+            function=None if not local else scope, tunable=b.is_knob and spec.tunable, context=context,
+        )
+        out.append(Site(knob=knob, file=pf.path, node=node, extra={"key": name, "binding": True}))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -195,6 +258,9 @@ class _Collector(cst.CSTVisitor):
         self.func_tensors: dict[str, list[tuple[list[int | None], str | None]]] = {}
         self.kernel_funcs: set[str] = set()
         self.name_uses: dict[str, set[str]] = {}  # constant name -> {"kernel", "signature", "other"}
+        # (scope, name) -> value nodes of every plain assignment; a name assigned once to a literal is a candidate
+        self.assigns: dict[tuple[str, str], list[cst.BaseExpression]] = {}
+        self.divisor_bounds: dict[str, int] = {}
         self.imports = _import_table(module)
         self._collect_module_level()
 
@@ -341,31 +407,27 @@ class _Collector(cst.CSTVisitor):
     def leave_Module(self, original_node: cst.Module) -> None:
         self.finish()
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        target, value = node.targets[0].target, node.value
+        if isinstance(target, cst.Name):
+            self.assigns.setdefault((self.scope(), target.value), []).append(value)
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+                and len(target.elements) == len(value.elements):
+            for t_el, v_el in zip(target.elements, value.elements):
+                if isinstance(t_el.value, cst.Name):
+                    self.assigns.setdefault((self.scope(), t_el.value.value), []).append(v_el.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            self.assigns.setdefault((self.scope(), node.target.value), []).append(node.value)
+
     def finish(self) -> None:
-        """Module-level work that needs the whole file: constants and their roles."""
+        """Module-level work that needs the whole file. Constants and locals become knobs later, in
+        :func:`binding_sites`, because whether a name is a knob depends on every file that uses it."""
         self._emit_grouped()
-        for stmt in self.module.body:
-            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            names = _names_in(stmt)
-            for n in names:
-                if n in self.constants and self.const_assign.get(n) is not None and _contains(stmt, self.const_assign[n]):
-                    continue  # its own definition
-                self.name_uses.setdefault(n, set()).add("other")
-        bounds = self._divisor_bounds()
-        for name, value in self.constants.items():
-            uses = self.name_uses.get(name, set())
-            tiling = bool(TILING_NAME.search(name)) or (uses == {"kernel"})
-            if not uses and not tiling:
-                continue
-            node = self.const_nodes[name]
-            context: dict[str, Any] = {"used_in": sorted(uses)}
-            if name in bounds:
-                context["max_value"] = bounds[name]
-            self.knob(
-                id=f"{self.path}:{name}", kind="tile_constant" if tiling else "shape_constant", name=name,
-                line=self.line(node), value=value, node=node, function=None, context=context,
-            )
+        self.divisor_bounds = self._divisor_bounds()
         self.sites.sort(key=lambda s: (s.knob.line, s.knob.id))
 
     def _divisor_bounds(self) -> dict[str, int]:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..errors import InputError, KnobValueError
 from ._cst import is_expr
+from .models import DTYPE_BYTES
 
 Validator = Callable[[Any, dict[str, Any]], Any]
 
@@ -142,8 +143,8 @@ OPTION_SPECS: dict[str, Spec] = {
 
 # ------------------------------------------------------------------------------------------ call-site validators
 
-VEC_TILE_LEGAL = ("one int ≥ 1 per tensor dim (same count as now), each ≤ the tensor dim; 16–64 KB per tile; "
-                  "full tail axis or 512 B-aligned splits; never split the reduce axis")
+VEC_TILE_LEGAL = ("one int ≥ 1 per tensor dim (same count as now), each ≤ the tensor dim; below 128 KB per tile "
+                  "(16–64 KB recommended); the tail axis in whole 32-byte blocks; never split the reduce axis")
 
 
 def _vec_tile(v: Any, ctx: dict[str, Any]) -> Any:
@@ -206,8 +207,6 @@ def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
                 raise _fail(f"{axis}L0 = {out[axis][0]} is not a multiple of 16 ({'/'.join(sorted(half))} operands)",
                             rule, CUBE_LEGAL)
     if dtypes:
-        from .extract import DTYPE_BYTES
-
         # 32-byte alignment applies to the operand element size; with several dtypes use the smallest element
         # (the strictest element count is what the input operands need; the FP32 output is not tiled by K).
         sizes_b = [DTYPE_BYTES[d] for d in dtypes if d in DTYPE_BYTES]
@@ -263,12 +262,27 @@ def _scope(v: Any, ctx: dict[str, Any]) -> Any:
     return v
 
 
-TILE_CONST_LEGAL = "int ≥ 1, ≤ the axis it blocks when known; try 16/32/64/128; every dependent tile call must still fit"
+TILE_CONST_LEGAL = ("same shape as now (an int ≥ 1, or a tuple/list of as many ints ≥ 1, or a dict); ≤ the axis it "
+                    "blocks and dividing it when known; every tile call, loop and view it feeds must stay legal")
 
 
 def _tile_constant(v: Any, ctx: dict[str, Any]) -> Any:
+    """A name bound to a literal: the new value keeps the current one's shape; what it feeds is checked by the
+    admission gate on the effective values of every consumer (tools/admission.py)."""
+    current = ctx.get("current")
+    if isinstance(v, tuple):
+        v = list(v)
+    if isinstance(current, list):
+        if not isinstance(v, list) or len(v) != len(current) or not all(_is_int(x) and x >= 1 for x in v):
+            raise _fail(f"value must be a list of {len(current)} ints ≥ 1 like {current!r}, got {v!r}", "C/F-11",
+                        TILE_CONST_LEGAL)
+        return v
+    if isinstance(current, dict) and not is_expr(current):
+        if not isinstance(v, dict) or is_expr(v):
+            raise _fail(f"value must be a dict like {current!r}, got {v!r}", "C/F-11", TILE_CONST_LEGAL)
+        return v
     if not _is_int(v) or v < 1:
-        raise _fail(f"constant must be an int ≥ 1, got {v!r}", "C/F-11", TILE_CONST_LEGAL)
+        raise _fail(f"value must be an int ≥ 1, got {v!r}", "C/F-11", TILE_CONST_LEGAL)
     bound = ctx.get("max_value")
     if isinstance(bound, int) and v > bound:
         raise _fail(f"block {v} exceeds the axis length {bound} it divides", "C/F-1", TILE_CONST_LEGAL)
@@ -319,7 +333,10 @@ def _cache(v: Any, ctx: dict[str, Any]) -> Any:
 KIND_SPECS: dict[str, Spec] = {
     "vec_tile": Spec(("F-10", "S-12", "S-3"), VEC_TILE_LEGAL, True, _vec_tile),
     "cube_tile": Spec(("F-9", "S-2", "S-11", "S-3", "I-7"), CUBE_LEGAL, True, _cube_tile),
-    "tile_constant": Spec(("F-11", "F-3", "F-1", "F-2", "F-7"), TILE_CONST_LEGAL, True, _tile_constant),
+    "tile_constant": Spec(("F-11", "F-3", "F-1", "F-2", "F-7", "F-10", "F-9", "S-2", "S-3", "S-12"), TILE_CONST_LEGAL,
+                          True, _tile_constant),
+    "local_constant": Spec(("F-11", "F-3", "F-1", "F-2", "F-7", "F-10", "F-9", "S-2", "S-3", "S-12"),
+                           TILE_CONST_LEGAL, True, _tile_constant),
     "shape_constant": Spec((), "problem size (used by tensor signatures or the test harness); changing it changes "
                                "what the operator computes — not a tuning knob", False,
                            _not_tunable("this constant is a problem size, not a tuning knob; a change to it must be "

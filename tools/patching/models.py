@@ -20,13 +20,18 @@ KnobKind = Literal[
     "vec_tile",  # pypto.set_vec_tile_shapes(...) call site
     "cube_tile",  # pypto.set_cube_tile_shapes(...) call site
     "loop_option",  # unroll_list / submit_before_loop of pypto.loop / pypto.loop_unroll
-    "tile_constant",  # module-level UPPER_CASE int that feeds tiling or loop bounds (F-11)
-    "shape_constant",  # module-level UPPER_CASE int that is a problem size (used in signatures / the harness)
+    "tile_constant",  # module-level name bound once to a literal whose every use is tiling / blocking (F-11)
+    "shape_constant",  # module-level name that also reaches the problem (signatures, tensor creation, the harness)
+    "local_constant",  # a local of the kernel (or of the function around it) bound once to a literal
     "sg_set_scope",  # pypto.set_pass_options(sg_set_scope=...)
     "cache_policy",  # <tensor>.set_cache_policy(pypto.CachePolicy.NONE_CACHEABLE, <bool>)
     "combine_axis",  # pypto.experimental.set_operation_options(combine_axis=...)
     "valid_shape",  # valid_shape=[...] of pypto.view / Tensor.view / pypto.reshape
 ]
+
+# Element sizes of pypto dtypes (domain C: alignment and UB budget rules are in bytes).
+DTYPE_BYTES = {"DT_FP16": 2, "DT_BF16": 2, "DT_FP32": 4, "DT_INT8": 1, "DT_INT16": 2, "DT_INT32": 4,
+               "DT_INT64": 8, "DT_UINT8": 1, "DT_FP8": 1, "DT_HF8": 1, "DT_BOOL": 1}
 
 # Marker for a value that is code, not a literal: {"$expr": "pypto.RunMode.SIM"}. Accepted back by the editor, so
 # an agent can write e.g. {"$expr": "TILE_B * 2"} where a literal would be wrong.

@@ -1,0 +1,354 @@
+"""The one admission path for every change: structured edit, diff, drift adoption, algorithm-stage edit.
+
+``admit(before, after, ...)`` decides whether ``after`` is exactly one declared, legal change of ``before``:
+
+1. **Every differing syntax node is accounted for.** Both states are reduced to their syntax trees (comments and
+   formatting do not count; docstrings do not count) with every knob's value slot masked: tile-call arguments,
+   option-dict entries (an absent entry and a present one mask alike, so adding a knob is a knob change), loop
+   options, pass options, and the names the role analysis found to be knobs (``tools/patching/roles.py``). If the
+   masked trees still differ, something other than a knob changed — computation, shapes, dtypes, the test's
+   inputs, a new statement — and the change is structural: refused, naming the lines, unless the session is in the
+   ALGORITHM stage and the change is declared as one algorithm-level change.
+2. **Exactly one knob changed** (by id, from the unmasked values); its new value is data (literals and arithmetic
+   over names, never a call or anything with a side effect); the knob is tunable (``run_mode``, debug options and
+   problem sizes are not).
+3. **Legality on the effective values** of every tiling call, loop and view after the change
+   (``tools/patching/effective.py``), whatever way the change was written. Values the server cannot evaluate pass
+   as *unchecked* and are recorded so.
+
+A refusal is a ``GateRefusal`` naming the rule and the offending lines; nothing has been written. A gate that looks
+only at what it recognises lets everything else through — this one accounts for the whole input instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+from typing import Any, Literal
+
+import libcst as cst
+from pydantic import BaseModel, Field
+
+from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
+from pypto_tune.tools.patching import functional_sources
+from pypto_tune.tools.patching import effective, roles
+from pypto_tune.tools.patching._cst import literal, same
+from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
+from pypto_tune.tools.snapshot import KnobChange
+
+PLACEHOLDER = "__knob__"
+JIT_CALLEES = {"frontend.jit", "jit", "frontend.parser.entry.jit"}
+LOOP_KWARGS = {"unroll_list", "submit_before_loop"}
+# Node types a knob's new value may contain: data and arithmetic, nothing that runs code.
+PURE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.Tuple, ast.List, ast.Dict, ast.Set,
+              ast.UnaryOp, ast.USub, ast.UAdd, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+              ast.Div, ast.Pow, ast.Attribute, ast.Starred, ast.Call)
+
+
+class Admission(BaseModel):
+    """How a change was accounted for (recorded in the ledger's ``admissions`` table)."""
+
+    kind: Literal["knob", "structural"]
+    change: KnobChange | None = Field(None, description="the one knob that changed (kind 'knob')")
+    knob_kind: str | None = None
+    catalog_ids: list[str] = Field(default_factory=list, description="catalogue ids the changed knob serves")
+    formatting_files: list[str] = Field(default_factory=list, description="files whose other differences are "
+                                        "formatting or comments only (allowed, recorded)")
+    checked: list[str] = Field(default_factory=list, description="effective values checked against domain C")
+    unchecked: list[str] = Field(default_factory=list, description="values the server could not evaluate")
+    structural_lines: list[str] = Field(default_factory=list, description="for a structural change: what differs")
+
+    def describe(self) -> str:
+        if self.kind == "structural":
+            return "structural change: " + "; ".join(self.structural_lines[:3])
+        c = self.change
+        assert c is not None
+        return f"{c.knob_id}: {c.before!r} → {c.after!r}"
+
+
+# ------------------------------------------------------------------------------------------------ masking
+
+
+class _Masker(cst.CSTTransformer):
+    """Replaces every knob value slot of one file with a placeholder (or removes it, for option entries)."""
+
+    def __init__(self, pf: ParsedFile, sites: list[Site]) -> None:
+        super().__init__()
+        self.imports = _import_table(pf.module)
+        self.replace = {id(s.node) for s in sites if s.node is not None and (
+            s.extra.get("binding") or s.knob.kind in ("pass_option", "sg_set_scope", "cache_policy",
+                                                      "combine_axis", "valid_shape"))}
+        for s in sites:
+            for _, node in s.extra.get("members", []):
+                if node is not None:
+                    self.replace.add(id(node))
+        # option containers of every jit (dict literals, dict() calls, module dicts passed as option groups)
+        self.containers = {id(c) for j in pf.jits for c in j.groups.values()}
+
+    def _qname(self, func: cst.BaseExpression) -> str | None:
+        dotted = _dotted(func)
+        if not dotted:
+            return None
+        head, _, rest = dotted.partition(".")
+        target = self.imports.get(head)
+        if target is None:
+            return dotted[len("pypto."):] if dotted.startswith("pypto.") else None
+        full = f"{target}.{rest}" if rest else target
+        return full[len("pypto."):] if full.startswith("pypto.") else (None if full != "pypto" else "")
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode):  # type: ignore[override]
+        if id(original_node) in self.replace and isinstance(original_node, cst.BaseExpression):
+            return cst.Name(PLACEHOLDER)
+        if id(original_node) in self.containers:
+            if isinstance(updated_node, cst.Dict):
+                return updated_node.with_changes(elements=[
+                    e for e in updated_node.elements
+                    if not (isinstance(e, cst.DictElement) and isinstance(e.key, (cst.SimpleString,
+                                                                                  cst.ConcatenatedString)))])
+            if isinstance(updated_node, cst.Call):
+                return updated_node.with_changes(args=[a for a in updated_node.args if a.keyword is None])
+        if isinstance(updated_node, cst.Call):
+            return self._call(updated_node)
+        if isinstance(updated_node, cst.Decorator) and isinstance(updated_node.decorator, cst.Call):
+            call = updated_node.decorator
+            if self._qname(call.func) in JIT_CALLEES and not call.args:
+                return updated_node.with_changes(decorator=call.func)  # @jit() is @jit
+        return updated_node
+
+    def _call(self, call: cst.Call) -> cst.Call:
+        q = self._qname(call.func)
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        if q in ("set_vec_tile_shapes", "set_cube_tile_shapes"):
+            return call.with_changes(args=[cst.Arg(cst.Name(PLACEHOLDER))])
+        if q in ("loop", "loop_unroll"):
+            return call.with_changes(args=[a for a in call.args
+                                           if not (a.keyword is not None and a.keyword.value in LOOP_KWARGS)])
+        if q in JIT_CALLEES:
+            def empty(v: cst.BaseExpression) -> bool:
+                return (isinstance(v, cst.Dict) and not v.elements) or (
+                    isinstance(v, cst.Call) and _dotted(v.func) == "dict" and not v.args)
+            return call.with_changes(args=[a for a in call.args if not (
+                a.keyword is not None and a.keyword.value in OPTION_GROUPS and empty(a.value))])
+        if method == "set_cache_policy" and len(call.args) > 1:
+            args = list(call.args)
+            args[1] = args[1].with_changes(value=cst.Name(PLACEHOLDER))
+            return call.with_changes(args=args)
+        return call
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _masked_tree(pf: ParsedFile, sites: list[Site]) -> ast.Module:
+    masked = pf.module.visit(_Masker(pf, [s for s in sites if s.file == pf.path]))
+    return _strip_docstrings(ast.parse(masked.code))  # type: ignore[return-value]
+
+
+def _plain_tree(text: str) -> ast.Module:
+    return _strip_docstrings(ast.parse(text[1:] if text.startswith("\ufeff") else text))  # type: ignore[return-value]
+
+
+def _statements(node: ast.AST) -> list[ast.stmt]:
+    return list(getattr(node, "body", [])) + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", []))
+
+
+def _differences(ma: ast.AST, mb: ast.AST, pb: ast.AST, text_b: str, out: list[str], depth: int = 0) -> None:
+    """Lines of ``b`` (unmasked: ``pb``) whose statements differ from ``a`` once knobs are masked. Masking keeps
+    the statement structure, so statement i of the masked tree is statement i of the plain one."""
+    sa, sb, sp = _statements(ma), _statements(mb), _statements(pb)
+    lines = text_b.splitlines()
+    dump_a = [ast.dump(s) for s in sa]
+    dump_b = [ast.dump(s) for s in sb]
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, dump_a, dump_b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if tag == "replace" and i2 - i1 == j2 - j1 and depth < 8:
+            for x, y in zip(range(i1, i2), range(j1, j2)):
+                if type(sa[x]) is type(sb[y]) and _statements(sa[x]) and (
+                        ast.dump(_shell(sa[x])) == ast.dump(_shell(sb[y]))):
+                    _differences(sa[x], sb[y], sp[y], text_b, out, depth + 1)
+                else:
+                    out.append(_line(sp[y], lines, "changed"))
+            continue
+        for y in range(j1, j2):
+            out.append(_line(sp[y], lines, "added" if tag == "insert" else "changed"))
+        if tag == "delete":
+            anchor = sp[j1] if j1 < len(sp) else (sp[-1] if sp else None)
+            where = f"near line {anchor.lineno}" if anchor is not None else "at the end"
+            out.append(f"{i2 - i1} statement(s) removed {where}: {ast.unparse(sa[i1])[:80]!r}")
+
+
+def _shell(stmt: ast.stmt) -> ast.stmt:
+    """The statement without its bodies (for compound statements), to tell 'header changed' from 'body changed'."""
+    import copy
+
+    s = copy.copy(stmt)
+    for f in ("body", "orelse", "finalbody", "handlers"):
+        if hasattr(s, f):
+            setattr(s, f, [])
+    return s
+
+
+def _line(stmt: ast.stmt, lines: list[str], how: str) -> str:
+    text = lines[stmt.lineno - 1].strip() if 0 < stmt.lineno <= len(lines) else ast.unparse(stmt)[:80]
+    return f"line {stmt.lineno} {how}: {text[:100]}"
+
+
+# ------------------------------------------------------------------------------------------------ the gate
+
+
+def _refuse(rule: str, message: str, hint: str, allowed: list[str] | None = None) -> GateRefusal:
+    return GateRefusal(rule, message, allowed=allowed or ["apply_tuning_patch", "list_knobs", "get_status"],
+                       hint=hint)
+
+
+def _pure(code: str) -> bool:
+    """A knob value may be data and arithmetic; a call is allowed only to read a pypto enum-like attribute path."""
+    try:
+        tree = ast.parse(code.strip(), mode="eval")
+    except SyntaxError:
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, PURE_NODES):
+            return False
+        if isinstance(node, ast.Call):
+            # min()/max() of literals are still data; nothing else is
+            if not (isinstance(node.func, ast.Name) and node.func.id in ("min", "max") and not node.keywords):
+                return False
+    return True
+
+
+def _exprs(value: Any) -> list[str]:
+    from pypto_tune.tools.patching._cst import is_expr
+    from pypto_tune.tools.patching.models import EXPR_KEY
+
+    if is_expr(value):
+        return [value[EXPR_KEY]]
+    if isinstance(value, list):
+        return [c for v in value for c in _exprs(v)]
+    if isinstance(value, dict):
+        return [c for v in value.values() for c in _exprs(v)]
+    return []
+
+
+def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, str] | None = None,
+          algorithm: bool = False, allow_structural: bool = False) -> Admission:
+    """Account for every difference between ``before`` and ``after`` (operator files, full text each).
+
+    ``context``: the workspace's other Python files (never edited; they decide which names reach the problem).
+    ``algorithm`` + ``allow_structural``: the session is in the ALGORITHM stage and the agent declared this change
+    as one algorithm-level change (R23). Raises ``GateRefusal`` (rules ``one-change``, ``legality``) or
+    ``InputError`` (nothing changed, a file does not parse).
+    """
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    if not changed:
+        raise InputError("the change changes nothing", hint="choose a different value; list_knobs shows the "
+                         "current ones")
+    if set(after) != set(before):
+        raise _refuse("one-change", f"the change adds or removes operator files ({', '.join(changed)})",
+                      "change the existing operator files only")
+    fb, fa = functional_sources(before), functional_sources(after)
+    for path in changed:
+        try:
+            _plain_tree(fa[path])
+        except SyntaxError as exc:
+            raise _refuse("one-change", f"{path} is not valid Python after the change: {exc.msg} at line "
+                          f"{exc.lineno}", "fix the syntax; a change must leave the file valid Python") from None
+    parsed_b, sites_b = sites_of(fb, context)
+    parsed_a, sites_a = sites_of(fa, context)
+
+    structural: list[str] = []
+    formatting: list[str] = []
+    for path in changed:
+        ma, mb = _masked_tree(parsed_b[path], sites_b), _masked_tree(parsed_a[path], sites_a)
+        if ast.dump(ma) != ast.dump(mb):
+            diffs: list[str] = []
+            _differences(ma, mb, _plain_tree(fa[path]), fa[path], diffs)
+            structural.extend(f"{path}: {d}" for d in (diffs or ["a difference outside any knob"]))
+        elif ast.dump(_plain_tree(fb[path])) == ast.dump(_plain_tree(fa[path])):
+            formatting.append(path)
+
+    delta = _delta(sites_b, sites_a)
+    if structural:
+        if algorithm and allow_structural:
+            report = _legal(fb, fa, context, sites_b, sites_a)
+            return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
+                             unchecked=report.unchecked, structural_lines=structural,
+                             change=delta[0] if len(delta) == 1 else None)
+        raise _refuse(
+            "one-change",
+            "the change is not a knob change: " + "; ".join(structural[:4])
+            + (f" (+{len(structural) - 4} more)" if len(structural) > 4 else "")
+            + (f" — besides the knob change {delta[0].knob_id}" if len(delta) == 1 else ""),
+            "change exactly one knob and nothing else (list_knobs shows them); computation, shapes, dtypes and the "
+            "test's inputs are structural: algorithm-level changes come only in the ALGORITHM stage (R23)")
+    if not delta:
+        raise InputError("the change differs only in formatting or comments: nothing to verify or measure",
+                         hint="change a knob's value (list_knobs)")
+    if len(delta) > 1:
+        raise _refuse("one-change", f"the change touches {len(delta)} knobs at once: "
+                      + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta),
+                      "split it: one knob per round, each verified and measured on its own")
+    change = delta[0]
+    knob = next((s.knob for s in sites_a if s.knob.id == change.knob_id), None) or next(
+        (s.knob for s in sites_b if s.knob.id == change.knob_id), None)
+    assert knob is not None
+    if not knob.tunable:
+        why = "; ".join(knob.context.get("problem_uses", [])) or knob.legal
+        raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
+                      "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
+    impure = [c for c in _exprs(change.after) if not _pure(c)]
+    if impure:
+        raise _refuse("one-change", f"the new value of {knob.id} is code, not data: {impure[0]!r} (line "
+                      f"{change.line})", "write the value as a literal (numbers, lists, dicts)")
+    report = _legal(fb, fa, context, sites_b, sites_a, knob=knob, new_value=change.after)
+    return Admission(kind="knob", change=change, knob_kind=knob.kind, catalog_ids=list(knob.catalog_ids),
+                     formatting_files=formatting, checked=report.checked, unchecked=report.unchecked)
+
+
+def _delta(sites_b: list[Site], sites_a: list[Site]) -> list[KnobChange]:
+    def table(sites: list[Site]) -> dict[str, Any]:
+        return {s.knob.id: s.knob for s in sites if s.knob.present
+                and not (s.knob.kind == "debug_option" and s.knob.name == "runtime_debug_mode")}
+
+    a, b = table(sites_b), table(sites_a)
+    out = []
+    for kid in sorted(set(a) | set(b)):
+        ka, kb = a.get(kid), b.get(kid)
+        if ka is not None and kb is not None and same(ka.value, kb.value):
+            continue
+        ref = kb or ka
+        out.append(KnobChange(knob_id=kid, file=ref.file, line=ref.line, before=ka.value if ka else None,
+                              after=kb.value if kb else None))
+    return out
+
+
+def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],
+           sites_a: list[Site], *, knob: Any = None, new_value: Any = None) -> effective.LegalityReport:
+    """Domain C on the changed knob's own rule and on every consumer whose effective value changed."""
+    if knob is not None and new_value is not None and not _exprs(new_value):
+        try:
+            from pypto_tune.tools.patching.legality import check_knob_value
+
+            check_knob_value(knob.model_copy(update={"value": next(
+                (s.knob.value for s in sites_b if s.knob.id == knob.id), knob.value)}), new_value)
+        except KnobValueError as exc:
+            raise _refuse("legality", f"{knob.id} = {new_value!r} is not legal: {exc.message}",
+                          "choose a value inside the legal range (list_knobs shows it)") from None
+        except InputError as exc:
+            raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
+    prog_b = roles.analyze({**(context or {}), **fb})
+    prog_a = roles.analyze({**(context or {}), **fa})
+    try:
+        return effective.check_after(effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a),
+                                     effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a)
+    except KnobValueError as exc:
+        raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
+                      exc.hint or "choose another value") from None

@@ -1,0 +1,304 @@
+"""Legality on what the kernel will actually get: the effective value of every tiling call, loop and view.
+
+A knob can be written in many places — the call's own arguments, a module tuple splatted into it (``*VEC_TILE``),
+a local block size that a loop bound divides by. Checking the edited node alone would judge the same change
+differently depending on how it was written (issue #10, attack 3). So legality is judged here on the *sources after
+the change*, whatever path produced them: each consumer site is evaluated with the literal names visible to it, and
+every site whose effective value differs from before is checked against domain C. A value that cannot be evaluated
+(it depends on a runtime shape) is reported as unchecked, never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InputError, KnobValueError
+from . import legality, roles
+from ._cst import is_expr
+from .extract import Site
+from .models import DTYPE_BYTES, EXPR_KEY
+
+UNKNOWN = object()
+# F-10 recommends 16–64 KB per vector tile; measured on the softmax fixture (fp32): (3, 32, 256) = 96 KB compiles,
+# (4, 32, 256) = 128 KB fails with "Run pass failed" (the unified buffer holds the tile and its temporaries).
+UB_TILE_MAX_BYTES = 128 * 1024
+TAIL_MIN_BYTES = 32  # F-10: tail ≥ 32 B, and whole 32-byte blocks (512 B-aligned splits are advice, not a rule)
+
+
+class _Unknown(Exception):
+    pass
+
+
+def evaluate(node: ast.AST, env: dict[str, Any]) -> Any:
+    """The value of a pure expression over literals and ``env`` names; raises _Unknown otherwise."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id]
+        raise _Unknown(node.id)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        out: list[Any] = []
+        for el in node.elts:
+            if isinstance(el, ast.Starred):
+                out.extend(list(evaluate(el.value, env)))
+            else:
+                out.append(evaluate(el, env))
+        return out
+    if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise _Unknown("**")
+        return {evaluate(k, env): evaluate(v, env) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = evaluate(node.operand, env)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _Unknown("unary")
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp):
+        a, b = evaluate(node.left, env), evaluate(node.right, env)
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) \
+                or not isinstance(b, (int, float)):
+            raise _Unknown("binop")
+        op = node.op
+        try:
+            if isinstance(op, ast.Add):
+                return a + b
+            if isinstance(op, ast.Sub):
+                return a - b
+            if isinstance(op, ast.Mult):
+                return a * b
+            if isinstance(op, ast.FloorDiv):
+                return a // b
+            if isinstance(op, ast.Mod):
+                return a % b
+            if isinstance(op, ast.Div):
+                return a / b
+        except ZeroDivisionError:
+            raise _Unknown("division by zero") from None
+        raise _Unknown("operator")
+    if isinstance(node, ast.Subscript):
+        base = evaluate(node.value, env)
+        idx = evaluate(node.slice, env)
+        try:
+            return base[idx]
+        except (TypeError, IndexError, KeyError):
+            raise _Unknown("subscript") from None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("min", "max", "int") \
+            and not node.keywords:
+        args = [evaluate(a, env) for a in node.args]
+        return {"min": min, "max": max, "int": int}[node.func.id](*args)
+    raise _Unknown(type(node).__name__)
+
+
+def value_of(value: Any, env: dict[str, Any]) -> Any:
+    """A knob's JSON-ish value (``{"$expr": code}`` parts allowed) made concrete with ``env``; UNKNOWN if not."""
+    try:
+        return _concrete(value, env)
+    except (_Unknown, SyntaxError, ValueError, TypeError):
+        return UNKNOWN
+
+
+def _concrete(value: Any, env: dict[str, Any]) -> Any:
+    if is_expr(value):
+        return evaluate(ast.parse(value[EXPR_KEY].strip(), mode="eval").body, env)
+    if isinstance(value, list):
+        return [_concrete(v, env) for v in value]
+    if isinstance(value, dict):
+        return {k: _concrete(v, env) for k, v in value.items()}
+    return value
+
+
+def call_args(code: str, env: dict[str, Any]) -> list[Any] | object:
+    """Positional arguments of a call written as code (``pypto.set_vec_tile_shapes(*VEC_TILE)``), star-args
+    expanded; UNKNOWN if any cannot be evaluated."""
+    try:
+        node = ast.parse(code.strip(), mode="eval").body
+        if not isinstance(node, ast.Call):
+            return UNKNOWN
+        out: list[Any] = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                out.extend(list(evaluate(a.value, env)))
+            else:
+                out.append(evaluate(a, env))
+        return out
+    except (_Unknown, SyntaxError, TypeError):
+        return UNKNOWN
+
+
+# --------------------------------------------------------------------------------------------------- sites
+
+
+@dataclass
+class SiteValue:
+    site_id: str
+    kind: str
+    line: int
+    value: Any  # concrete value, or UNKNOWN
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+def _env(program: roles.Program, site: Site) -> dict[str, Any]:
+    return program.env(site.file, site.knob.function or roles.MODULE)
+
+
+def site_values(sites: list[Site], program: roles.Program) -> dict[str, SiteValue]:
+    """Effective values of the consumer sites: vector and cube tiles, loop trip counts and unroll lists."""
+    out: dict[str, SiteValue] = {}
+    for site in sites:
+        k = site.knob
+        if not k.present or site.extra.get("binding"):
+            continue
+        env = _env(program, site)
+        if k.kind == "vec_tile":
+            if is_expr(k.value):
+                v = call_args(k.value[EXPR_KEY], env)
+            else:
+                v = value_of(k.value, env)
+            out[k.id] = SiteValue(k.id, k.kind, k.line, v, dict(k.context))
+        elif k.kind == "cube_tile":
+            out[k.id] = SiteValue(k.id, k.kind, k.line, value_of(k.value, env), dict(k.context))
+        elif k.kind == "loop_option" and k.name == "unroll_list":
+            out[k.id] = SiteValue(k.id, k.kind, k.line, value_of(k.value, env), dict(k.context))
+    return out
+
+
+def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, SiteValue]:
+    """Trip counts of ``pypto.loop`` / ``range`` bounds written as ``X // K``, keyed by file:line:col."""
+    out: dict[str, SiteValue] = {}
+    for path, text in sources.items():
+        try:
+            tree = ast.parse(text[1:] if text.startswith("\ufeff") else text)
+        except SyntaxError:
+            continue
+        scopes = _scope_map(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.FloorDiv):
+                continue
+            env = program.env(path, scopes.get(id(node), roles.MODULE))
+            try:
+                x, k = evaluate(node.left, env), evaluate(node.right, env)
+            except _Unknown:
+                continue
+            if isinstance(x, int) and isinstance(k, int) and not isinstance(x, bool) and not isinstance(k, bool):
+                out[f"{path}:{node.lineno}:{node.col_offset}"] = SiteValue(
+                    f"{path}:{node.lineno}", "floordiv", node.lineno, (x, k),
+                    {"code": ast.unparse(node), "file": path})
+    return out
+
+
+def _scope_map(tree: ast.Module) -> dict[int, str]:
+    out: dict[int, str] = {}
+
+    def walk(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = child.name if scope == roles.MODULE else f"{scope}.{child.name}"
+                for d in child.decorator_list:
+                    walk(d, scope)
+                for stmt in child.body:
+                    out[id(stmt)] = inner
+                    walk(stmt, inner)
+            else:
+                out[id(child)] = scope
+                walk(child, scope)
+
+    walk(tree, roles.MODULE)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------- checks
+
+
+@dataclass
+class LegalityReport:
+    checked: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+
+
+def _fail(message: str, rule: str, legal: str) -> KnobValueError:
+    return KnobValueError(message, rule=rule, legal=legal,
+                          hint="choose a value inside the legal range (list_knobs shows it for this operator)")
+
+
+def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any) -> None:
+    v = sv.value
+    legality.validate("vec_tile", None, None, v, dict(sv.context, current=before if isinstance(before, list)
+                                                       else sv.context.get("current")))
+    shapes = [s for s in sv.context.get("tensor_shapes", []) if len(s) == len(v)
+              and all(isinstance(d, int) for d in s)]
+    dtypes = sv.context.get("dtypes", [])
+    elem = max((DTYPE_BYTES.get(d, 0) for d in dtypes), default=0)
+    if elem:
+        size = math.prod(v) * elem
+        if size >= UB_TILE_MAX_BYTES:
+            raise _fail(f"vec tile {v} is {size // 1024} KB of {'/'.join(dtypes)}: a tile must stay below "
+                        f"{UB_TILE_MAX_BYTES // 1024} KB of the unified buffer (measured: 96 KB compiles, 128 KB fails "
+                        "with 'Run pass failed'; 16–64 KB is the recommended size)", "C/F-10", legality.VEC_TILE_LEGAL)
+        tail = v[-1] * elem
+        if tail < TAIL_MIN_BYTES or tail % TAIL_MIN_BYTES:
+            raise _fail(f"vec tile tail {v[-1]} × {elem} B = {tail} B is not a multiple of {TAIL_MIN_BYTES} B (the "
+                        "vector unit moves 32-byte blocks)", "C/F-10", legality.VEC_TILE_LEGAL)
+    if shapes:
+        rank = len(v)
+        for red in reductions:
+            for axis in red.axes:
+                a = axis + rank if axis < 0 else axis
+                if not 0 <= a < rank:
+                    continue
+                full = max(s[a] for s in shapes)
+                splits = v[a] < full
+                known = isinstance(before, list) and len(before) == rank
+                # an operator that already splits it may keep its split, or shrink it, never cut it finer
+                if splits and (not known or before[a] >= full or v[a] < before[a]):
+                    raise _fail(f"vec tile dim {a} = {v[a]} splits the reduce axis (length {full}, reduced at line "
+                                f"{red.line})", "C/F-10", legality.VEC_TILE_LEGAL)
+
+
+def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteValue],
+                before_loops: dict[str, SiteValue], after_loops: dict[str, SiteValue],
+                program_after: roles.Program) -> LegalityReport:
+    """Refuse (KnobValueError) any consumer site whose effective value changed to something illegal."""
+    report = LegalityReport()
+    for sid, sv in after_sites.items():
+        old = before_sites.get(sid)
+        old_value = old.value if old is not None else UNKNOWN
+        if old is not None and old_value is not UNKNOWN and sv.value is not UNKNOWN and old_value == sv.value:
+            continue
+        if old is not None and old_value is UNKNOWN and sv.value is UNKNOWN:
+            continue
+        if sv.value is UNKNOWN:
+            report.unchecked.append(f"{sid} (line {sv.line}): its value depends on names the server cannot evaluate")
+            continue
+        file = sid.split(":", 1)[0]
+        try:
+            if sv.kind == "vec_tile":
+                reds = program_after.reductions.get(file, [])
+                check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value)
+            elif sv.kind == "cube_tile":
+                legality.validate("cube_tile", None, None, sv.value, dict(sv.context, current=sv.value))
+            elif sv.kind == "loop_option":
+                legality.validate("loop_option", "unroll_list", None, sv.value, dict(sv.context))
+        except InputError as exc:
+            raise exc
+        report.checked.append(f"{sid} = {sv.value!r}")
+    for key, sv in after_loops.items():
+        old = before_loops.get(key)
+        if old is not None and old.value == sv.value:
+            continue
+        x, k = sv.value
+        if k < 1:
+            raise _fail(f"{sv.context['code']} at {sv.context['file']}:{sv.line} divides by {k}", "C/F-3",
+                        "a block size ≥ 1")
+        if k > x:
+            raise _fail(f"{sv.context['code']} at {sv.context['file']}:{sv.line}: block {k} exceeds the axis length {x}",
+                        "C/F-1", "block ≤ the axis it blocks")
+        if x % k:
+            raise _fail(f"{sv.context['code']} at {sv.context['file']}:{sv.line}: {x} is not a multiple of {k}, so "
+                        f"the last {x % k} rows would never be computed (floor division drops them)", "C/F-3",
+                        "a block size that divides the axis (or a ceil-div loop with valid_shape for the tail)")
+        report.checked.append(f"{sv.context['file']}:{sv.line} {sv.context['code']} = {x // k} iterations")
+    return report

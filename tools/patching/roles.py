@@ -1,0 +1,569 @@
+"""Which names are tuning knobs: a data-flow pass over every Python file of the workspace.
+
+A name bound to a literal (a module constant, or a local of the kernel or of the function around it) is a knob only
+if **every** use of it ends in a tuning consumer: the arguments of ``set_vec_tile_shapes`` / ``set_cube_tile_shapes``,
+``pypto.loop`` bounds and options, ``pypto.view`` shapes and offsets, slices of tensors inside the kernel, pass and
+jit options, static ``range`` loops of the kernel. A name that also reaches the problem itself — a tensor signature,
+tensor creation, the harness building its inputs, a condition, anything this pass does not recognise — is never a
+knob (issue #10: ``ROWS = 64`` used by the kernel's blocking and by ``torch.randn(ROWS, 512)`` must not be tunable,
+or a "speed-up" could come from computing less).
+
+Uses are followed through arithmetic, through assignments to other names (``b_loop = bs // tile_b``), through calls
+of functions defined in the workspace (argument → parameter), through closures (the upstream style defines the jit
+inside a factory whose locals it reads) and across files (``from kernels import VEC_TILE``, ``kernels.B``).
+``print`` and logging calls are ignored. What cannot be followed (``getattr``, ``globals()``, ``exec``) is not
+seen; the admission gate documents that limit.
+
+Pure: sources in, :class:`Program` out. Positions are 1-based lines (``ast``).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+MODULE = "<module>"
+
+# pypto calls whose arguments configure tiling / blocking (tuning consumers). For view-like calls the first
+# argument is the tensor (data), only the rest configures the block.
+TUNING_CALLS = {
+    "set_vec_tile_shapes": "vec_tile", "set_cube_tile_shapes": "cube_tile", "loop": "loop", "loop_unroll": "loop",
+    "set_pass_options": "pass_options", "experimental.set_operation_options": "operation_options",
+    "set_operation_options": "operation_options", "view": "view", "reshape": "view", "assemble": "view",
+}
+DATA_FIRST_ARG = {"view", "reshape", "assemble"}
+JIT_NAMES = {"frontend.jit", "jit", "frontend.parser.entry.jit"}
+REDUCTIONS = {"sum", "amax", "amin", "max", "min", "mean", "prod", "reduce_sum", "reduce_max", "reduce_min",
+              "var", "std", "logsumexp", "softmax", "argmax", "argmin"}
+# Pure builtins a value may pass through on its way to a consumer.
+TRANSPARENT_BUILTINS = {"min", "max", "int", "abs", "tuple", "list", "len", "round", "sum"}
+HARMLESS_CALLS = {"print", "repr", "str", "format"}
+HARMLESS_PREFIXES = ("logging.", "log.", "logger.", "LOG.", "LOGGER.")
+
+
+@dataclass
+class Binding:
+    """A name bound once to a literal: a knob candidate."""
+
+    file: str
+    scope: str  # MODULE or the dotted function path ("softmax.softmax_kernel")
+    name: str
+    line: int
+    value: Any  # the literal (python value)
+    local: bool
+    consumers: set[str] = field(default_factory=set)  # tuning consumers reached (vec_tile, loop, view, slice...)
+    problems: list[str] = field(default_factory=list)  # "file:line: what" for each non-tuning use
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.file, self.scope, self.name)
+
+    @property
+    def is_knob(self) -> bool:
+        return bool(self.consumers) and not self.problems
+
+
+@dataclass
+class Reduction:
+    scope: str
+    line: int
+    axes: list[int]
+
+
+@dataclass
+class Program:
+    bindings: dict[tuple[str, str, str], Binding]
+    kernel_scopes: set[tuple[str, str]]  # (file, scope) of jit functions, their nested defs and helpers they call
+    reductions: dict[str, list[Reduction]]  # file -> reductions inside kernel scopes
+    literals: dict[tuple[str, str], dict[str, Any]]  # (file, scope) -> names bound once to a literal there
+
+    def binding(self, file: str, scope: str, name: str) -> Binding | None:
+        return self.bindings.get((file, scope, name))
+
+    def env(self, file: str, scope: str) -> dict[str, Any]:
+        """Literal names visible in ``scope``: module literals, then enclosing functions', then its own."""
+        out = dict(self.literals.get((file, MODULE), {}))
+        if scope != MODULE:
+            parts = scope.split(".")
+            for i in range(1, len(parts) + 1):
+                out.update(self.literals.get((file, ".".join(parts[:i])), {}))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = dotted(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
+
+
+def literal_value(node: ast.AST) -> Any:
+    """The Python value of a literal node (constants, ±numbers, tuples/lists/dicts of literals); raises ValueError."""
+    return ast.literal_eval(node)
+
+
+def _is_literal(node: ast.AST) -> bool:
+    try:
+        literal_value(node)
+        return True
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
+def _module_path(path: str) -> str:
+    p = PurePosixPath(path)
+    return ".".join(p.with_suffix("").parts)
+
+
+def _import_table(tree: ast.Module) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            for a in n.names:
+                out[a.asname or a.name] = f"{n.module}.{a.name}"
+    return out
+
+
+@dataclass
+class _Scope:
+    file: str
+    name: str  # dotted path or MODULE
+    node: ast.AST
+    parent: "_Scope | None"
+    bound: dict[str, list[ast.AST]] = field(default_factory=dict)  # name -> binding statements/nodes
+    params: list[str] = field(default_factory=list)
+    declared_global: set[str] = field(default_factory=set)
+    declared_nonlocal: set[str] = field(default_factory=set)
+
+
+class _File:
+    """One parsed file: scopes, parents, imports."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.tree = ast.parse(text[1:] if text.startswith("\ufeff") else text)
+        self.parents: dict[int, ast.AST] = {}
+        for parent in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(parent):
+                self.parents[id(child)] = parent
+        self.imports = _import_table(self.tree)
+        self.scopes: dict[str, _Scope] = {}
+        self.scope_of: dict[int, _Scope] = {}  # id(node) -> innermost scope
+        self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        self._collect(self.tree, None, MODULE)
+
+    def _collect(self, node: ast.AST, parent: _Scope | None, name: str) -> None:
+        scope = _Scope(self.path, name, node, parent)
+        self.scopes[name] = scope
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+                if a is not None:
+                    scope.params.append(a.arg)
+                    scope.bound.setdefault(a.arg, []).append(a)
+        body = node.body if isinstance(node.body, list) else [node.body]
+        stack: list[ast.AST] = list(body)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # decorators and defaults run in the enclosing scope: visited there
+            pass
+        while stack:
+            n = stack.pop()
+            self.scope_of[id(n)] = scope
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scope.bound.setdefault(n.name, []).append(n)
+                child = n.name if name == MODULE else f"{name}.{n.name}"
+                self.functions[child] = n
+                for d in n.decorator_list + n.args.defaults + [d for d in n.args.kw_defaults if d is not None]:
+                    stack.append(d)
+                for a in [*n.args.posonlyargs, *n.args.args, *n.args.kwonlyargs, n.args.vararg, n.args.kwarg]:
+                    if a is not None and a.annotation is not None:
+                        stack.append(a.annotation)
+                if n.returns is not None:
+                    stack.append(n.returns)
+                self._collect(n, scope, child)
+                continue
+            if isinstance(n, ast.ClassDef):
+                scope.bound.setdefault(n.name, []).append(n)
+                stack.extend(n.decorator_list + n.bases + [k.value for k in n.keywords] + n.body)
+                continue
+            if isinstance(n, ast.Lambda):
+                self._collect(n, scope, f"{name}.<lambda@{n.lineno}>")
+                continue
+            if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                # comprehension variables are their own scope; treat the whole comprehension as part of this one,
+                # but do not let its targets count as bindings of this scope
+                for c in ast.iter_child_nodes(n):
+                    stack.append(c)
+                continue
+            if isinstance(n, ast.Global):
+                scope.declared_global.update(n.names)
+            elif isinstance(n, ast.Nonlocal):
+                scope.declared_nonlocal.update(n.names)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                if not self._in_comprehension_target(n):
+                    scope.bound.setdefault(n.id, []).append(n)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                for a in n.names:
+                    scope.bound.setdefault(a.asname or a.name.split(".")[0], []).append(n)
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                scope.bound.setdefault(n.name, []).append(n)
+            stack.extend(ast.iter_child_nodes(n))
+
+    def _in_comprehension_target(self, n: ast.AST) -> bool:
+        p = self.parents.get(id(n))
+        while p is not None:
+            if isinstance(p, ast.comprehension):
+                return True
+            if isinstance(p, (ast.stmt,)):
+                return False
+            p = self.parents.get(id(p))
+        return False
+
+    def resolve(self, scope: _Scope, name: str) -> _Scope | None:
+        """The scope that binds ``name`` as seen from ``scope`` (LEGB without builtins), None if unbound."""
+        if name in scope.declared_global:
+            return self.scopes[MODULE] if name in self.scopes[MODULE].bound else None
+        s: _Scope | None = scope
+        first = True
+        while s is not None:
+            if name in s.bound and not (first and name in s.declared_nonlocal):
+                return s
+            first = False
+            s = s.parent
+        return None
+
+    def qname(self, func: ast.AST) -> str | None:
+        """'set_vec_tile_shapes', 'frontend.jit', ... for pypto callables, None otherwise (import-aware)."""
+        d = dotted(func)
+        if not d:
+            return None
+        head, _, rest = d.partition(".")
+        target = self.imports.get(head)
+        if target is None:
+            return d[len("pypto."):] if d.startswith("pypto.") else None
+        full = f"{target}.{rest}" if rest else target
+        if full == "pypto" or full.startswith("pypto."):
+            return full[len("pypto."):]
+        return None
+
+
+# ------------------------------------------------------------------------------------------------ the analysis
+
+
+class _Analysis:
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files: dict[str, _File] = {}
+        for path in sorted(files):
+            try:
+                self.files[path] = _File(path, files[path])
+            except SyntaxError:
+                continue  # a file that does not parse cannot hide a use the run could execute either
+        self.by_module = {_module_path(p): p for p in self.files}
+        self.bindings: dict[tuple[str, str, str], Binding] = {}
+        self.literals: dict[tuple[str, str], dict[str, Any]] = {}
+        self.kernel: set[tuple[str, str]] = set()
+        self.reductions: dict[str, list[Reduction]] = {}
+        self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._active: set[tuple[str, str, str]] = set()
+
+    # ---- candidates
+    def collect_bindings(self) -> None:
+        for f in self.files.values():
+            for sname, scope in f.scopes.items():
+                lits: dict[str, Any] = {}
+                for name, sites in scope.bound.items():
+                    if len(sites) != 1 or name in scope.params:
+                        continue
+                    site = sites[0]
+                    value_node = self._assigned_value(f, site)
+                    if value_node is None or not _is_literal(value_node):
+                        continue
+                    value = literal_value(value_node)
+                    lits[name] = value
+                    if isinstance(value, (str, bytes, bool)) or value is None:
+                        continue  # names and flags are not tile or block sizes
+                    self.bindings[(f.path, sname, name)] = Binding(
+                        file=f.path, scope=sname, name=name, line=value_node.lineno, value=value,
+                        local=sname != MODULE)
+                self.literals[(f.path, sname)] = lits
+
+    @staticmethod
+    def _assigned_value(f: _File, site: ast.AST) -> ast.AST | None:
+        """The value node bound to the Name ``site`` by a plain ``name = value`` (or an unpacked literal tuple)."""
+        if not isinstance(site, ast.Name):
+            return None
+        parent = f.parents.get(id(site))
+        if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.targets[0] is site:
+            return parent.value
+        if isinstance(parent, ast.AnnAssign) and parent.target is site and parent.value is not None:
+            return parent.value
+        if isinstance(parent, (ast.Tuple, ast.List)):
+            stmt = f.parents.get(id(parent))
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and stmt.targets[0] is parent
+                    and isinstance(stmt.value, (ast.Tuple, ast.List))
+                    and len(stmt.value.elts) == len(parent.elts)
+                    and not any(isinstance(e, ast.Starred) for e in parent.elts)):
+                return stmt.value.elts[parent.elts.index(site)]
+        return None
+
+    # ---- kernel scopes
+    def find_kernels(self) -> None:
+        todo: list[tuple[str, str]] = []
+        for f in self.files.values():
+            for sname, fn in f.functions.items():
+                if any(f.qname(d.func if isinstance(d, ast.Call) else d) in JIT_NAMES for d in fn.decorator_list):
+                    todo.append((f.path, sname))
+        while todo:
+            key = todo.pop()
+            if key in self.kernel:
+                continue
+            self.kernel.add(key)
+            f = self.files[key[0]]
+            # nested functions and workspace functions it calls are kernel code too
+            for sname in f.scopes:
+                if sname.startswith(key[1] + "."):
+                    todo.append((f.path, sname))
+            fn = f.functions.get(key[1])
+            if fn is None:
+                continue
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    target = self.callee(f, f.scope_of.get(id(n)) or f.scopes[key[1]], n.func)
+                    if target is not None:
+                        todo.append(target)
+
+    def callee(self, f: _File, scope: _Scope, func: ast.AST) -> tuple[str, str] | None:
+        """(file, scope) of a workspace function called as ``func``, else None."""
+        if isinstance(func, ast.Name):
+            owner = f.resolve(scope, func.id)
+            if owner is not None:
+                child = func.id if owner.name == MODULE else f"{owner.name}.{func.id}"
+                if child in f.functions:
+                    return (f.path, child)
+                # ``from mod import func``
+                for site in owner.bound.get(func.id, []):
+                    if isinstance(site, ast.ImportFrom) and site.module:
+                        other = self.by_module.get(site.module)
+                        for a in site.names:
+                            if (a.asname or a.name) == func.id and other and a.name in self.files[other].functions:
+                                return (other, a.name)
+            return None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            mod = f.imports.get(func.value.id)
+            other = self.by_module.get(mod or "")
+            if other and func.attr in self.files[other].functions:
+                return (other, func.attr)
+        return None
+
+    def in_kernel(self, f: _File, node: ast.AST) -> bool:
+        scope = f.scope_of.get(id(node))
+        return scope is not None and (f.path, scope.name) in self.kernel
+
+    # ---- reductions (for "never split the reduce axis")
+    def find_reductions(self) -> None:
+        for f in self.files.values():
+            out: list[Reduction] = []
+            for n in ast.walk(f.tree):
+                if not (isinstance(n, ast.Call) and self.in_kernel(f, n)):
+                    continue
+                q = f.qname(n.func)
+                short = q.rsplit(".", 1)[-1] if q else (n.func.attr if isinstance(n.func, ast.Attribute) else None)
+                if short not in REDUCTIONS or (q is None and not isinstance(n.func, ast.Attribute)):
+                    continue
+                axis_node = n.args[1] if len(n.args) > 1 else next(
+                    (k.value for k in n.keywords if k.arg in ("dim", "axis", "dims")), None)
+                if axis_node is None:
+                    continue
+                try:
+                    axes = literal_value(axis_node)
+                except (ValueError, TypeError, SyntaxError):
+                    continue
+                axes = [axes] if isinstance(axes, int) else list(axes) if isinstance(axes, (list, tuple)) else []
+                if all(isinstance(a, int) for a in axes):
+                    out.append(Reduction(f.scope_of[id(n)].name, n.lineno, axes))
+            self.reductions[f.path] = out
+
+    # ---- uses
+    def classify(self, key: tuple[str, str, str]) -> tuple[frozenset[str], tuple[str, ...]]:
+        """(tuning consumers, problem uses) of the name bound at ``key`` (file, scope, name), following it on."""
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._active:
+            return frozenset(), ()  # a cycle adds nothing new
+        self._active.add(key)
+        consumers: set[str] = set()
+        problems: list[str] = []
+        for f, use in self._uses(key):
+            c, p = self._use(f, use)
+            consumers |= c
+            problems.extend(p)
+        self._active.discard(key)
+        result = (frozenset(consumers), tuple(problems))
+        self._memo[key] = result
+        return result
+
+    def _uses(self, key: tuple[str, str, str]):
+        path, sname, name = key
+        f = self.files[path]
+        owner = f.scopes[sname]
+        for n in ast.walk(f.tree):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id == name:
+                scope = f.scope_of.get(id(n))
+                if scope is not None and f.resolve(scope, name) is owner:
+                    yield f, n
+        if sname != MODULE:
+            return
+        module = _module_path(path)
+        for other in self.files.values():
+            if other.path == path:
+                continue
+            for n in ast.walk(other.tree):
+                # kernels.NAME
+                if (isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.value, ast.Name)
+                        and other.imports.get(n.value.id) == module):
+                    yield other, n
+                # from kernels import NAME [as alias]; from kernels import *
+                elif isinstance(n, ast.ImportFrom) and n.module == module and not n.level:
+                    for a in n.names:
+                        if a.name in (name, "*"):
+                            local = a.asname or name
+                            top = other.scopes[MODULE]
+                            for m in ast.walk(other.tree):
+                                if isinstance(m, ast.Name) and isinstance(m.ctx, ast.Load) and m.id == local:
+                                    scope = other.scope_of.get(id(m))
+                                    if scope is not None and other.resolve(scope, local) in (top, None):
+                                        yield other, m
+
+    def _use(self, f: _File, node: ast.AST) -> tuple[set[str], list[str]]:
+        """Follow one use upwards to what consumes it."""
+        where = f"{f.path}:{getattr(node, 'lineno', '?')}"
+        child, parent = node, f.parents.get(id(node))
+        while parent is not None:
+            if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Starred)):
+                child, parent = parent, f.parents.get(id(parent))
+                continue
+            if isinstance(parent, ast.Dict):
+                if any(v is child for v in parent.values):
+                    child, parent = parent, f.parents.get(id(parent))
+                    continue
+                return set(), [f"{where}: used as a dict key"]
+            if isinstance(parent, ast.Subscript):
+                if parent.value is child:  # VEC_TILE[0]: the element flows on
+                    child, parent = parent, f.parents.get(id(parent))
+                    continue
+                if self.in_kernel(f, parent):
+                    return {"slice"}, []
+                return set(), [f"{where}: indexes data outside the kernel"]
+            if isinstance(parent, ast.Slice):
+                child, parent = parent, f.parents.get(id(parent))
+                continue
+            if isinstance(parent, ast.keyword):
+                child, parent = parent, f.parents.get(id(parent))
+                continue
+            if isinstance(parent, ast.Call):
+                return self._call_use(f, parent, child, where)
+            if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                if getattr(parent, "value", None) is not child:
+                    return set(), [f"{where}: used in an assignment target"]
+                return self._flow_into_targets(f, parent, where)
+            if isinstance(parent, ast.NamedExpr):
+                return set(), [f"{where}: bound by ':='"]
+            if isinstance(parent, ast.For) and parent.iter is child:
+                return set(), [f"{where}: iterated over"]
+            if isinstance(parent, ast.JoinedStr) or isinstance(parent, ast.FormattedValue):
+                child, parent = parent, f.parents.get(id(parent))
+                continue
+            if isinstance(parent, ast.Expr):
+                return set(), []  # evaluated and dropped
+            return set(), [f"{where}: {type(parent).__name__.lower()} {ast.unparse(parent)[:60]!r}"]
+        return set(), [f"{where}: unknown use"]
+
+    def _call_use(self, f: _File, call: ast.Call, child: ast.AST, where: str) -> tuple[set[str], list[str]]:
+        if call.func is child:
+            return set(), [f"{where}: called"]
+        kw = next((k for k in call.keywords if k is child), None)
+        pos = next((i for i, a in enumerate(call.args) if a is child), None)
+        q = f.qname(call.func)
+        d = dotted(call.func)
+        if q is not None:
+            if q in JIT_NAMES:
+                return {"jit_options"}, []
+            kind = TUNING_CALLS.get(q) or TUNING_CALLS.get(q.rsplit(".", 1)[-1])
+            if kind is not None:
+                short = q.rsplit(".", 1)[-1]
+                if short in DATA_FIRST_ARG and pos == 0:
+                    return set(), [f"{where}: the data argument of pypto.{q}"]
+                return {kind}, []
+            return set(), [f"{where}: argument of pypto.{q} (shapes or data of the problem)"]
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "set_cache_policy" and self.in_kernel(f, call):
+            return {"cache_policy"}, []
+        if d in HARMLESS_CALLS or d.startswith(HARMLESS_PREFIXES):
+            return set(), []
+        if d == "range" and self.in_kernel(f, call):
+            return {"loop"}, []
+        if d in TRANSPARENT_BUILTINS:
+            return self._use(f, call)
+        scope = f.scope_of.get(id(call))
+        target = self.callee(f, scope, call.func) if scope is not None else None
+        if target is not None:
+            fn = self.files[target[0]].functions[target[1]]
+            names = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+            param = kw.arg if kw is not None else (names[pos] if pos is not None and pos < len(names) else None)
+            if param is None:
+                return set(), [f"{where}: passed to {d}() as *args/**kwargs"]
+            c, p = self.classify((target[0], target[1], param))
+            return set(c), list(p)
+        return set(), [f"{where}: argument of {d or 'a call'}()"]
+
+    def _flow_into_targets(self, f: _File, stmt: ast.AST, where: str) -> tuple[set[str], list[str]]:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        consumers: set[str] = set()
+        problems: list[str] = []
+        scope = f.scope_of.get(id(stmt))
+        names: list[ast.Name] = []
+        for t in targets:
+            if isinstance(t, ast.Name):
+                names.append(t)
+            elif isinstance(t, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name) for e in t.elts):
+                names.extend(t.elts)  # type: ignore[arg-type]
+            else:
+                problems.append(f"{where}: stored into {ast.unparse(t)[:40]!r}")
+        for n in names:
+            owner = f.resolve(scope, n.id) if scope is not None else None
+            if owner is None:
+                problems.append(f"{where}: stored into {n.id}")
+                continue
+            c, p = self.classify((f.path, owner.name, n.id))
+            consumers |= c
+            problems.extend(p)
+        return consumers, problems
+
+
+@functools.lru_cache(maxsize=32)
+def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
+    a = _Analysis(dict(items))
+    a.collect_bindings()
+    a.find_kernels()
+    a.find_reductions()
+    for key, b in a.bindings.items():
+        consumers, problems = a.classify(key)
+        b.consumers = set(consumers)
+        b.problems = list(problems)
+    return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals)
+
+
+def analyze(files: dict[str, str]) -> Program:
+    """Roles of every literal binding in ``files`` (all Python files of the workspace: operator files and the
+    harness alike; a use in any of them counts). Cached per exact content."""
+    return _analyze_cached(tuple(sorted((p, t) for p, t in files.items() if p.endswith(".py"))))
