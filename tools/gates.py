@@ -12,7 +12,7 @@ from pypto_tune.tools import rules
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.state import SessionState
 
-READ_ONLY = {"get_status", "list_knobs", "analyze_bubbles"}
+READ_ONLY = {"get_status", "list_knobs", "analyze_bubbles"}  # propose_candidates: read-only, but stage-gated
 DRIFT_ALLOWED = ["revert_patch", "run_precision_check(adopt_drift=true)", "get_status", "list_knobs"]
 
 
@@ -169,6 +169,29 @@ def check(tool: str, st: SessionState, *, drift: str = "", **kw: Any) -> None:
             raise _refuse("catalog-stage", f"unknown catalogue id {cid!r}", st, "see pypto-tune://catalog")
         return
 
+    if tool in ("run_candidates", "propose_candidates"):
+        # a batch of candidate trials is a set of rounds: everything apply_tuning_patch needs, and no open round
+        if st.level1 != "S4_TUNE" or st.stage is None:
+            raise _refuse("sequence", f"candidate search belongs to the tuning stages (now {st.level1})", st)
+        if rules.STAGES_BY_NAME[st.stage].group == "algorithm":
+            raise _refuse("algorithm", "the ALGORITHM stage takes declared algorithm-level changes, not knob "
+                          "candidates", st, "apply_tuning_patch(algorithm=true, ...)")
+        if not (st.stage_measured and st.stage_analyzed):
+            raise _refuse("stage-analysis", f"{st.stage} needs its own fresh collection and analysis before the "
+                          "first change (R15/R16)", st, "collect_swimlane, then analyze_bubbles")
+        if tool == "propose_candidates":
+            return
+        if st.open_round is not None:
+            raise _refuse("round-open", f"round {st.open_round.number} is open", st,
+                          "finish it first: " + ", ".join(allowed_actions(st)))
+        if time_limit_exceeded(st):
+            raise _refuse("finished", f"the tuning time limit of {st.session['time_limit_h']} h is exceeded", st,
+                          "stop_session('time limit') then render_report")
+        if not has_pass(st):
+            raise _refuse("precision-first", "the current code has no passing precision record", st,
+                          "run_precision_check first")
+        return
+
     if tool == "revert_patch":
         if st.open_round is None:
             raise _refuse("no-round", "there is no open round to revert (and no external edit to undo)", st)
@@ -211,12 +234,39 @@ def global_stop_reason(st: SessionState) -> str:
     if m is not None:
         a = m["analysis"]
         util, bubble = a.get("active_core_utilization_pct"), a.get("active_bubble_rate_pct")
-        if util is not None and bubble is not None and util > rules.GLOBAL_UTIL_PCT and bubble < rules.GLOBAL_BUBBLE_PCT:
-            return (f"theoretical limit: active-core utilisation {util:.1f} % > {rules.GLOBAL_UTIL_PCT:g} % and "
-                    f"bubble {bubble:.1f} % < {rules.GLOBAL_BUBBLE_PCT:g} %")
+        platform = platform_utilization(a)
+        # "At its limit" means the cores the kernel COULD use are busy: a kernel on 1 of 48 vector cores at 100 %
+        # is not at a limit (issue #12: layer_norm sessions ended after one round). Both figures must hold.
+        if (util is not None and bubble is not None and platform is not None and util > rules.GLOBAL_UTIL_PCT
+                and platform > rules.GLOBAL_UTIL_PCT and bubble < rules.GLOBAL_BUBBLE_PCT):
+            return (f"theoretical limit: utilisation {platform:.1f} % of the platform's cores of the types the kernel "
+                    f"uses and {util:.1f} % of its active cores (> {rules.GLOBAL_UTIL_PCT:g} %), bubble {bubble:.1f} % "
+                    f"< {rules.GLOBAL_BUBBLE_PCT:g} %")
     if time_limit_exceeded(st):
         return f"time limit of {st.session['time_limit_h']} h reached"
     return ""
+
+
+def platform_utilization(analysis: dict[str, Any]) -> float | None:
+    """Busy time of the kernel's cores over (the platform's cores of the types it uses × the operator time), in %.
+
+    The platform's count per type is the larger of the lanes listed (SIM lists idle cores too) and the theoretical
+    count the core-usage analysis found (device properties on the NPU). None without the data.
+    """
+    cores = analysis.get("cores") or []
+    op_time = analysis.get("operator_time_us") or 0.0
+    used = {c.get("core_type") for c in cores if c.get("active")}
+    if not used or op_time <= 0:
+        return None
+    listed = {t: sum(1 for c in cores if c.get("core_type") == t) for t in used}
+    theory: dict[str, int] = {}
+    for row in (analysis.get("core_usage") or {}).get("rows", []):
+        t = row.get("core_type")
+        if t in used:
+            theory[t] = max(theory.get(t, 0), int(row.get("theoretical_cores") or 0))
+    n = sum(max(listed[t], theory.get(t, 0)) for t in used)
+    busy = sum(float(c.get("busy_us") or 0.0) for c in cores if c.get("core_type") in used and c.get("active"))
+    return 100.0 * busy / (n * op_time) if n else None
 
 
 def stage_summary(st: SessionState) -> dict[str, Any]:
@@ -262,5 +312,7 @@ def allowed_actions(st: SessionState) -> list[str]:
         return ["collect_swimlane", "get_status"]
     if not st.stage_analyzed:
         return ["analyze_bubbles", "get_status"]
-    return ["apply_tuning_patch", "list_knobs", "analyze_bubbles", "mark_checklist", "advance_stage",
-            "stop_session", "get_status"]
+    if st.stage == rules.ALGORITHM_STAGE.name:
+        return ["apply_tuning_patch(algorithm=true)", "list_knobs", "analyze_bubbles", "stop_session", "get_status"]
+    return ["propose_candidates", "run_candidates", "apply_tuning_patch", "list_knobs", "analyze_bubbles",
+            "mark_checklist", "advance_stage", "stop_session", "get_status"]

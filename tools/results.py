@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from pypto_tune.tools.snapshot import CoreStat, EnvCheck, KnobChange
+from pypto_tune.tools.snapshot import CoreStat, EnvCheck
 
 
 # Any JSON value, spelled out: a bare ``{}`` schema says nothing and strict clients (the Inspector's --strict) flag it.
-JsonValue = Annotated[Any, WithJsonSchema({"type": ["number", "string", "boolean", "array", "object", "null"]})]
+# One ``type`` per arm: a ``type`` array is less portable (single-type dialects reject it).
+JsonValue = Annotated[Any, WithJsonSchema({"anyOf": [{"type": t} for t in ("number", "string", "boolean", "array",
+                                                                            "object", "null")]})]
 
 JobStatus = Literal["running", "done", "failed", "cancelled"]
 
@@ -75,6 +77,15 @@ class DebugResult(_Result):
     diff: str
 
 
+class KernelTime(BaseModel):
+    """One jit kernel of a test that runs several (each output folder is one kernel call)."""
+
+    kernel: str = Field(description="the jit function's name; 'name#2' for its second call in one run")
+    operator_time_us: float = Field(description="median of its max_work_time over the samples")
+    e2e_us: float = Field(description="median of its AICore end-to-end time")
+    samples: int
+
+
 class CollectResult(_Result):
     output_dirs: list[str]
     artifacts: list[str]
@@ -88,6 +99,8 @@ class CollectResult(_Result):
     round: int
     target_us: float | None
     baseline_us: float | None
+    per_kernel: list[KernelTime] = Field(default_factory=list, description="per jit kernel, when the test runs "
+                                         "several kernels or calls one several times")
 
 
 class SuggestionOut(BaseModel):
@@ -203,10 +216,22 @@ class AnalysisSummary(_Result):
     full: dict[str, Any] | None = Field(default=None, description="the whole analysis, only with detail='full'")
 
 
+class KnobChangeOut(BaseModel):
+    """A knob's value before and after (accepts the patching library's ``KnobChange`` as is)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    knob_id: str
+    file: str
+    line: int
+    before: JsonValue
+    after: JsonValue
+
+
 class PatchResult(_Result):
     round: int
     kind: Literal["config", "algorithm", "manual", "correction"]
-    knob_changes: list[KnobChange]
+    knob_changes: list[KnobChangeOut]
     diff: str
     code_hash: str
     legality_checked: list[str] = Field(default_factory=list, description="effective values checked (domain C)")
@@ -232,6 +257,9 @@ class RecordResult(_Result):
     stage_consecutive_no_gain: int = 0
     stage_threshold: int = 0
     board: str = Field(default="", description="status board (full every 5 rounds)")
+    flags: list[str] = Field(default_factory=list, description="what got worse although the decision metric may "
+                             "not have: E2E time, or one kernel of several")
+
 
 
 class ReportResult(_Result):
@@ -250,6 +278,10 @@ class StatusResult(_Result):
     finished: bool
     running_job: str | None
     drift: bool
+    checklist: list[dict[str, str]] = Field(default_factory=list, description="the current stage's checklist: "
+                                            "catalog_id, title, status (untried / tried / failed / "
+                                            "not-applicable), reason")
+    kept_samples: int = Field(0, description="samples behind best_us: the kept time is their median")
 
 
 class KnobOut(BaseModel):
@@ -260,6 +292,12 @@ class KnobOut(BaseModel):
     value: JsonValue
     catalog_ids: list[str]
     legal: str
+    tunable: bool = True
+    legal_here: str = Field("", description="legal values for this operator's shapes and dtypes")
+    not_tunable_because: str = Field("", description="why not tunable: where it reaches the problem")
+    kernel: str | None = Field(None, description="the jit kernel this knob configures")
+    kernel_ran: bool | None = Field(None, description="false: the test never ran this kernel (tuning it changes "
+                                    "nothing measured); null: not known yet")
 
 
 class KnobsResult(_Result):
@@ -269,3 +307,57 @@ class KnobsResult(_Result):
 class ChecklistResult(_Result):
     stage_group: str
     items: list[dict[str, str]]
+
+
+class CandidateOut(BaseModel):
+    """One concrete trial: one knob away from the kept state, admitted by the server (legal, never tried)."""
+
+    id: str = Field(description="pass it (or the whole object) to run_candidates")
+    knob: str = Field(description="knob id (as apply_tuning_patch's knob)")
+    value: Any = Field(description="the new value")
+    catalog_id: str
+    why: str = Field(description="why it is ranked here")
+    evidence: dict[str, Any] = Field(default_factory=dict, description="the numbers behind 'why' (this operator's "
+                                     "analysis and measurements; priors are labelled as such)")
+    before: Any = None
+    rank: int = 0
+    diff: str = ""
+
+
+class CandidatesResult(_Result):
+    candidates: list[CandidateOut]
+    needs_algorithm_stage: list[dict[str, Any]] = Field(default_factory=list, description="suggestions no knob of "
+                                                        "this operator can carry out (structural: ALGORITHM stage)")
+    exhausted: bool = Field(False, description="no legal, untried candidate is left for this stage")
+    excluded: dict[str, int] = Field(default_factory=dict, description="dropped candidate values and why")
+    notes: list[str] = Field(default_factory=list)
+
+
+class TrialOut(BaseModel):
+    """One candidate of a run_candidates batch: its own ledger round."""
+
+    candidate_id: str
+    knob: str
+    value: Any
+    catalog_id: str
+    round: int
+    verdict: str = Field(description="precision verdict of the candidate's own code (SIM: compiled and simulated "
+                         "only, numerics not checked)")
+    operator_time_us: float | None
+    delta_pct: float | None = Field(description="against the kept state")
+    decision: str = Field(description="kept / reverted / failed")
+    result_type: str = Field(description="gain / not-chosen / no-gain / regression / compile-failure / ...")
+    reason: str = ""
+    device_id: str | None = None
+
+
+class TrialsResult(_Result):
+    batch: str
+    parallel: int = Field(description="trials that ran at once")
+    wall_s: float = 0.0
+    trials: list[TrialOut]
+    refused: list[str] = Field(default_factory=list, description="candidates not run, with the rule that refused "
+                               "each")
+    winner_round: int | None = None
+    best_us: float | None = None
+

@@ -4,7 +4,7 @@ Each public method (1) loads the session state from the ledger, (2) runs the gat
 recorded and raised as ``GateRefusal`` —, (3) does the work (run the test, parse artifacts, edit source), and
 (4) records the outcome as one ledger transaction. Numbers in the ledger come only from artifacts the server parsed.
 
-The operations live in ``tools/operations/`` by group (setup, runs, rounds, stages, reporting); this class only
+The operations live in ``tools/operations/`` by group (setup, runs, rounds, search, stages, reporting); this class only
 composes them, so the MCP adapter and the CLI keep one entry point.
 """
 
@@ -13,11 +13,12 @@ from __future__ import annotations
 from pypto_tune.tools.operations.reporting import ReportOps
 from pypto_tune.tools.operations.rounds import RoundOps
 from pypto_tune.tools.operations.runs import RunOps
+from pypto_tune.tools.operations.search import SearchOps
 from pypto_tune.tools.operations.setup import SetupOps
 from pypto_tune.tools.operations.stages import StageOps
 
 
-class TuningService(SetupOps, RunOps, RoundOps, StageOps, ReportOps):
+class TuningService(SetupOps, RunOps, RoundOps, SearchOps, StageOps, ReportOps):
     """Owns the sessions this server process serves (one workspace each)."""
 
 

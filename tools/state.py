@@ -142,6 +142,8 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     sources: dict[str, str] = dict(session["original_sources"])
     debug_enabled, debug_baseline = False, None
     for p in rows["patches"]:
+        if p["kind"] == "trial":
+            continue  # a candidate trial ran on a private copy; its code was never written to the workspace
         current_hash, raw_hash, sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
         if p["kind"] == "debug-on":
             debug_enabled, debug_baseline = True, dict(p["before_sources"])
@@ -199,6 +201,8 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     best_round = None
     for p in rows["patches"]:
         n = p["round"]
+        if p["kind"] == "trial":
+            continue  # the kept trial's code arrives through its "trial-apply" patch
         if n is None or decisions.get(int(n), {}).get("decision") == "kept":
             kept_hash, kept_raw, kept_sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
             if n is not None:
@@ -217,7 +221,7 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
         if not d:
             continue
         c.rounds += 1
-        if d["result_type"] == "gain":
+        if d["result_type"] in ("gain", "not-chosen"):  # a batch that found a gain reset the streak
             c.consecutive_no_gain = 0
         elif d["result_type"] in ("no-gain", "regression"):
             c.consecutive_no_gain += 1

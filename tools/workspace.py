@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from datetime import datetime
 from pathlib import Path
 
 from pypto_tune.tools.errors import GateRefusal, InputError
@@ -92,17 +93,21 @@ class WorkspaceLock:
         except BlockingIOError:
             holder = ""
             try:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                holder = os.pread(fd, 128, 0).decode(errors="replace").strip()
             finally:
                 os.close(fd)
+            pid, _, since = holder.partition(" ")
             raise GateRefusal(
                 "session-lock",
-                f"another pypto-tune server (pid {holder or '?'}) holds the session lock of this workspace",
+                f"another pypto-tune server (pid {pid or '?'}, since {since or '?'}) holds the session lock of this "
+                "workspace",
                 allowed=["get_status", "list_knobs", "analyze_bubbles"],
                 hint="use that server, or stop it; read-only calls keep working here",
             ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        # "<pid> <since>": a refused second server names the holder and how long it has held the workspace
+        since = datetime.now().astimezone().isoformat(timespec="seconds")
+        os.pwrite(fd, f"{os.getpid()} {since}".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:

@@ -25,11 +25,13 @@ def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path
         async with connect(ws) as a, connect(ws) as b:
             st = await a.ok("start_session", **args)
             sid = st["session_id"]
-            holder = int((ws / ".pypto-tune" / "server.lock").read_text().strip())
+            holder = int((ws / ".pypto-tune" / "server.lock").read_text().split()[0])
             assert holder != os.getpid() and is_alive(holder)
 
-            text = await b.refused("start_session", **args)
-            assert "GATE session-lock:" in text and f"pid {holder}" in text
+            # a second window attaches read-only, told who holds the workspace and since when
+            att = await b.ok("start_session", **args)
+            assert att["read_only"] is True and att["session_id"] == sid
+            assert f"pid {holder}" in att["message"] and "since" in att["message"]
             for tool, kw in (("stop_session", {"reason": "hijack"}), ("mark_checklist",
                              {"catalog_id": "F-1", "status": "not-applicable", "reason": "x"}),
                              ("run_precision_check", {})):
@@ -51,13 +53,13 @@ def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path
             while True:
                 res = await b.client.call_tool("start_session", args)
                 text = "".join(getattr(c, "text", "") for c in res.content)
-                if not res.is_error or "GATE session-lock:" not in text or time.monotonic() > deadline:
+                if res.is_error or not res.structured_content.get("read_only") or time.monotonic() > deadline:
                     break
                 await anyio.sleep(0.2)
             assert not res.is_error, text
             st2 = res.structured_content
-            assert st2["resumed"] is True and st2["session_id"] == sid
-            assert int((ws / ".pypto-tune" / "server.lock").read_text().strip()) != holder
+            assert st2["resumed"] is True and st2["session_id"] == sid and not st2["read_only"]
+            assert int((ws / ".pypto-tune" / "server.lock").read_text().split()[0]) != holder
             stop = await b.ok("stop_session", session_id=sid, reason="taken over after the holder was killed")
             assert stop["state"] == "S5_REPORT"
 
@@ -88,8 +90,8 @@ def test_http_server_and_stdio_server_on_one_workspace_one_is_refused(tmp_path: 
             res = await h.call_tool("start_session", args)
             assert not res.is_error
             sid = res.structured_content["session_id"]
-            text = await s.refused("start_session", **args)
-            assert "GATE session-lock:" in text and f"pid {proc.pid}" in text
+            att = await s.ok("start_session", **args)
+            assert att["read_only"] is True and f"pid {proc.pid}" in att["message"]
             assert (await s.ok("get_status", session_id=sid))["state"] == "S1_SETUP"
             res = await h.call_tool("stop_session", {"session_id": sid, "reason": "http holder stops"})
             assert not res.is_error and res.structured_content["state"] == "S5_REPORT"
@@ -100,7 +102,8 @@ def test_http_server_and_stdio_server_on_one_workspace_one_is_refused(tmp_path: 
             # a finished session frees the workspace: the other server may start the next session
             nxt = await s.ok("start_session", **args)
             assert nxt["session_id"] != sid and not nxt["resumed"]
-            assert "GATE session-lock:" in (await h.call_tool("start_session", args)).content[0].text
+            again = await h.call_tool("start_session", args)
+            assert not again.is_error and again.structured_content["read_only"] is True
 
     try:
         anyio.run(go)

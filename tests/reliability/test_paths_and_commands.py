@@ -124,7 +124,8 @@ def test_no_tool_but_start_session_accepts_a_command(ws: Path) -> None:
 
 
 def test_shell_metacharacters_in_test_command_are_not_run_by_a_shell(ws: Path) -> None:
-    cmd = f"{sys.executable} softmax.py --run-mode sim; touch PWNED && touch PWNED2 | touch PWNED3 $(touch PWNED4)"
+    # the metacharacters follow the run-mode flag's value, which the command check reads as its own word
+    cmd = f"{sys.executable} softmax.py --run-mode sim ; touch PWNED && touch PWNED2 | touch PWNED3 $(touch PWNED4)"
 
     async def go():
         async with connect(ws) as s:

@@ -11,21 +11,27 @@ from typing import Any
 from mcp import Client, StdioServerParameters
 
 
-def server_params(workspace: Path) -> StdioServerParameters:
+def server_params(workspace: Path, env: dict[str, str] | None = None) -> StdioServerParameters:
+    """``env``: the server's environment (e.g. an emulated NPU box); the stdio client otherwise passes only HOME,
+    PATH and a few basics (mcp2.md)."""
     return StdioServerParameters(command=sys.executable,
                                  args=["-m", "pypto_tune.server.cli", "serve", "--workspace", str(workspace),
-                                       "--log-level", "WARNING"], cwd=str(workspace))
+                                       "--log-level", "WARNING"], cwd=str(workspace), env=env)
 
 
 class Session:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def ok(self, tool: str, **args: Any) -> dict[str, Any]:
+    async def call(self, tool: str, **args: Any) -> Any:
+        """The whole CallToolResult (content blocks and structured content), which must not be an error."""
         res = await self.client.call_tool(tool, args)
         text = "".join(getattr(b, "text", "") for b in res.content)
         assert not res.is_error, f"{tool} refused unexpectedly: {text}"
-        return res.structured_content
+        return res
+
+    async def ok(self, tool: str, **args: Any) -> dict[str, Any]:
+        return (await self.call(tool, **args)).structured_content
 
     async def refused(self, tool: str, **args: Any) -> str:
         res = await self.client.call_tool(tool, args)
@@ -35,6 +41,6 @@ class Session:
 
 
 @asynccontextmanager
-async def connect(workspace: Path, mode: str = "legacy") -> AsyncIterator[Session]:
-    async with Client(server_params(workspace), mode=mode) as client:  # type: ignore[arg-type]
+async def connect(workspace: Path, mode: str = "legacy", env: dict[str, str] | None = None) -> AsyncIterator[Session]:
+    async with Client(server_params(workspace, env), mode=mode) as client:  # type: ignore[arg-type]
         yield Session(client)

@@ -26,6 +26,7 @@ from pypto_tune.tools.workspace import WorkspaceLock
 
 if TYPE_CHECKING:
     from pypto_tune.tools.admission import Admission
+    from pypto_tune.tools.executors import Executor
 
 
 Progress = Callable[[float, str], Awaitable[None]] | None
@@ -46,13 +47,19 @@ class _Handle:
 class OperationsBase:
     """Plumbing every operation group shares: finding a session, deriving its state, the gates, writes."""
 
-    def __init__(self, *, default_workspace: Path | None = None, python: str = sys.executable) -> None:
+    def __init__(self, *, default_workspace: Path | None = None, python: str = sys.executable,
+                 executor: "Executor | None" = None) -> None:
+        from pypto_tune.tools.executors import default_executor
+
         self.default_workspace = default_workspace
         self.python = python
+        # where isolated runs execute (tools/executors/): this machine unless `serve --executor ray` chose Ray
+        self.executor: Executor = executor if executor is not None else default_executor()
         self._handles: dict[Path, _Handle] = {}
         self._session_ws: dict[str, Path] = {}
         self._contexts: dict[tuple[str, str], dict[str, str]] = {}
         self._sem_cache: dict[str, str] = {}
+        self._proposals: dict[str, dict[str, dict[str, Any]]] = {}  # session -> candidate id -> candidate
 
     def _handle(self, workspace: Path) -> _Handle:
         if workspace not in self._handles:
@@ -236,10 +243,8 @@ class OperationsBase:
     def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
         """'' or why this change was already tried: the same code (by meaning) was judged and not kept, or the same
         knob+value was tried from the same kept state."""
-        from pypto_tune.tools.patching._cst import canon
-
         new_sem = semantic_hash(after)
-        key = (adm.change.knob_id, repr(canon(adm.change.after))) if adm.change else None
+        key = (adm.change.knob_id, _value_key(adm.change.after)) if adm.change else None
         for r in st.rounds:
             n = int(r["number"])
             d = st.decisions.get(n)
@@ -252,7 +257,7 @@ class OperationsBase:
                     return (f"this exact change was tried in round {n} ({r['change']}) and ended "
                             f"{d['decision']} ({d['result_type']})")
                 if key and r["before_hash"] == st.kept_hash and any(
-                        (c["knob_id"], repr(canon(c["after"]))) == key for c in p["knob_changes"]):
+                        (c["knob_id"], _value_key(c["after"])) == key for c in p["knob_changes"]):
                     return (f"{key[0]} = {adm.change.after!r} was tried from this same kept state in round {n} and "
                             f"ended {d['decision']} ({d['result_type']})")
         return ""
@@ -337,7 +342,12 @@ def _goal_text(row: Any) -> str:
 
 
 def _next_round(st: SessionState) -> int:
-    return max((int(r["number"]) for r in st.rounds), default=0) + 1
+    """The next round number, past every number a run, verdict or measurement already used (a candidate batch that
+    was cancelled or cut off by a crash leaves runs under numbers that never got a round row)."""
+    used = [int(r["number"]) for r in st.rounds]
+    for table in ("runs", "precision_records", "measurements"):
+        used += [int(r["round"]) for r in st.rows[table] if r.get("round") is not None]
+    return max(used, default=0) + 1
 
 
 def _describe(changes: list[Any]) -> str:
@@ -368,3 +378,23 @@ def semantic_hash(sources: dict[str, str]) -> str:
             dumped = body
         h.update(f"{path}\0{dumped}\0".encode())
     return h.hexdigest()
+
+
+def _value_key(value: Any) -> str:
+    """One spelling of a knob value, however it arrived: the ledger's JSON (string dict keys, lists) and the source
+    (int keys, tuples) must compare equal, or a failed change could be retried as "new"."""
+    def norm(v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [norm(x) for x in v]
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                try:
+                    k = int(k) if isinstance(k, str) else k
+                except ValueError:
+                    pass
+                out[repr(k)] = norm(x)
+            return sorted(out.items())
+        return v
+
+    return repr(norm(value))

@@ -6,10 +6,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools import rules
+from pypto_tune.tools.state import SessionState
+
+from pypto_tune.tools.errors import InputError
+from pypto_tune.tools.ledger import LEDGER_DIR, LEDGER_FILE
 from pypto_tune.tools.patching import (
     extract_knobs,
-    hash_sources,
     set_runtime_debug,
 )
 from pypto_tune.tools.results import (
@@ -68,36 +71,84 @@ class ReportOps(OperationsBase):
     def get_status(self, session_id: str, lang: str = "en") -> StatusResult:
         h = self._find(session_id)
         st = self._state(h, session_id)
-        drift = False
-        try:
-            drift = hash_sources(self._disk_sources(h, st)) != st.expected_raw_hash
-        except GateRefusal:
-            drift = True
+        drift_detail = self._drift(h, st)
+        drift = bool(drift_detail)
         snap = self.snapshot(session_id)
         decided = [d for d in st.decisions.values()]
         kept = sum(1 for d in decided if d["decision"] == "kept")
         return StatusResult(
             **self._base(st, f"{st.level1}" + (f" / {st.stage}" if st.stage else "")
-                         + (" — DRIFT: operator files changed outside the server" if drift else "")),
+                         + (f" — DRIFT: the workspace changed outside the server ({drift_detail})" if drift
+                            else "")),
             board=render_status_board(snap, lang), baseline_us=st.baseline_us, target_us=st.target_us,
             best_us=st.kept_us, rounds=len(decided), kept=kept,
             success_rate_pct=(kept / len(decided) * 100.0) if decided else None, finished=st.finished,
-            running_job=h.busy, drift=drift,
+            running_job=h.busy, drift=drift, kept_samples=len(st.kept_samples),
+            checklist=self._checklist(st, rules.STAGES_BY_NAME[st.stage].group)  # type: ignore[attr-defined]
+            if st.stage and st.stage in rules.STAGES_BY_NAME else [],
         )
 
     def list_knobs(self, session_id: str) -> KnobsResult:
         h = self._find(session_id)
         st = self._state(h, session_id)
-        knobs = extract_knobs(st.expected_sources)
-        return KnobsResult(**self._base(st, f"{len(knobs)} knobs in {len(st.expected_sources)} file(s)"),
-                           knobs=[KnobOut(id=k.id, kind=k.kind, file=k.file, line=k.line, value=k.value,
-                                          catalog_ids=list(k.catalog_ids), legal=k.legal) for k in knobs])
+        from pypto_tune.tools.patching import roles
+        from pypto_tune.tools.patching.effective import describe_legal
+
+        context = self._context(h, st)
+        knobs = extract_knobs(st.expected_sources, context)
+        program = roles.analyze({**context, **st.expected_sources})
+        ran = _kernels_that_ran(st)
+        out = []
+        for k in knobs:
+            kernel = _kernel_of_knob(k, program)
+            out.append(KnobOut(
+                id=k.id, kind=k.kind, file=k.file, line=k.line, value=k.value, catalog_ids=list(k.catalog_ids),
+                legal=k.legal, tunable=k.tunable, legal_here=describe_legal(k, program, st.expected_sources),
+                not_tunable_because="; ".join(k.context.get("problem_uses", [])[:3]) if not k.tunable else "",
+                kernel=kernel, kernel_ran=(kernel in ran) if (kernel and ran is not None) else None))
+        idle = sum(1 for o in out if o.kernel_ran is False)
+        return KnobsResult(**self._base(st, f"{len(knobs)} knobs in {len(st.expected_sources)} file(s)"
+                                        + (f"; {idle} belong to kernels the test did not run" if idle else "")),
+                           knobs=out)
 
     def ledger_json(self, session_id: str) -> dict[str, Any]:
         h = self._find(session_id)
         rows = load_rows(h.ledger, session_id)
         return {"schema_version": h.ledger.schema_version(),
                 "tables": {k: [dict(r) for r in v] for k, v in rows.items()}}
+
+    def analysis_json(self, session_id: str, measurement_id: int) -> dict[str, Any]:
+        """The whole analysis recorded with one measurement of the session (read-only).
+
+        It is the analysis ``collect_swimlane`` recorded from the run's artifacts (cores, leaves, chains,
+        cross-check, suggestions in both languages), kept in the ledger, so it outlives the run folders."""
+        h = self._find(session_id)
+        rows = h.ledger.rows("measurements", session_id, "id = ?", (int(measurement_id),))
+        if not rows:
+            known = [int(r["id"]) for r in h.ledger.rows("measurements", session_id)]
+            raise InputError(f"session {session_id} has no measurement {measurement_id}",
+                             hint=f"its measurements are {known or 'none yet (collect_swimlane first)'}")
+        m = rows[0]
+        return {"session_id": session_id, "measurement_id": int(m["id"]), "round": m["round"],
+                "stage": m["stage"], "valid": bool(m["valid"]), "invalid_reasons": m["invalid_reasons"],
+                "operator_time_us": m["operator_time_us"], "e2e_us": m["e2e_us"], "samples_us": m["samples"],
+                "code_hash": m["code_hash"], "archive": m["archive"], "analysis": m["analysis"]}
+
+    def last_analysed_measurement(self, session_id: str) -> int | None:
+        """The measurement the session's latest analyze_bubbles call analysed (read-only; None before any)."""
+        rows = self._find(session_id).ledger.rows("analyses", session_id)
+        return int(rows[-1]["measurement_id"]) if rows else None
+
+    def measurement_ids(self, session_id: str) -> list[int]:
+        """Ids of the session's measurements, oldest first (read-only; for completions)."""
+        return [int(r["id"]) for r in self._find(session_id).ledger.rows("measurements", session_id)]
+
+    def session_ids(self) -> list[str]:
+        """Sessions recorded in the default workspace's ledger, newest first (read-only; never creates a ledger)."""
+        ws = self.default_workspace
+        if ws is None or not (ws / LEDGER_DIR / LEDGER_FILE).exists():
+            return []
+        return [str(r["id"]) for r in reversed(self._handle(ws).ledger.rows("sessions"))]
 
     def snapshot(self, session_id: str) -> Any:
         from pypto_tune.tools.snapshot_builder import build_snapshot
@@ -117,3 +168,22 @@ def render_report_file(snap: Any, fmt: str, lang: str, out_dir: Path) -> Path:
     from pypto_tune.tools.report import render_report as render
 
     return render(snap, fmt, lang, out_dir)
+
+
+def _kernels_that_ran(st: SessionState) -> set[str] | None:
+    """Names of the jit kernels the session's measurements saw (per-kernel labels without '#n'/'@file'); None
+    before any measurement named them."""
+    names: set[str] = set()
+    for m in st.rows["measurements"]:
+        for label in (m.get("per_kernel") or {}):
+            names.add(label.split("#", 1)[0].split("@", 1)[0])
+    return names or None
+
+
+def _kernel_of_knob(knob: Any, program: Any) -> str | None:
+    """The jit kernel a knob configures: the innermost jit-decorated function around its site."""
+    parts = (knob.function or "").split(".") if knob.function else []
+    for i in range(len(parts), 0, -1):
+        if (knob.file, ".".join(parts[:i])) in program.jit_scopes:
+            return parts[i - 1]
+    return None

@@ -174,6 +174,7 @@ class RoundOps(OperationsBase):
         measurement = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
         before = st.kept_us
         after = delta = None
+        flags: list[str] = []
         if last_prec is not None and last_prec["code_hash"] == st.current_hash and last_prec["verdict"] != "passed":
             decision, result_type = "failed", last_prec["result_type"] or "precision-failure"
             error = last_prec["key_output"] + ("\n" + last_prec["reason"] if last_prec["reason"] else "")
@@ -186,8 +187,9 @@ class RoundOps(OperationsBase):
             after, delta, result_type = j.after_us, j.delta_pct, j.result_type
             decision = "kept" if j.result_type == "gain" else "reverted"
             error = ""
+            flags = _regression_flags(st, measurement, j.margin_pct)
             notes = "; ".join(x for x in [notes, j.note, f"noise margin {j.margin_pct:.2f} %"
-                                          if st.run_mode == "npu" else ""] if x)
+                                          if st.run_mode == "npu" else "", *flags] if x)
         self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
                           delta_pct=delta, error=error, notes=notes)
         st2 = self._state(h, session_id)
@@ -208,7 +210,7 @@ class RoundOps(OperationsBase):
             **self._base(st2, msg), round=r.number, before_us=before, after_us=after, delta_pct=delta,
             decision=decision, result_type=result_type, finished=st2.finished, best_us=st2.kept_us,
             target_us=st2.target_us, stage_consecutive_no_gain=c.consecutive_no_gain if c else 0,
-            stage_threshold=sdef.no_gain_threshold if sdef else 0, board=board,
+            stage_threshold=sdef.no_gain_threshold if sdef else 0, board=board, flags=flags,
         )
 
 
@@ -227,3 +229,32 @@ def _abandon_outcome(st: SessionState) -> tuple[str, str, str]:
     if last is not None and last["verdict"] != "passed" and last["code_hash"] == st.current_hash:
         return "failed", last["result_type"] or "precision-failure", last["key_output"]
     return "reverted", "abandoned", ""
+
+
+def _regression_flags(st: SessionState, measurement: Any, margin_pct: float) -> list[str]:
+    """What got worse although the session metric may not have: the AICore end-to-end time, or any one kernel of
+    a test that runs several (issue #11: E2E rose 30 % while the summed work time fell 16 %, unnoticed).
+
+    Beyond the round's noise margin (SIM: 0.5 %, below which SIM gains may not transfer either)."""
+    import statistics
+
+    limit = max(margin_pct, rules.SIM_TRANSFER_WARN_PCT)
+    kept = [m for m in st.rows["measurements"] if m["valid"] and m["code_hash"] == st.kept_hash]
+    out: list[str] = []
+    kept_e2e = [m["e2e_us"] for m in kept if m["e2e_us"]]
+    if kept_e2e and measurement["e2e_us"]:
+        before, after = statistics.median(kept_e2e), float(measurement["e2e_us"])
+        rise = (after - before) / before * 100.0
+        if rise > limit:
+            out.append(f"FLAG: AICore end-to-end time rose {rise:+.1f} % ({before:.3f} → {after:.3f} µs)")
+    kept_k: dict[str, list[float]] = {}
+    for m in kept:
+        for label, figs in (m.get("per_kernel") or {}).items():
+            kept_k.setdefault(label, []).extend(figs.get("time", []))
+    for label, figs in (measurement.get("per_kernel") or {}).items():
+        if label in kept_k and figs.get("time"):
+            before, after = statistics.median(kept_k[label]), statistics.median(figs["time"])
+            rise = (after - before) / before * 100.0 if before else 0.0
+            if rise > limit:
+                out.append(f"FLAG: kernel {label} got slower {rise:+.1f} % ({before:.3f} → {after:.3f} µs)")
+    return out

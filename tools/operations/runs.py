@@ -11,6 +11,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from pypto_tune.tools import gates, rules
 from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run, write_report
 from pypto_tune.tools.artifacts import archive_run_dirs
@@ -22,10 +24,11 @@ from pypto_tune.tools.patching import (
 from pypto_tune.tools.results import (
     AnalyzeResult,
     CollectResult,
+    KernelTime,
     SuggestionOut,
 )
 from pypto_tune.tools.codestate import ExecFile, exec_files
-from pypto_tune.tools.execution import run_isolated
+from pypto_tune.tools.executors.base import RunSpec
 from pypto_tune.tools.runner import RunResult
 from pypto_tune.tools.state import SessionState
 from pypto_tune.tools.workspace import inside
@@ -52,9 +55,30 @@ class Measured:
     archive: str = ""
     traces: list[str] = field(default_factory=list)
 
+    per_kernel: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # label -> {"time": [], "e2e": []}
+
     @property
     def valid(self) -> bool:
         return not self.invalid and bool(self.samples)
+
+    def add_kernels(self, dirs: list[Path], analysis: Any) -> None:
+        """Per-kernel figures of one run: each output folder named after its jit (``softmax_kernel#2`` for a
+        second call), so a test that runs several kernels shows which one moved (issue #11)."""
+        from pypto_tune.tools.analysis.kernel_name import label_kernel_runs
+        from pypto_tune.tools.errors import ArtifactError
+
+        try:
+            labels = {r.run_dir: r.label for r in label_kernel_runs(dirs)}
+        except ArtifactError as exc:
+            self.notes.append(f"kernels not named: {exc.message}")
+            return
+        for d in analysis.per_dir:
+            label = labels.get(str(d.run_dir)) or labels.get(str(Path(d.run_dir)))
+            if label is None:
+                continue
+            k = self.per_kernel.setdefault(label, {"time": [], "e2e": []})
+            k["time"].append(float(d.operator_time_us))
+            k["e2e"].append(float(d.e2e_us))
 
     def absorb(self, other: "Measured") -> None:
         self.samples += other.samples
@@ -63,6 +87,10 @@ class Measured:
         self.dirs += other.dirs
         self.invalid += other.invalid
         self.notes += other.notes
+        for label, figs in other.per_kernel.items():
+            mine = self.per_kernel.setdefault(label, {"time": [], "e2e": []})
+            mine["time"] += figs["time"]
+            mine["e2e"] += figs["e2e"]
         if other.analysis:
             self.analysis = other.analysis
 
@@ -76,6 +104,7 @@ class RunOutcome:
     run_id: int
     dirs: list[Path]
     tampered: list[str] = field(default_factory=list)
+    device_id: str | None = None
 
     def __iter__(self):  # (result, run_id, dirs), as callers unpack it
         return iter((self.result, self.run_id, self.dirs))
@@ -91,7 +120,7 @@ class RunOps(OperationsBase):
 
     async def _run(self, h: _Handle, st: SessionState, *, purpose: str, round_no: int | None,
                    device_id: str | None, sources: dict[str, str], progress: Progress,
-                   batch: str | None = None) -> "RunOutcome":
+                   batch: str | None = None, pooled: bool = False) -> "RunOutcome":
         """Run the session's test command on a private copy of exactly the recorded state (``sources`` for the
         operator files, the blob store for everything else; ``tools/execution.py``) and record the run.
 
@@ -101,8 +130,14 @@ class RunOps(OperationsBase):
         env = self._child_env(st, device_id)
         argv = list(st.test_command)
         files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
-        iso = await run_isolated(files, argv, workspace=h.workspace, env=env, timeout_s=float(st.session["timeout_s"]),
-                                 on_progress=progress, tag=f"{purpose}-r{round_no}")
+        # pooled: a candidate trial takes whichever chip of the session's pool is free (the executor claims it);
+        # otherwise the run goes to the session's current chip (R5 rotation, state.device)
+        spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
+                       timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
+                       device_id=None if pooled else device_id,
+                       device_pool=tuple(str(d) for d in st.session["device_ids"]), tag=f"{purpose}-r{round_no}")
+        iso = await self.executor.run(spec, on_progress=progress)
+        device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
         if iso.tampered:
             log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
@@ -117,11 +152,11 @@ class RunOps(OperationsBase):
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
         )
-        return RunOutcome(result, run_id, dirs, list(iso.tampered))
+        return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None)
 
     async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
                        round_no: int, count: int, label: str, progress: Progress,
-                       batch: str | None = None) -> "Measured":
+                       batch: str | None = None, pooled: bool = False) -> "Measured":
         """``count`` runs of ``sources``, each analysed by the server; stops at the first invalid run.
 
         A run that hangs until the timeout is a chip problem on the NPU: the state moves to the next chip of the
@@ -135,7 +170,7 @@ class RunOps(OperationsBase):
                 if progress:
                     await progress(elapsed, f"{label} {i + 1}/{count}: {line}")
             out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device, sources=sources,
-                                  progress=rep_progress, batch=batch)
+                                  progress=rep_progress, batch=batch, pooled=pooled)
             result, run_id, dirs = out
             m.run_ids.append(run_id)
             if result.timed_out and retries > 0 and st.run_mode == "npu":
@@ -159,10 +194,13 @@ class RunOps(OperationsBase):
             if reasons:
                 m.invalid.extend(f"{label} {i + 1}: {r}" for r in reasons)
                 break
-            analysis = analyze_runs(dirs, run_mode=st.run_mode, source_root=h.workspace)
+            # off the event loop: parallel trials keep reporting progress while one of them is analysed
+            analysis = await anyio.to_thread.run_sync(
+                lambda: analyze_runs(dirs, run_mode=st.run_mode, source_root=h.workspace))
             m.samples.append(float(analysis.operator_time_us))
             m.e2es.append(float(analysis.e2e_us))
             m.analysis = analysis.model_dump(mode="json")
+            m.add_kernels(dirs, analysis)
             i += 1
         return m
 
@@ -182,7 +220,7 @@ class RunOps(OperationsBase):
             "measurements", session_id=st.id, at=now_iso(), round=round_no, code_hash=code, valid=m.valid,
             invalid_reasons=m.invalid, operator_time_us=statistics.median(m.samples) if m.valid else None,
             e2e_us=statistics.median(m.e2es) if m.valid else None, samples=m.samples, analysis=analysis,
-            archive=archive, run_ids=m.run_ids, stage=st.stage,
+            archive=archive, run_ids=m.run_ids, stage=st.stage, per_kernel=m.per_kernel,
         )
 
     async def collect_swimlane(self, session_id: str, *, progress: Progress = None) -> CollectResult:
@@ -245,6 +283,9 @@ class RunOps(OperationsBase):
                 op_time, e2e = statistics.median(m.samples), statistics.median(m.e2es)
                 spread = (f", spread {min(m.samples):.3f}–{max(m.samples):.3f}" if len(m.samples) > 1 else "")
                 msg = f"operator time {op_time:.3f} µs (median of {len(m.samples)}{spread}; E2E {e2e:.3f} µs)"
+                if len(m.per_kernel) > 1 or any(len(v["time"]) > len(m.samples) for v in m.per_kernel.values()):
+                    msg += "; per kernel: " + ", ".join(
+                        f"{k} {statistics.median(v['time']):.3f} µs" for k, v in m.per_kernel.items())
                 if purpose == "baseline":
                     self._transition(h, st2, "state", "S3_ANALYZE", "baseline collected (S2)")
                     st2 = self._state(h, session_id)
@@ -261,6 +302,9 @@ class RunOps(OperationsBase):
                 e2e_us=statistics.median(m.e2es) if m.valid else None,
                 samples_us=m.samples, valid=m.valid, invalid_reasons=m.invalid, measurement_id=mid, round=round_no,
                 target_us=st2.target_us, baseline_us=st2.baseline_us,
+                per_kernel=[KernelTime(kernel=k, operator_time_us=statistics.median(v["time"]),
+                                       e2e_us=statistics.median(v["e2e"]), samples=len(v["time"]))
+                            for k, v in m.per_kernel.items()],
             )
         finally:
             h.busy = None

@@ -195,7 +195,10 @@ class SetupOps(OperationsBase):
                                   read_only=True)
 
     def _child_env(self, st: SessionState, device_id: str | None) -> dict[str, str]:
-        return build_child_env(run_mode=st.run_mode, device_id=device_id)
+        # NPU: DUMP_DEVICE_PERF=true makes the runtime dump the AICPU phase counters (domain A.2 step 4), whose
+        # machine_runtime_operator_trace gives the AICPU-side end-to-end time recorded beside max_work_time (B.10)
+        extra = {"DUMP_DEVICE_PERF": "true"} if st.run_mode == "npu" else None
+        return build_child_env(run_mode=st.run_mode, device_id=device_id, extra=extra)
 
     def _verdict_options(self, st: SessionState) -> dict[str, Any]:
         """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""

@@ -302,3 +302,38 @@ def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteV
                         "a block size that divides the axis (or a ceil-div loop with valid_shape for the tail)")
         report.checked.append(f"{sv.context['file']}:{sv.line} {sv.context['code']} = {x // k} iterations")
     return report
+
+
+def describe_legal(knob: Any, program: roles.Program, sources: dict[str, str]) -> str:
+    """The legal values of ``knob`` for THIS operator's shapes and dtypes, in words (list_knobs).
+
+    Block sizes: the divisors of every axis they divide (floor division would drop the remainder); vector tiles:
+    the tensor dims, the reduced axis that must stay whole, the unified-buffer budget in elements. Empty when
+    nothing operator-specific is known (the generic ``legal`` text then stands)."""
+    parts: list[str] = []
+    if knob.kind in ("tile_constant", "local_constant") and isinstance(knob.value, int):
+        axes = set()
+        for sv in loop_values(sources, program).values():
+            code = sv.context.get("code", "")
+            if code.rstrip().endswith(f"// {knob.name}"):
+                axes.add(sv.value[0])
+        for x in sorted(axes):
+            divisors = [d for d in range(1, x + 1) if x % d == 0]
+            parts.append(f"divides {x}: one of {divisors}")
+    if knob.kind == "vec_tile":
+        shapes = [s for s in knob.context.get("tensor_shapes", []) if all(isinstance(d, int) for d in s)]
+        value = knob.value if isinstance(knob.value, list) else None
+        rank = len(value) if value else (len(shapes[0]) if shapes else 0)
+        same = [s for s in shapes if len(s) == rank]
+        if same:
+            dims = [max(s[i] for s in same) for i in range(rank)]
+            parts.append(f"dim i ≤ {dims}")
+            reduced = sorted({(a + rank if a < 0 else a) for r in program.reductions.get(knob.file, [])
+                              for a in r.axes if -rank <= a < rank})
+            if reduced:
+                parts.append("whole along the reduced axis " + ", ".join(f"{a} (= {dims[a]})" for a in reduced))
+        elem = max((DTYPE_BYTES.get(d, 0) for d in knob.context.get("dtypes", [])), default=0)
+        if elem:
+            parts.append(f"fewer than {UB_TILE_MAX_BYTES // elem} elements ({UB_TILE_MAX_BYTES // 1024} KB of "
+                         f"{elem}-byte data); the last dim a multiple of {TAIL_MIN_BYTES // elem}")
+    return "; ".join(parts)

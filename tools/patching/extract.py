@@ -45,7 +45,7 @@ TILING_NAME = re.compile(r"(TILE|BLOCK|BLK|CHUNK|SPLIT|UNROLL|STEP|GROUP|NBUF|(^
 
 # Catalogue rows served by a name, by the tuning consumer it feeds (domain C).
 CONSUMER_CATALOG = {
-    "loop": ("F-3", "F-1", "F-7", "F-2"), "slice": ("F-1", "F-3", "F-7"), "view": ("F-1", "F-3", "F-7", "I-9"),
+    "loop": ("F-3", "F-1", "F-7", "F-2"), "unroll": ("F-8", "F-2"), "loop_submit": ("I-8",), "slice": ("F-1", "F-3", "F-7"), "view": ("F-1", "F-3", "F-7", "I-9"),
     "vec_tile": ("F-10", "S-12", "S-3"), "cube_tile": ("F-9", "S-2", "S-11", "S-3", "I-7"),
     "pass_options": ("S-4", "S-5", "S-6", "S-7", "S-8"), "jit_options": ("S-5", "S-6", "S-7", "S-8", "S-9", "S-10"),
     "operation_options": ("F-15",), "cache_policy": ("I-2",),

@@ -272,6 +272,11 @@ def _tile_constant(v: Any, ctx: dict[str, Any]) -> Any:
     current = ctx.get("current")
     if isinstance(v, tuple):
         v = list(v)
+    if isinstance(current, list) and "unroll" in ctx.get("consumers", ()):
+        # an unroll list may grow or shrink; the loop it feeds bounds it (checked on the effective value)
+        if not isinstance(v, list) or not v or not all(_is_int(x) and x >= 1 for x in v):
+            raise _fail(f"value must be a non-empty list of ints ≥ 1, got {v!r}", "C/F-8", UNROLL_LEGAL)
+        return v
     if isinstance(current, list):
         if not isinstance(v, list) or len(v) != len(current) or not all(_is_int(x) and x >= 1 for x in v):
             raise _fail(f"value must be a list of {len(current)} ints ≥ 1 like {current!r}, got {v!r}", "C/F-11",

@@ -79,6 +79,7 @@ class Program:
     kernel_scopes: set[tuple[str, str]]  # (file, scope) of jit functions, their nested defs and helpers they call
     reductions: dict[str, list[Reduction]]  # file -> reductions inside kernel scopes
     literals: dict[tuple[str, str], dict[str, Any]]  # (file, scope) -> names bound once to a literal there
+    jit_scopes: set[tuple[str, str]] = field(default_factory=set)  # the jit-decorated functions themselves
 
     def binding(self, file: str, scope: str, name: str) -> Binding | None:
         return self.bindings.get((file, scope, name))
@@ -273,6 +274,7 @@ class _Analysis:
         self.bindings: dict[tuple[str, str, str], Binding] = {}
         self.literals: dict[tuple[str, str], dict[str, Any]] = {}
         self.kernel: set[tuple[str, str]] = set()
+        self.jits: set[tuple[str, str]] = set()
         self.reductions: dict[str, list[Reduction]] = {}
         self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
         self._active: set[tuple[str, str, str]] = set()
@@ -324,6 +326,7 @@ class _Analysis:
             for sname, fn in f.functions.items():
                 if any(f.qname(d.func if isinstance(d, ast.Call) else d) in JIT_NAMES for d in fn.decorator_list):
                     todo.append((f.path, sname))
+                    self.jits.add((f.path, sname))
         while todo:
             key = todo.pop()
             if key in self.kernel:
@@ -504,6 +507,8 @@ class _Analysis:
                 short = q.rsplit(".", 1)[-1]
                 if short in DATA_FIRST_ARG and pos == 0:
                     return set(), [f"{where}: the data argument of pypto.{q}"]
+                if kind == "loop" and kw is not None and kw.arg in ("unroll_list", "submit_before_loop"):
+                    return {"unroll" if kw.arg == "unroll_list" else "loop_submit"}, []
                 return {kind}, []
             return set(), [f"{where}: argument of pypto.{q} (shapes or data of the problem)"]
         if isinstance(call.func, ast.Attribute) and call.func.attr == "set_cache_policy" and self.in_kernel(f, call):
@@ -560,7 +565,8 @@ def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
         consumers, problems = a.classify(key)
         b.consumers = set(consumers)
         b.problems = list(problems)
-    return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals)
+    return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals,
+                   jit_scopes=a.jits)
 
 
 def analyze(files: dict[str, str]) -> Program:

@@ -1,0 +1,62 @@
+"""``pypto-tune confirm``: a person answers the question the server asked (R5: retry a baseline that failed 3 times).
+
+Why a terminal command: some MCP clients cannot ask their user anything (no elicitation), and the agent's own
+``confirm_retry=true`` is not the user's answer (issue #10, attack 8). So the answer is typed at a terminal: stdin and
+stdout must be a TTY, the question is shown, and only the word typed at the prompt counts. It is recorded as
+``source="cli"`` with the question it answers. What this cannot rule out: an agent that drives a pseudo-terminal on
+the user's account (``script``, ``expect``) can still impersonate the person; the ledger then shows a CLI answer at a
+time the user can check against their own terminal history.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from pypto_tune.tools.errors import InputError
+
+
+def confirm_command(workspace: Path, session: str | None = None, *, stdin: TextIO | None = None,
+                    stdout: TextIO | None = None) -> int:
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    if not (_isatty(stdin) and _isatty(stdout)):
+        raise InputError("pypto-tune confirm must be typed by a person at a terminal (stdin/stdout are not a TTY): a "
+                         "tool call of an agent is not the user's answer",
+                         hint="run it yourself in a terminal, or answer in an MCP client that supports elicitation")
+    from pypto_tune.tools.ledger import LEDGER_DIR, LEDGER_FILE, Ledger
+    from pypto_tune.tools.service import TuningService
+
+    ws = Path(workspace).resolve()
+    if not (ws / LEDGER_DIR / LEDGER_FILE).exists():
+        raise InputError(f"no pypto-tune ledger in {ws / LEDGER_DIR}", hint="pass the session's --workspace")
+    ledger = Ledger.for_workspace(ws)
+    sessions = ledger.rows("sessions")
+    ledger.close()
+    if not sessions:
+        raise InputError(f"the ledger in {ws} holds no session", hint="start a session first")
+    sid = session or sessions[-1]["id"]
+    service = TuningService(default_workspace=ws)
+    st = service._state(service._find(sid), sid)  # noqa: SLF001 - the CLI reads the question it answers
+    q = st.pending_question
+    if q is None:
+        stdout.write(f"session {sid}: no question is waiting for an answer.\n")
+        return 1
+    stdout.write(f"session {sid} ({st.session['operator']}) asks:\n  {q['text']}\n"
+                 "Type RETRY to allow one more baseline attempt, or NO to decline: ")
+    stdout.flush()
+    answer = (stdin.readline() or "").strip()
+    if answer not in ("RETRY", "NO"):
+        stdout.write("no answer recorded (type RETRY or NO exactly).\n")
+        return 1
+    stdout.write(service.confirm(sid, source="cli", answer=answer == "RETRY") + "\n")
+    return 0
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False

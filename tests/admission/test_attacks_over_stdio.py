@@ -1,0 +1,357 @@
+"""The nine ways a hostile agent got a number instead of a faster kernel (issue #10), each tried again over MCP stdio
+against the real server and the real simulator, on operators written in different styles. Each must be refused, or
+leave nothing kept that was not exactly one declared, legal, verified change on the bytes that ran.
+
+Attack → where it is closed:
+1 knob + anything else in one diff ............ tools/admission.py (masked syntax trees)
+2 legal one-knob edits refused (tuples, locals)  tools/patching/roles.py + extract.binding_sites
+3 legality only on one path ................... tools/patching/effective.py (effective values, every path)
+4 drift adoption skipping every check .......... SetupOps._adopt_drift → the same admission
+5 other bytes than the ledger records .......... tools/codestate.py (whole tree) + tools/execution.py (private copy)
+6 stages skipped by marks ....................... StageOps.mark_checklist / advance_stage / _leave_stage
+7 failed changes retried ........................ OperationsBase._tried (semantic hash, knob+value per kept state)
+8 self-served confirmations ..................... gates (baseline-retry) + server/confirm.py (a TTY, a person)
+9 the agent picks its own luck .................. state.kept_samples (median of all) + the NPU repeats floor
+(9's noise half runs on the emulated NPU box: tests/npu/.)
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import pty
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import OPERATORS, sim_command
+from tests.server.mcp_client import Session, connect
+
+pytestmark = pytest.mark.sim
+
+VEC = "softmax.py:softmax_kernel.set_vec_tile_shapes#1"
+TILE_B = "softmax.py:TILE_B"
+
+
+def _diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+async def _to_frontend(s: Session, ws: Path, files: list[str], cmd: list[str]) -> str:
+    st = await s.ok("start_session", workspace=str(ws), operator_files=files, test_command=cmd, run_mode="sim",
+                    goal_speedup=100.0)
+    sid = st["session_id"]
+    assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+    await s.ok("enable_runtime_debug", session_id=sid)
+    assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
+    assert (await s.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"
+    return sid
+
+
+async def _round(s: Session, sid: str, **patch) -> dict:
+    await s.ok("apply_tuning_patch", session_id=sid, rationale="attack test", **patch)
+    assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+    await s.ok("collect_swimlane", session_id=sid)
+    return await s.ok("record_round", session_id=sid)
+
+
+def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_recorded_bytes(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    op = ws / "softmax.py"
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["softmax.py"], sim_command())
+            src = op.read_text()
+
+            # 1: a knob plus anything else in one diff — the computation, the problem size, a shape constant.
+            for other, line in (("e / s", "e"), ("x = torch.randn(B, N, D", "x = torch.randn(8, N, D")):
+                bad = src.replace("TILE_B = 4", "TILE_B = 2").replace(*(other, line))
+                msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff("softmax.py", src, bad),
+                                      catalog_id="F-3", rationale="smuggle")
+                assert "GATE one-change:" in msg and "not a knob change" in msg and "line" in msg
+            shape = src.replace("B, N, D = 32, 32, 256", "B, N, D = 8, 32, 256")
+            msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff("softmax.py", src, shape),
+                                  catalog_id="F-3", rationale="fewer rows")
+            assert "GATE one-change:" in msg and "not a tuning knob" in msg and "torch.randn" in msg
+            assert op.read_text() == src, "a refused change must not touch the file"
+
+            # 3: illegal values are refused the same way as a structured edit and as a diff.
+            illegal = {(1, 4, 128): "reduce axis", (1, 64, 256): "exceeds the tensor dim", (1, 4, 250): "32 B",
+                       (4, 32, 256): "128 KB"}
+            for tile, why in illegal.items():
+                structured = await s.refused("apply_tuning_patch", session_id=sid, knob=VEC, value=list(tile),
+                                             catalog_id="F-10", rationale="illegal")
+                as_diff = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-10", rationale="x",
+                                          diff=_diff("softmax.py", src, src.replace(
+                                              "set_vec_tile_shapes(1, 4, 256)",
+                                              f"set_vec_tile_shapes({', '.join(map(str, tile))})")))
+                for msg in (structured, as_diff):
+                    assert "GATE legality:" in msg and why in msg, msg
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob=TILE_B, value=3, catalog_id="F-3",
+                                  rationale="computes fewer rows")
+            assert "GATE legality:" in msg and "never be computed" in msg
+
+            # 4: two knobs edited by hand are not adopted; the edit stays drift until reverted.
+            op.write_text(src.replace("TILE_B = 4", "TILE_B = 2").replace("set_vec_tile_shapes(1, 4, 256)",
+                                                                          "set_vec_tile_shapes(1, 8, 256)"))
+            msg = await s.refused("run_precision_check", session_id=sid, adopt_drift=True)
+            assert "GATE one-change:" in msg and "2 knobs" in msg
+            assert "GATE drift:" in await s.refused("collect_swimlane", session_id=sid)
+            await s.ok("revert_patch", session_id=sid)
+            assert op.read_text() == src
+            # ... one knob edited by hand is adopted as a manual round and judged like any other
+            op.write_text(src.replace("set_vec_tile_shapes(1, 4, 256)", "set_vec_tile_shapes(1, 8, 256)"))
+            adopted = await s.ok("run_precision_check", session_id=sid, adopt_drift=True)
+            assert adopted["verdict"] == "passed" and adopted["round"] == 1
+            await s.ok("collect_swimlane", session_id=sid)
+            r1 = await s.ok("record_round", session_id=sid)
+            assert r1["decision"] == "kept" and r1["after_us"] == pytest.approx(21.031, abs=1e-3)
+            kept_src = op.read_text()
+
+            # 5b: the operator file is swapped for a much faster one while the measurement runs, then put back.
+            await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 32, 256], catalog_id="F-10",
+                       rationale="bigger tile")
+            patched = op.read_text()
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            job = await s.ok("collect_swimlane", session_id=sid, wait=False)
+            fast = patched.replace("TILE_B = 4", "TILE_B = 1")
+            deadline = time.monotonic() + 60
+            while not any((ws / ".pypto-tune" / "exec").glob("measure-*")) and time.monotonic() < deadline:
+                await anyio.sleep(0.05)
+            op.write_text(fast)  # swapped in while the run executes ...
+            done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=50)
+            op.write_text(patched)  # ... and put back before anyone looks
+            m = done["result"]
+            assert m["valid"] and m["operator_time_us"] == pytest.approx(8.546, abs=1e-3), \
+                "the run must execute the recorded bytes (8.546 µs), not the swapped ones (2.726 µs)"
+            r2 = await s.ok("record_round", session_id=sid)
+            assert r2["decision"] == "kept" and r2["after_us"] == pytest.approx(8.546, abs=1e-3)
+
+            # 5b': tampering with the run's private copy itself is detected and the run discarded.
+            await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2, catalog_id="F-3",
+                       rationale="two rows per body")
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            job = await s.ok("collect_swimlane", session_id=sid, wait=False)
+            copy = None
+            deadline = time.monotonic() + 60
+            while copy is None and time.monotonic() < deadline:
+                copy = next(iter((ws / ".pypto-tune" / "exec").glob("measure-*/softmax.py")), None)
+                await anyio.sleep(0.02)
+            assert copy is not None
+            copy.write_text(fast)
+            done = (await s.ok("wait_job", job_id=job["job_id"], timeout_s=50))["result"]
+            assert done["valid"] is False and "private copy changed" in " ".join(done["invalid_reasons"])
+            r3 = await s.ok("record_round", session_id=sid)
+            assert r3["decision"] == "failed" and r3["best_us"] == r2["after_us"]
+            assert op.read_text() == patched.replace("TILE_B = 4", "TILE_B = 4")  # rolled back to the kept state
+
+            # 9: the kept time is the median of all its samples: re-collecting the kept code cannot pick a number.
+            st = await s.ok("get_status", session_id=sid)
+            assert st["best_us"] == pytest.approx(8.546, abs=1e-3)
+            assert kept_src != op.read_text()
+
+    anyio.run(scenario)
+
+
+def test_split_harness_attacks_2_and_5a(tmp_path: Path) -> None:
+    """Kernel and harness in separate files; tuning constants as a tuple (star-args), dicts, a list and an int."""
+    ws = tmp_path / "ws"
+    shutil.copytree(OPERATORS / "split_harness", ws, ignore=shutil.ignore_patterns("*.json", "__pycache__"))
+    cmd = [sys.executable, "test_kernels.py", "--run-mode", "sim"]
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["kernels.py"], cmd)
+            knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+            assert knobs["kernels.py:VEC_TILE"]["tunable"] and knobs["kernels.py:BLOCK_TOKENS"]["tunable"]
+            assert not knobs["kernels.py:TOKENS"]["tunable"]  # the harness builds its tensors from it
+
+            # 2: a tile shape held in a module tuple is tunable with one structured edit ...
+            r1 = await _round(s, sid, knob="kernels.py:VEC_TILE", value=[4, 512], catalog_id="F-10")
+            assert r1["decision"] == "kept" and r1["delta_pct"] < 0
+            # ... and with one diff
+            src = (ws / "kernels.py").read_text()
+            r2 = await _round(s, sid, catalog_id="F-3", diff=_diff("kernels.py", src, src.replace(
+                "BLOCK_TOKENS = 4", "BLOCK_TOKENS = 16")))
+            assert r2["decision"] in ("kept", "reverted") and r2["after_us"] is not None
+            # the problem size shared with the harness is never a knob
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob="kernels.py:TOKENS", value=64,
+                                  catalog_id="F-3", rationale="fewer tokens")
+            assert "problem size" in msg or "not a tuning knob" in msg
+
+            # 5a: rewriting the harness (not an operator file) is drift, cannot be adopted, and is reverted.
+            harness = (ws / "test_kernels.py").read_text()
+            (ws / "test_kernels.py").write_text(harness.replace("torch.manual_seed(3)",
+                                                                "torch.manual_seed(3)\n    kernels.BLOCK_TOKENS = 64"))
+            (ws / "helper_added.py").write_text("X = 1\n")
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob="kernels.py:VEC_TILE", value=[8, 512],
+                                  catalog_id="F-10", rationale="x")
+            assert "GATE drift:" in msg and "test_kernels.py" in msg and "helper_added.py" in msg
+            msg = await s.refused("run_precision_check", session_id=sid, adopt_drift=True)
+            assert "GATE drift:" in msg and "harness" in msg
+            status = await s.ok("get_status", session_id=sid)
+            assert status["drift"] is True
+            await s.ok("revert_patch", session_id=sid)
+            assert (ws / "test_kernels.py").read_text() == harness and not (ws / "helper_added.py").exists()
+            assert any((ws / ".pypto-tune" / "quarantine").rglob("helper_added.py"))
+            assert (await s.ok("get_status", session_id=sid))["drift"] is False
+
+    anyio.run(scenario)
+
+
+def test_stage_marks_and_failed_change_retries_attacks_6_and_7(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["softmax.py"], sim_command())
+            checklist = (await s.ok("get_status", session_id=sid))
+            assert checklist["stage"] == "FRONTEND"
+            # 6: boilerplate marks are refused where a knob exists; the same words twice are refused.
+            msg = await s.refused("mark_checklist", session_id=sid, catalog_id="F-10", status="not-applicable",
+                                  reason="not applicable to this operator")
+            assert "GATE stage-exit:" in msg and "name the knob" in msg
+            reason = "TILE_B already blocks the batch loop; measured 36.4 µs with 8 iterations"
+            await s.ok("mark_checklist", session_id=sid, catalog_id="F-3", status="not-applicable", reason=reason)
+            msg = await s.refused("mark_checklist", session_id=sid, catalog_id="F-1", status="not-applicable",
+                                  reason=reason)
+            assert "same reason" in msg
+            # items no knob serves were marked by the server itself at the stage's analysis
+            items = {i["catalog_id"]: i for i in
+                     (await s.ok("mark_checklist", session_id=sid, catalog_id="F-1", status="not-applicable",
+                                 reason="F-1 TILE_B blocks batch rows already; matmul M blocking is 0 here"))["items"]}
+            assert items["F-4"]["status"] == "not-applicable" and items["F-4"]["reason"].startswith("server:")
+            for cid in [c for c, i in items.items() if i["status"] == "untried"]:
+                await s.ok("mark_checklist", session_id=sid, catalog_id=cid, status="not-applicable",
+                           reason=f"{cid}: knob measured at baseline 36.4 µs, left for the search ({cid.lower()})")
+            adv = await s.ok("advance_stage", session_id=sid, reason="frontend checklist done")
+            assert adv["stage"] == "SWIMLANE_1"
+            # a stage is left only after its own entry collection and analysis
+            msg = await s.refused("advance_stage", session_id=sid, reason="skip")
+            assert "GATE stage-analysis:" in msg
+            await s.ok("collect_swimlane", session_id=sid)
+            await s.ok("analyze_bubbles", session_id=sid, lang="en")
+
+            # 7: a change that failed is never accepted again, however it is written.
+            nbuf = "softmax.py:softmax_kernel.pass_options.vec_nbuffer_setting"
+            await s.ok("apply_tuning_patch", session_id=sid, knob=nbuf, value={"-2": 1, "-1": 0}, catalog_id="S-5",
+                       rationale="merge nothing")
+            bad = await s.ok("run_precision_check", session_id=sid)
+            assert bad["verdict"] != "passed"
+            rec = await s.ok("record_round", session_id=sid)
+            assert rec["decision"] == "failed" and rec["result_type"] == "compile-failure"
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob=nbuf, value={"-2": 1, "-1": 0},
+                                  catalog_id="S-5", rationale="again")
+            assert "GATE no-retry:" in msg and "round 1" in msg
+            src = (ws / "softmax.py").read_text()
+            sneaky = src.replace("@pypto.frontend.jit(", '@pypto.frontend.jit(\n    pass_options = { '
+                                 '"vec_nbuffer_setting" : { -2 : 1, -1 : 0 } },  # again\n    ', 1)
+            msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff("softmax.py", src, sneaky),
+                                  catalog_id="S-5", rationale="reformatted")
+            assert "GATE no-retry:" in msg
+
+    anyio.run(scenario)
+
+
+FAILING_OP = '''"""An operator whose test always fails: the baseline precision check never passes."""
+import sys
+
+TILE = 4
+
+
+def main() -> int:
+    print("PRECISION: failed (the reference does not match)")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def test_self_served_confirmations_and_hand_fixes_are_refused_attack_8(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "bad_op.py").write_text(FAILING_OP)
+    cmd = [sys.executable, "bad_op.py"]
+
+    async def scenario() -> str:
+        async with connect(ws) as s:
+            st = await s.ok("start_session", workspace=str(ws), operator_files=["bad_op.py"], test_command=cmd,
+                            run_mode="sim", goal_speedup=2.0)
+            sid = st["session_id"]
+            for _ in range(3):
+                assert (await s.ok("run_precision_check", session_id=sid))["verdict"] != "passed"
+            msg = await s.refused("run_precision_check", session_id=sid, confirm_retry=True)
+            assert "GATE baseline-retry:" in msg and "pypto-tune confirm" in msg
+            # fix the operator by hand and adopt it: refused before tuning (R5: the tuner does not fix it)
+            (ws / "bad_op.py").write_text(FAILING_OP.replace("return 1", "return 0").replace("failed", "passed"))
+            msg = await s.refused("run_precision_check", session_id=sid, adopt_drift=True)
+            assert "GATE" in msg
+            (ws / "bad_op.py").write_text(FAILING_OP)
+            return sid
+
+    sid = anyio.run(scenario)
+    confirm = [sys.executable, "-m", "pypto_tune.server.cli", "confirm", "--workspace", str(ws)]
+    # an agent's tool call has no terminal: refused
+    piped = subprocess.run(confirm, input="RETRY\n", capture_output=True, text=True, timeout=60)
+    assert piped.returncode != 0 and "terminal" in piped.stderr
+    # a person at a terminal answers
+    out = _run_in_pty(confirm, "RETRY\n")
+    assert "retry confirmed by a person" in out, out
+
+    async def after() -> None:
+        async with connect(ws) as s:
+            await s.ok("start_session", workspace=str(ws), operator_files=["bad_op.py"], test_command=cmd,
+                       run_mode="sim", goal_speedup=2.0)
+            res = await s.ok("run_precision_check", session_id=sid)
+            assert res["verdict"] != "passed" and res["attempts_left"] == 2
+
+    anyio.run(after)
+
+
+def _run_in_pty(argv: list[str], typed: str) -> str:
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.execv(argv[0], argv)
+    out = b""
+    deadline = time.monotonic() + 60
+    sent = False
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not sent and b"Type RETRY" in out:
+            os.write(fd, typed.encode())
+            sent = True
+    os.waitpid(pid, 0)
+    return out.decode(errors="replace")
+
+
+def test_npu_repeats_have_a_floor_attack_9(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            msg = await s.refused("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                                  test_command=[sys.executable, "softmax.py", "--run-mode", "npu"], run_mode="npu",
+                                  goal_speedup=2.0, repeats=1)
+            assert "at least 3" in msg
+
+    anyio.run(scenario)

@@ -1,0 +1,33 @@
+"""Steps many session tests share: reach the FRONTEND stage, leave a stage with a checklist the server accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.server.mcp_client import Session
+
+
+async def to_frontend(s: Session, ws: Path, files: list[str], cmd: list[str], **start: Any) -> str:
+    """start_session → precision → debug on → baseline collection → analysis: returns the session id in FRONTEND."""
+    args: dict[str, Any] = dict(workspace=str(ws), operator_files=files, test_command=cmd, run_mode="sim",
+                                goal_speedup=100.0)
+    args.update(start)
+    sid = (await s.ok("start_session", **args))["session_id"]
+    assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+    await s.ok("enable_runtime_debug", session_id=sid)
+    assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
+    assert (await s.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"
+    return sid
+
+
+async def leave_stage_by_checklist(s: Session, sid: str) -> dict[str, Any]:
+    """Mark every untried item of the current stage with a specific reason (it names the item and a measured
+    figure, as the server requires for items whose knobs exist), then advance_stage."""
+    status = await s.ok("get_status", session_id=sid)
+    for item in status["checklist"]:
+        if item["status"] == "untried":
+            await s.ok("mark_checklist", session_id=sid, catalog_id=item["catalog_id"], status="not-applicable",
+                       reason=f"{item['catalog_id']} left for later: kept time {status['best_us']:.3f} µs "
+                       f"over {status['kept_samples']} samples")
+    return await s.ok("advance_stage", session_id=sid, reason="checklist marked; next stage")

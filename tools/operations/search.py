@@ -1,0 +1,328 @@
+"""The server finds the speed: concrete candidates (``propose_candidates``) and gated parallel trials
+(``run_candidates``).
+
+Each candidate of a batch is a full round under every rule: admitted by the one admission path from the kept state
+(exactly one legal knob, never a change that already failed), run on its own private copy of the recorded bytes
+(``tools/execution.py`` through the session's executor: the local pool or Ray), verified by its own precision run,
+measured by the server, judged against the kept state, and recorded as its own ledger round. At the end the best
+candidate that beats the kept state is written to the workspace and kept; the others are recorded as not chosen,
+no gain, regression or failed. Stage counters and exit rules count every trial.
+
+Crash or cancellation before the batch is recorded leaves only the runs (their round numbers are never reused):
+nothing half-decided, and the workspace still holds the kept state.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from pypto_tune.tools import rules
+from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
+from pypto_tune.tools.ledger import now_iso
+from pypto_tune.tools.operations.base import OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash
+from pypto_tune.tools.patching import plan_knob_edit
+from pypto_tune.tools.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
+from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.verdict import judge_precision
+
+log = logging.getLogger("pypto_tune.service")
+
+MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, not a next step
+
+
+@dataclass
+class _Trial:
+    index: int
+    candidate: dict[str, Any]
+    knob: str
+    value: Any
+    catalog_id: str
+    sources: dict[str, str] = field(default_factory=dict)
+    change: Any = None
+    round_no: int = 0
+    verdict: str = ""
+    reason: str = ""
+    result_type: str = ""
+    precision_id: int | None = None
+    samples: list[float] = field(default_factory=list)
+    measured: Any = None
+    error: str = ""
+    decision: str = ""
+    delta_pct: float | None = None
+    device: str | None = None
+
+
+class SearchOps(OperationsBase):
+    """propose_candidates, run_candidates."""
+
+    # ------------------------------------------------------------------------------------------------ propose
+    def propose_candidates(self, session_id: str, *, limit: int = 8, knob: str | None = None) -> CandidatesResult:
+        """Concrete, legal trials for the current stage, one knob away from the kept state, ranked with reasons."""
+        h = self._find(session_id)
+        st = self._state(h, session_id)
+        self._gate(h, st, "propose_candidates", mutating=False)
+        if not 1 <= int(limit) <= 64:
+            raise InputError(f"limit must be 1..64, got {limit}", hint="the default is 8")
+        from pypto_tune.tools.search import propose_for_session
+
+        proposal = propose_for_session(
+            kept_sources=st.kept_sources, context=self._context(h, st), stage=st.stage or "",
+            analysis=self._kept_analysis(st), history=self._history(st), limit=int(limit), knob=knob,
+            run_mode=st.run_mode, kept_hash=st.kept_hash)
+        cands = [c.model_dump(mode="json") for c in proposal.candidates]
+        self._proposals.setdefault(st.id, {}).update({c["id"]: c for c in cands})
+        msg = (f"{len(cands)} candidate(s) for {st.stage}" + (" (the stage's knobs are exhausted)"
+                                                               if proposal.exhausted else "")
+               + "; run them with run_candidates(candidates=[ids...])")
+        base = self._base(st, msg)
+        return CandidatesResult(**base, candidates=[CandidateOut(**c) for c in cands],
+                                needs_algorithm_stage=[n.model_dump(mode="json") for n in
+                                                       proposal.needs_algorithm_stage],
+                                exhausted=proposal.exhausted, excluded=dict(proposal.excluded),
+                                notes=list(proposal.notes))
+
+    def _kept_analysis(self, st: SessionState) -> dict[str, Any]:
+        m = st.last_valid_measurement(st.kept_hash) or st.last_valid_measurement()
+        return dict(m["analysis"]) if m else {}
+
+    def _history(self, st: SessionState) -> list[dict[str, Any]]:
+        """Every decided round with one knob change, as the search reads it (what was tried, from which kept
+        state, with which outcome and times)."""
+        out = []
+        for r in st.rounds:
+            n = int(r["number"])
+            d = st.decisions.get(n)
+            if d is None:
+                continue
+            patch = next((p for p in st.rows["patches"] if p["round"] == n and p["kind"] in
+                          ("tuning", "manual-adopt", "trial")), None)
+            if patch is None or len(patch["knob_changes"]) != 1:
+                continue
+            c = patch["knob_changes"][0]
+            rt = d["result_type"]
+            outcome = ("kept" if d["decision"] == "kept" else "failed" if d["decision"] == "failed"
+                       else "regression" if rt == "regression" else "no-gain")
+            out.append({"knob_id": c["knob_id"], "value": c["after"], "before_value": c["before"],
+                        "from_kept_hash": r["before_hash"], "outcome": outcome,
+                        "failure_type": rt if d["decision"] == "failed" else None, "before_us": r["before_us"],
+                        "after_us": d["after_us"], "semantic_hash": self._sem(patch), "round": n,
+                        "stage": r["stage"], "catalog_id": r["catalog_id"]})
+        return out
+
+    # ------------------------------------------------------------------------------------------------ run
+    async def run_candidates(self, session_id: str, candidates: list[Any], *, parallel: int | None = None,
+                             progress: Progress = None) -> TrialsResult:
+        """Run candidates as gated rounds, concurrently; keep the best one that beats the kept state."""
+        h = self._find(session_id)
+        st = self._state(h, session_id)
+        self._gate(h, st, "run_candidates")
+        if not isinstance(candidates, list) or not candidates:
+            raise InputError("candidates must be a non-empty list of candidate objects or ids",
+                             hint="call propose_candidates first and pass its candidates (or their ids) unchanged")
+        if len(candidates) > MAX_BATCH:
+            raise InputError(f"at most {MAX_BATCH} candidates per batch, got {len(candidates)}",
+                             hint="run the best-ranked ones first; the ranking learns from every batch")
+        stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+        trials, refused = self._prepare(h, st, candidates, stage)
+        capacity = self.executor.capacity(st.run_mode, list(st.session["device_ids"]))  # type: ignore[arg-type]
+        k = max(1, min(int(parallel or capacity), capacity, len(trials) or 1))
+        if not trials:
+            st2 = self._state(h, session_id)
+            return TrialsResult(**self._base(st2, "no candidate could be run: " + "; ".join(refused)),
+                                trials=[], refused=refused, parallel=k, batch="")
+        batch = uuid.uuid4().hex[:10]
+        first = _next_round(st)
+        for i, t in enumerate(trials):
+            t.round_no = first + i
+        h.busy = "run_candidates"
+        t0 = time.monotonic()
+        try:
+            limiter = anyio.CapacityLimiter(k)
+            status: dict[int, str] = {t.round_no: "queued" for t in trials}
+
+            async def report() -> None:
+                while True:
+                    await anyio.sleep(4.0)
+                    if progress:
+                        done = sum(1 for v in status.values() if v.startswith("done"))
+                        await progress(time.monotonic() - t0, f"{done}/{len(trials)} trials done; " + ", ".join(
+                            f"r{n}: {v}" for n, v in sorted(status.items()))[:300])
+
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(report)
+                async with anyio.create_task_group() as tg:
+                    for t in trials:
+                        tg.start_soon(self._trial, h, st, t, batch, limiter, status)
+                outer.cancel_scope.cancel()
+            winner = self._decide(st, trials)
+            self._record_batch(h, st, trials, winner, batch)
+        finally:
+            h.busy = None
+        st2 = self._state(h, session_id)
+        verdict = self._judge_stage(h, st2)  # type: ignore[attr-defined]  # StageOps, composed in TuningService
+        st2 = self._state(h, session_id)
+        wall = time.monotonic() - t0
+        msg = (f"batch {batch}: {len(trials)} trial(s) on {k} worker(s) in {wall:.1f} s; "
+               + (f"kept round {winner.round_no} ({winner.change.knob_id} = {winner.value!r}, "
+                  f"{winner.delta_pct:+.2f} %)" if winner else "no candidate beat the kept state"))
+        if verdict:
+            msg += f"; {verdict}"
+        return TrialsResult(
+            **self._base(st2, msg), batch=batch, parallel=k, wall_s=round(wall, 3), refused=refused,
+            winner_round=winner.round_no if winner else None, best_us=st2.kept_us,
+            trials=[TrialOut(candidate_id=str(t.candidate.get("id") or ""), knob=t.knob, value=t.value,
+                             catalog_id=t.catalog_id, round=t.round_no, verdict=t.verdict or "not-run",
+                             operator_time_us=statistics.median(t.samples) if t.samples else None,
+                             delta_pct=t.delta_pct, decision=t.decision, result_type=t.result_type,
+                             reason=t.reason or t.error, device_id=t.device) for t in trials],
+        )
+
+    def _prepare(self, h: _Handle, st: SessionState, candidates: list[Any], stage: Any
+                 ) -> tuple[list[_Trial], list[str]]:
+        """Resolve ids, build each candidate's code from the kept state and admit it; refused ones are listed."""
+        known = self._proposals.get(st.id, {})
+        trials: list[_Trial] = []
+        refused: list[str] = []
+        seen: set[str] = set()
+        for i, c in enumerate(candidates):
+            cand = known.get(c) if isinstance(c, str) else c
+            if not isinstance(cand, dict) or "knob" not in cand or "value" not in cand:
+                refused.append(f"#{i + 1}: unknown candidate {c!r} (pass propose_candidates' objects or ids of this "
+                               "server's proposals)")
+                continue
+            cid = str(cand.get("catalog_id") or "")
+            if not cid.startswith(stage.catalog_prefix):
+                refused.append(f"#{i + 1} {cand['knob']}: catalogue id {cid!r} is not of stage {st.stage}")
+                continue
+            try:
+                plan = plan_knob_edit(st.kept_sources, cand["knob"], cand["value"], context=self._context(h, st))
+                adm = self._admit(h, st, "run_candidates", st.kept_sources, plan.new_sources, catalog_id=cid,
+                                  path="candidate")
+            except (GateRefusal, KnobValueError, InputError) as exc:
+                refused.append(f"#{i + 1} {cand['knob']} = {cand['value']!r}: {str(exc).splitlines()[0]}")
+                continue
+            sem = self._sem({"after_raw_hash": code_hash(plan.new_sources), "after_sources": plan.new_sources})
+            if sem in seen:
+                refused.append(f"#{i + 1} {cand['knob']} = {cand['value']!r}: the same code as an earlier candidate "
+                               "of this batch")
+                continue
+            seen.add(sem)
+            trials.append(_Trial(index=i, candidate=dict(cand), knob=cand["knob"], value=cand["value"],
+                                 catalog_id=cid, sources=plan.new_sources, change=adm.change))
+        return trials, refused
+
+    async def _trial(self, h: _Handle, st: SessionState, t: _Trial, batch: str, limiter: anyio.CapacityLimiter,
+                     status: dict[int, str]) -> None:
+        """One candidate: precision on its own bytes, then the measurement — each run on a private copy."""
+        async with limiter:
+            status[t.round_no] = "verifying"
+            code = code_hash(t.sources)
+            out = await self._run(h, st, purpose="trial-precision", round_no=t.round_no, device_id=st.device,
+                                  sources=t.sources, progress=None, batch=batch, pooled=True)
+            result, run_id, dirs = out
+            verdict = judge_precision(result, st.run_mode, **self._verdict_options(st))  # type: ignore[attr-defined]
+            v, reason = verdict.verdict, verdict.reason
+            if out.tampered:
+                v, reason = "error", out.tamper_reason
+            elif v == "passed" and st.run_mode == "sim" and not dirs:
+                v, reason = "failed", "the test exited 0 but the simulator wrote no output folder"
+            t.verdict, t.reason = v, reason
+            t.device = out.device_id
+            result_type = None if v == "passed" else rules.classify_failure(v, verdict.key_output + "\n" + reason)
+            t.precision_id = h.ledger.insert(
+                "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
+                verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
+                duration_s=result.duration_s, key_output=verdict.key_output, reason=reason, code_hash=code,
+                round=t.round_no, device_id=t.device, result_type=result_type)
+            if v != "passed":
+                t.result_type, t.error = result_type or "precision-failure", reason
+                status[t.round_no] = f"done: {t.result_type}"
+                return
+            status[t.round_no] = "measuring"
+            m = await self._measure(h, st, sources=t.sources, code=code,  # type: ignore[attr-defined]
+                                    purpose="trial-measure", round_no=t.round_no,
+                                    count=int(st.session["repeats"]), label=f"candidate r{t.round_no}",
+                                    progress=None, batch=batch, pooled=True)
+            self._record_measurement(h, st, m, round_no=t.round_no, code=code,  # type: ignore[attr-defined]
+                                     label=f"round{t.round_no}")
+            t.measured = m
+            if not m.valid:
+                t.result_type, t.error = "runtime-error", "invalid measurement: " + "; ".join(m.invalid)
+            else:
+                t.samples = list(m.samples)
+            status[t.round_no] = f"done: {'measured' if m.valid else 'no data'}"
+
+    def _decide(self, st: SessionState, trials: list[_Trial]) -> _Trial | None:
+        """Judge every measured trial against the kept state; the best gain is kept, other gains not chosen."""
+        gains: list[_Trial] = []
+        for t in trials:
+            if not t.samples:
+                t.decision = "failed"
+                t.result_type = t.result_type or "runtime-error"
+                continue
+            assert st.kept_us is not None
+            j = rules.judge_measurement(st.kept_us, t.samples, st.run_mode, st.kept_samples)
+            t.delta_pct = j.delta_pct
+            t.result_type = j.result_type
+            t.decision = "reverted"
+            if j.note:
+                t.reason = j.note
+            if j.result_type == "gain":
+                gains.append(t)
+        if not gains:
+            return None
+        winner = min(gains, key=lambda t: (statistics.median(t.samples), t.index))
+        for t in gains:
+            if t is not winner:
+                t.result_type = "not-chosen"
+                t.reason = (f"a gain ({t.delta_pct:+.2f} %) but round {winner.round_no} was better "
+                            f"({winner.delta_pct:+.2f} %)")
+        winner.decision = "kept"
+        return winner
+
+    def _record_batch(self, h: _Handle, st: SessionState, trials: list[_Trial], winner: _Trial | None,
+                      batch: str) -> None:
+        """One transaction for the whole batch (after the winner's bytes are written, intent first)."""
+        if winner is not None:
+            self._write(h, st, winner.sources, "run_candidates")
+        stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+        ordered = sorted(trials, key=lambda t: (t is winner, t.round_no))  # the kept one decides last
+        with h.ledger.transaction() as tx:
+            for t in ordered:
+                desc = f"{t.change.knob_id}: {t.change.before!r} → {t.change.after!r}" if t.change else t.knob
+                tx.insert("rounds", session_id=st.id, number=t.round_no, opened_at=now_iso(), stage=st.stage,
+                          outer_round=st.outer_round, kind="trial", catalog_id=t.catalog_id, change=desc,
+                          rationale=f"candidate {t.candidate.get('id', '')} of batch {batch}: "
+                          f"{str(t.candidate.get('why', ''))[:300]}",
+                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+                tx.insert("patches", **_patch_row(st.id, kind="trial", round_no=t.round_no, before=st.kept_sources,
+                                                  after=t.sources, note=f"candidate of batch {batch}",
+                                                  catalog_id=t.catalog_id, changes=[t.change] if t.change else []))
+                if t is winner:
+                    tx.insert("patches", **_patch_row(st.id, kind="trial-apply", round_no=t.round_no,
+                                                      before=st.expected_sources, after=t.sources,
+                                                      note=f"batch {batch}: best candidate written and kept",
+                                                      catalog_id=t.catalog_id,
+                                                      changes=[t.change] if t.change else []))
+                after_us = statistics.median(t.samples) if t.samples else None
+                tx.insert("round_decisions", session_id=st.id, number=t.round_no, at=now_iso(),
+                          decision=t.decision, result_type=t.result_type, after_us=after_us, delta_pct=t.delta_pct,
+                          error_output=(t.error or "")[-4000:], notes=t.reason[:1000],
+                          restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
+                if stage.group in ("frontend", "swimlane", "incore"):
+                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=stage.group,
+                              catalog_id=t.catalog_id, status="tried" if t.decision != "failed" else "failed",
+                              reason=f"round {t.round_no} (batch {batch}): {t.result_type}", round=t.round_no)
+                tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,
+                          round=t.round_no, outcome=t.decision if t.decision != "reverted" else t.result_type,
+                          operator_time_us=after_us,
+                          info={"verdict": t.verdict, "result_type": t.result_type, "delta_pct": t.delta_pct,
+                                "samples": t.samples, "device_id": t.device, "reason": t.reason or t.error})
+
