@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# The README's test command: set everything up (simulator, test tools, headless Chromium) and run every test.
+# The README's test command: set everything up (simulator, test tools, headless Chromium, the MCP Inspector CLI) and
+# run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRA=test bash scripts/setup.sh
+# ray: the Ray executor's tests (tests/executors/test_executor_ray.py) run a real local cluster.
+EXTRA=test,ray bash scripts/setup.sh
 bash scripts/install_chromium.sh
+# The MCP Inspector CLI (tests/inspector/), pinned in tools-npm/package.json + package-lock.json and installed into
+# tools-npm/node_modules — never globally. npm ci reinstalls only when the lock file changed since the last install.
+# --ignore-scripts: the package's only install script sets up its own source checkout and does nothing here.
+if ! cmp -s tools-npm/package-lock.json tools-npm/node_modules/.package-lock-installed.json 2>/dev/null; then
+  (cd tools-npm && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  cp tools-npm/package-lock.json tools-npm/node_modules/.package-lock-installed.json
+fi
 # pytest exits 5 when it collected nothing: that must fail loudly, never pass as "no test ran".
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -1,37 +1,52 @@
-"""The MCP surface: tool registration, schemas, progress, jobs, prompts, resources, error mapping.
+"""The MCP surface: the tools, prompts, resources and completions of pypto-tune.
 
-Thin on purpose: every decision is made in ``pypto_tune.tools``; this module only translates. Domain errors become a
-``ToolError`` whose text is the full reason plus the allowed next calls (any other exception would reach the client as
-a bare "Error executing tool", hiding the reason from the agent).
+Thin on purpose: every decision is made in ``pypto_tune.tools``; this module declares what is published and
+translates. How a tool is published (structured content, short text, error mapping, the ``wait`` / job pattern of
+long tools) lives in ``server/tooling.py``.
+
+Imports are light on purpose: ``initialize`` and the listings need only the result models and the rules. The
+``TuningService`` (and with it numpy, libcst, msgspec, jinja2 and the analysis engine) is built on the first call that
+needs it, in a worker thread, so a client's connect is not held up by a second of imports.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
 import orjson
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
-
-from pypto_tune import __version__
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    PromptReference,
+    ResourceTemplateReference,
+    ToolAnnotations,
+)
+from pydantic import BaseModel, BeforeValidator, Field
 from pypto_tune.server.jobs import JobRegistry
+from pypto_tune.server.tooling import Progress, ToolRegistry
 from pypto_tune.tools import rules
-from pypto_tune.tools.errors import GateRefusal, PyptoTuneError
+from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
+from pypto_tune.tools.result_views import summarize_analysis
 from pypto_tune.tools.results import (
-    AnalyzeResult,
+    AnalysisSummary,
+    CandidatesResult,
     ChecklistResult,
     CollectResult,
     DebugResult,
-    JobResult,
+    JobHandle,
+    JsonValue,
     KnobsResult,
     PatchResult,
     PrecisionResult,
@@ -40,19 +55,34 @@ from pypto_tune.tools.results import (
     RevertResult,
     StartSessionResult,
     StatusResult,
+    TrialsResult,
 )
-from pypto_tune.tools.service import TuningService
+
+from pypto_tune import __version__
+
+if TYPE_CHECKING:
+    from pypto_tune.tools.service import TuningService
 
 log = logging.getLogger("pypto_tune.server")
 T = TypeVar("T")
 
-PROMPT_NAMES = {
-    "perf_tune": "The whole tuning workflow through this server's tools, with the rules it enforces",
-    "tune_frontend": "Stage FRONTEND: checklist F-1…F-15 and how to try each item",
-    "tune_swimlane": "Stage SWIMLANE_n: checklist S-1…S-13, ordering rules, merge pitfalls",
-    "tune_incore": "Stage INCORE_n: checklist I-1…I-9",
-    "analyze_perf": "How to read analyze_bubbles: reference vs corrected figures, ratings, suggestions",
+LANGS = ("zh", "en")
+DEFAULT_LANG = "zh"  # the one default of every lang argument (tools, prompts, the status resource)
+
+# name → (title, description)
+PROMPTS = {
+    "perf_tune": ("Tune a PyPTO operator (whole workflow)",
+                  "The whole tuning workflow through this server's tools, with the rules it enforces"),
+    "tune_frontend": ("Stage FRONTEND checklist", "Stage FRONTEND: checklist F-1…F-15 and how to try each item"),
+    "tune_swimlane": ("Stage SWIMLANE checklist",
+                      "Stage SWIMLANE_n: checklist S-1…S-13, ordering rules, merge pitfalls"),
+    "tune_incore": ("Stage INCORE checklist", "Stage INCORE_n: checklist I-1…I-9"),
+    "analyze_perf": ("Read an analysis",
+                     "How to read analyze_bubbles: reference vs corrected figures, ratings, suggestions"),
 }
+
+SESSION_URIS = ("pypto-tune://sessions/{session_id}/status", "pypto-tune://sessions/{session_id}/ledger",
+                "pypto-tune://sessions/{session_id}/analyses/{measurement_id}")
 
 INSTRUCTIONS = (
     "pypto-tune runs a PyPTO operator's test itself, binds every precision verdict and measurement to the exact "
@@ -62,84 +92,78 @@ INSTRUCTIONS = (
     "optimisation catalogue. In run_mode sim, numerics are NOT checked (the simulator computes no outputs)."
 )
 
+# Annotations say what a tool does to the user's machine. The ledger and archives under WORKSPACE/.pypto-tune/ are
+# the server's own bookkeeping: writing them does not make a tool "not read-only".
 RO = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 RUNS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+LEDGER = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+LEDGER_IDEMPOTENT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                    open_world_hint=False)
 EDITS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 EDITS_IDEMPOTENT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                                    open_world_hint=False)
 
+
+def _check_lang(value: Any) -> Any:
+    # A clearer refusal than pydantic's literal_error, and never a silent fallback to the default.
+    if value not in LANGS:
+        raise ValueError(f"lang must be 'zh' or 'en' (got {value!r}); zh is the default")
+    return value
+
+
 SessionId = Annotated[str, Field(description="id returned by start_session")]
-Wait = Annotated[bool, Field(description="true: block until done (progress every ≤ 2 s). false: return a job id "
-                              "at once and poll wait_job — use it when the client times tool calls out (~60 s)")]
-Lang = Annotated[Literal["zh", "en"], Field(description="language: zh (default) or en")]
+Lang = Annotated[Literal["zh", "en"], BeforeValidator(_check_lang),
+                 Field(description="language of figures' labels and messages: zh (default) or en")]
+Detail = Annotated[Literal["summary", "full"], Field(
+    description="summary (default, ≤ 8 KB: top items and counts of what was left out) or full (the whole analysis "
+    "in the 'full' field; tens of KB)")]
 
 
 class Confirm(BaseModel):
     retry: bool = Field(description="retry the baseline precision check once more")
 
 
-def _tool_error(exc: BaseException) -> ToolError:
-    if isinstance(exc, PyptoTuneError):
-        return ToolError(str(exc))
-    log.exception("internal error")
-    return ToolError(f"internal error ({type(exc).__name__}: {exc}). Every ledger event is one transaction, so "
-                     "nothing is recorded half. Next: get_status shows what was recorded; report the bug if it repeats")
+class ServiceHolder:
+    """The ``TuningService``, built once on first use (see the module docstring for why it is lazy)."""
+
+    def __init__(self, service: TuningService | None = None, workspace: Path | None = None) -> None:
+        self._service = service
+        self._workspace = workspace
+        self._lock = threading.Lock()
+
+    def get(self) -> TuningService:
+        with self._lock:
+            if self._service is None:
+                from pypto_tune.tools.service import TuningService
+
+                self._service = TuningService(default_workspace=self._workspace)
+            return self._service
+
+    @property
+    def built(self) -> bool:
+        return self._service is not None
+
+    async def aget(self) -> TuningService:
+        return self._service if self._service is not None else await anyio.to_thread.run_sync(self.get)
 
 
-async def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a synchronous domain operation off the event loop; map errors."""
-    try:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
-    except Exception as exc:  # noqa: BLE001 - mapped for the agent
-        raise _tool_error(exc) from exc
+def analysis_uri(session_id: str, measurement_id: int) -> str:
+    return f"pypto-tune://sessions/{session_id}/analyses/{measurement_id}"
 
 
-def _progress_reporter(ctx: Context | None) -> Callable[[float, str], Awaitable[None]]:
-    started = time.monotonic()
-
-    async def report(elapsed: float, line: str) -> None:
-        if ctx is None:
-            return
-        try:
-            await ctx.report_progress(progress=round(time.monotonic() - started, 1), total=None,
-                                      message=(line or "running")[-200:])
-        except Exception:  # a client without a progress token, or a closed stream: progress is best-effort
-            pass
-
-    return report
-
-
-def build_server(service: TuningService, *, name: str = "pypto-tune") -> MCPServer:
+def build_server(service: TuningService | None = None, *, workspace: Path | None = None,
+                 name: str = "pypto-tune") -> MCPServer:
+    """The server. Pass a ``TuningService`` (tests), or nothing and ``workspace`` to build one on first use."""
+    holder = ServiceHolder(service, workspace)
     jobs = JobRegistry()
+    reg = ToolRegistry(jobs)
 
-    @asynccontextmanager
-    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
-        async with anyio.create_task_group() as tg:
-            jobs.attach(tg)
-            try:
-                yield {"service": service, "jobs": jobs}
-            finally:
-                jobs.attach(None)
-                tg.cancel_scope.cancel()  # kills running children through their cancellation cleanup
-
-    mcp = MCPServer(name=name, version=__version__, instructions=INSTRUCTIONS, lifespan=lifespan)
-
-    async def long_call(tool: str, wait: bool, ctx: Context | None, model: type[BaseModel],
-                        run: Callable[[Callable[[float, str], Awaitable[None]]], Awaitable[Any]]) -> Any:
-        if not wait:
-            try:
-                job = jobs.start(tool, run)
-            except PyptoTuneError as exc:
-                raise _tool_error(exc) from exc
-            return model(message=f"{tool} started as {job.id}; poll wait_job(job_id='{job.id}')",
-                         next_actions=["wait_job", "cancel_job", "get_status"], job=job.view())
-        try:
-            return await run(_progress_reporter(ctx))
-        except Exception as exc:  # noqa: BLE001
-            raise _tool_error(exc) from exc
+    async def sync(work: Callable[[TuningService], T]) -> T:
+        """A synchronous domain operation, off the event loop (errors are mapped by the registry)."""
+        return await anyio.to_thread.run_sync(lambda: work(holder.get()))
 
     # ------------------------------------------------------------------------------------------------ tools
-    @mcp.tool(annotations=EDITS_IDEMPOTENT)
+    @reg.tool(title="Start (or resume) a tuning session", annotations=LEDGER_IDEMPOTENT, result=StartSessionResult)
     async def start_session(
         workspace: Annotated[str, Field(description="absolute path of the folder the test command runs in; it holds "
                                         "the operator files; the ledger goes to WORKSPACE/.pypto-tune/")],
@@ -158,71 +182,85 @@ def build_server(service: TuningService, *, name: str = "pypto-tune") -> MCPServ
                                              "1)")] = None,
     ) -> StartSessionResult:
         """Start a tuning session with a goal (or resume the unfinished one of this workspace)."""
-        return await _call(service.start_session, workspace=workspace, operator_files=operator_files,
-                           test_command=test_command, run_mode=run_mode, goal_speedup=goal_speedup,
-                           goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
-                           time_limit_h=time_limit_h, repeats=repeats)
+        return await sync(lambda s: s.start_session(
+            workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
+            goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
+            time_limit_h=time_limit_h, repeats=repeats))
 
-    @mcp.tool(annotations=RUNS)
+    @reg.long_tool(title="Run the precision check", annotations=RUNS, result=PrecisionResult)
     async def run_precision_check(
         session_id: SessionId,
-        wait: Wait = True,
+        progress: Progress,
+        ctx: Context,
         confirm_retry: Annotated[bool, Field(description="only after the USER confirmed: retry a baseline that "
                                              "failed 3 times (R5)")] = False,
         adopt_drift: Annotated[bool, Field(description="adopt an external edit of the operator files as a manual "
                                            "round, verified by this run")] = False,
-        ctx: Context = None,  # type: ignore[assignment]
     ) -> PrecisionResult:
         """Run the fixed test command on the current code; record the verdict bound to its hash (R4/R6)."""
-        async def run(progress: Callable[[float, str], Awaitable[None]]) -> PrecisionResult:
-            try:
-                return await service.run_precision_check(session_id, confirm_retry=confirm_retry,
-                                                         adopt_drift=adopt_drift, progress=progress)
-            except GateRefusal as refusal:
-                if refusal.rule == "baseline-retry" and ctx is not None and await _ask_user(ctx, refusal):
-                    return await service.run_precision_check(session_id, confirm_retry=True, progress=progress)
-                raise
+        service = await holder.aget()
+        try:
+            return await service.run_precision_check(session_id, confirm_retry=confirm_retry,
+                                                     adopt_drift=adopt_drift, progress=progress)
+        except GateRefusal as refusal:
+            # R5: the person answers in the client (elicitation); their answer is recorded as theirs, and only
+            # then is the baseline run again. The agent's confirm_retry is not an answer (the gate says so).
+            if refusal.rule == "baseline-retry" and ctx is not None:
+                answer = await _ask_user(ctx, refusal)
+                if answer is not None:
+                    await anyio.to_thread.run_sync(lambda: service.confirm(session_id, source="elicitation",
+                                                                           answer=answer))
+                    if answer:
+                        return await service.run_precision_check(session_id, progress=progress)
+            raise
 
-        return await long_call("run_precision_check", wait, ctx, PrecisionResult, run)
-
-    @mcp.tool(annotations=EDITS_IDEMPOTENT)
+    @reg.tool(title="Switch swim-lane collection on or off", annotations=EDITS_IDEMPOTENT, result=DebugResult)
     async def enable_runtime_debug(
         session_id: SessionId,
         enabled: Annotated[bool, Field(description="true: add runtime_debug_mode 1 to every jit; false: restore "
                                        "exactly what was there before")] = True,
     ) -> DebugResult:
         """Switch swim-lane collection on (or off) in every jit of the operator files (R7/R22)."""
-        return await _call(service.enable_runtime_debug, session_id, enabled)
+        return await sync(lambda s: s.enable_runtime_debug(session_id, enabled))
 
-    @mcp.tool(annotations=RUNS)
-    async def collect_swimlane(session_id: SessionId, wait: Wait = True,
-                               ctx: Context = None) -> CollectResult:  # type: ignore[assignment]
+    @reg.long_tool(title="Collect a swim-lane measurement", annotations=RUNS, result=CollectResult)
+    async def collect_swimlane(session_id: SessionId, progress: Progress) -> CollectResult:
         """Run the test with runtime_debug_mode 1, parse the new output folders, record the operator time."""
-        async def run(progress: Callable[[float, str], Awaitable[None]]) -> CollectResult:
-            return await service.collect_swimlane(session_id, progress=progress)
+        service = await holder.aget()
+        return await service.collect_swimlane(session_id, progress=progress)
 
-        return await long_call("collect_swimlane", wait, ctx, CollectResult, run)
-
-    @mcp.tool(annotations=RO)
+    @reg.tool(title="Analyse bubbles, utilisation and load balance", annotations=RO, result=AnalysisSummary)
     async def analyze_bubbles(
         session_id: Annotated[str | None, Field(description="analyse the session's latest measurement")] = None,
         output_dir: Annotated[str | None, Field(description="or: any run folder / output folder, no session "
                                                 "needed (the newest run is picked)")] = None,
-        lang: Lang = "zh",
+        lang: Lang = DEFAULT_LANG,
         outer_loops: Annotated[int | None, Field(description="product of the non-innermost pypto.loop trip counts, "
                                                  "for t/iter (inferred when omitted)")] = None,
-    ) -> AnalyzeResult:
-        """Bubble / utilisation / load-balance analysis with catalogue suggestions and evidence."""
-        return await _call(service.analyze_bubbles, session_id, output_dir=output_dir, lang=lang,
-                           outer_loops=outer_loops)
+        detail: Detail = "summary",
+    ) -> AnalysisSummary:
+        """Bubble / utilisation / load-balance analysis with catalogue suggestions and evidence. Returns a summary
+        (top items first, counts of what was left out); the whole analysis is a resource (detail_uri) or
+        detail='full'."""
+        def work(s: TuningService) -> AnalysisSummary:
+            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang, outer_loops=outer_loops)
+            if full.session_id and full.measurement_id is None:
+                # the analysis just recorded in the ledger names its measurement
+                full.measurement_id = s.last_analysed_measurement(full.session_id)
+            uri = (analysis_uri(full.session_id, full.measurement_id)
+                   if full.session_id and full.measurement_id is not None else None)
+            return summarize_analysis(full, lang=lang, detail_uri=uri, include_full=detail == "full")
 
-    @mcp.tool(annotations=EDITS)
+        return await sync(work)
+
+    @reg.tool(title="Apply one tuning change", annotations=EDITS, result=PatchResult)
     async def apply_tuning_patch(
         session_id: SessionId,
         catalog_id: Annotated[str, Field(description="catalogue id of the current stage (F-*, S-*, I-*)")],
         rationale: Annotated[str, Field(description="the analysis evidence that led to this change (R10)")],
         knob: Annotated[str | None, Field(description="knob id from list_knobs (structured edit)")] = None,
-        value: Annotated[Any, Field(description="new value for the knob (JSON: number, list, dict, bool)")] = None,
+        value: Annotated[JsonValue, Field(description="new value for the knob (JSON: number, list, dict, "
+                                          "bool)")] = None,
         target: Annotated[str | None, Field(description="optional selector when a knob id matches several call "
                                             "sites")] = None,
         diff: Annotated[str | None, Field(description="or: a unified diff of the operator files, applied "
@@ -231,24 +269,49 @@ def build_server(service: TuningService, *, name: str = "pypto-tune") -> MCPServ
                                          "ALGORITHM stage)")] = False,
     ) -> PatchResult:
         """Change exactly one knob and open a round (refused with GATE one-change otherwise)."""
-        return await _call(service.apply_tuning_patch, session_id, catalog_id=catalog_id, rationale=rationale,
-                           knob=knob, value=value, target=target, diff=diff, algorithm=algorithm)
+        return await sync(lambda s: s.apply_tuning_patch(
+            session_id, catalog_id=catalog_id, rationale=rationale, knob=knob, value=value, target=target, diff=diff,
+            algorithm=algorithm))
 
-    @mcp.tool(annotations=EDITS)
+    @reg.tool(title="Propose concrete candidates", annotations=RO, result=CandidatesResult)
+    async def propose_candidates(
+        session_id: SessionId,
+        limit: Annotated[int, Field(description="how many candidates (1–64), best first")] = 8,
+        knob: Annotated[str | None, Field(description="only candidates of this knob (id or name)")] = None,
+    ) -> CandidatesResult:
+        """Concrete, legal trials for the current stage, each one knob away from the kept state and never a change
+        that already failed, ranked with the reason and this operator's evidence. Pass them to run_candidates."""
+        return await sync(lambda s: s.propose_candidates(session_id, limit=limit, knob=knob))
+
+    @reg.long_tool(title="Run candidates as parallel gated rounds", annotations=RUNS, result=TrialsResult)
+    async def run_candidates(
+        session_id: SessionId,
+        candidates: Annotated[list[JsonValue], Field(description="objects from propose_candidates (unchanged) or "
+                                                     "their ids")],
+        progress: Progress,
+        parallel: Annotated[int | None, Field(description="trials at once (default: what the executor can run: "
+                                              "SIM the machine's cores, NPU one per chip of the pool)")] = None,
+    ) -> TrialsResult:
+        """Each candidate is a full round: admitted from the kept state, verified and measured on its own private
+        copy, judged and recorded; the best one that beats the kept state is written and kept."""
+        service = await holder.aget()
+        return await service.run_candidates(session_id, list(candidates), parallel=parallel, progress=progress)
+
+    @reg.tool(title="Roll the open round back", annotations=EDITS, result=RevertResult)
     async def revert_patch(session_id: SessionId,
                            notes: Annotated[str, Field(description="why the round is abandoned")] = "",
                            ) -> RevertResult:
         """Roll the open round back to the last kept state byte-for-byte (or undo an external edit)."""
-        return await _call(service.revert_patch, session_id, notes=notes)
+        return await sync(lambda s: s.revert_patch(session_id, notes=notes))
 
-    @mcp.tool(annotations=EDITS)
+    @reg.tool(title="Record and judge the round", annotations=EDITS, result=RecordResult)
     async def record_round(session_id: SessionId,
                            notes: Annotated[str, Field(description="free notes kept in the ledger")] = "",
                            ) -> RecordResult:
         """Let the server judge the open round from its own measurement: keep it, or roll it back."""
-        return await _call(service.record_round, session_id, notes=notes)
+        return await sync(lambda s: s.record_round(session_id, notes=notes))
 
-    @mcp.tool(annotations=EDITS)
+    @reg.tool(title="Mark a checklist item", annotations=LEDGER, result=ChecklistResult)
     async def mark_checklist(
         session_id: SessionId,
         catalog_id: Annotated[str, Field(description="an item of the current stage's checklist")],
@@ -257,129 +320,179 @@ def build_server(service: TuningService, *, name: str = "pypto-tune") -> MCPServ
         reason: Annotated[str, Field(description="why (required)")],
     ) -> ChecklistResult:
         """Mark a checklist item (rounds mark themselves; use this for not-applicable with a reason)."""
-        return await _call(service.mark_checklist, session_id, catalog_id=catalog_id, status=status, reason=reason)
+        return await sync(lambda s: s.mark_checklist(session_id, catalog_id=catalog_id, status=status, reason=reason))
 
-    @mcp.tool(annotations=EDITS)
+    @reg.tool(title="Leave the stage early", annotations=LEDGER, result=ChecklistResult)
     async def advance_stage(session_id: SessionId,
                             reason: Annotated[str, Field(description="why the stage is done")]) -> ChecklistResult:
         """Leave the current stage early (only with a fully marked checklist, R14)."""
-        return await _call(service.advance_stage, session_id, reason=reason)
+        return await sync(lambda s: s.advance_stage(session_id, reason=reason))
 
-    @mcp.tool(annotations=EDITS)
+    @reg.tool(title="Stop tuning (the user's decision)", annotations=EDITS, result=StatusResult)
     async def stop_session(session_id: SessionId,
                            reason: Annotated[str, Field(description="the user's reason to stop")]) -> StatusResult:
         """The user's explicit stop: an open round is rolled back, then only reporting is allowed."""
-        return await _call(service.stop_session, session_id, reason=reason)
+        return await sync(lambda s: s.stop_session(session_id, reason=reason))
 
-    @mcp.tool(annotations=EDITS_IDEMPOTENT)
+    @reg.tool(title="Write the final report", annotations=EDITS_IDEMPOTENT, result=ReportResult)
     async def render_report(
         session_id: SessionId,
         format: Annotated[Literal["md", "html", "both"], Field(description="md, html (with charts) or both")] = "md",
-        lang: Lang = "zh",
+        lang: Lang = DEFAULT_LANG,
     ) -> ReportResult:
         """Write the final tuning report next to the operator (restores debug options first, R22)."""
-        return await _call(service.render_report, session_id, fmt=format, lang=lang)
+        return await sync(lambda s: s.render_report(session_id, fmt=format, lang=lang))
 
-    @mcp.tool(annotations=RO)
-    async def get_status(session_id: SessionId, lang: Lang = "en") -> StatusResult:
+    @reg.tool(title="Session status board", annotations=RO, result=StatusResult)
+    async def get_status(session_id: SessionId, lang: Lang = DEFAULT_LANG) -> StatusResult:
         """The live status board: goal, stage, rounds, best time, progress, success rate."""
-        result = await _call(service.get_status, session_id, lang)
+        result = await sync(lambda s: s.get_status(session_id, lang))
         running = [j.id for j in jobs.running()]
         if running:
             result.running_job = running[0]
         return result
 
-    @mcp.tool(annotations=RO)
+    @reg.tool(title="List the operator's knobs", annotations=RO, result=KnobsResult)
     async def list_knobs(session_id: SessionId) -> KnobsResult:
         """Every tunable knob in the operator files, with location, current value and legal range."""
-        return await _call(service.list_knobs, session_id)
+        return await sync(lambda s: s.list_knobs(session_id))
 
-    @mcp.tool(annotations=RO)
-    async def wait_job(job_id: Annotated[str, Field(description="id from a wait=false call")],
+    @reg.tool(title="Wait for a background job", annotations=RO, result=JobHandle)
+    async def wait_job(job_id: Annotated[str, Field(description="job_id from a wait=false call")],
                        timeout_s: Annotated[float, Field(description="how long to wait now (≤ 50 s keeps within "
-                                                         "client timeouts)")] = 30.0) -> JobResult:
+                                                         "client timeouts)")] = 30.0) -> JobHandle:
         """Wait for a background job; returns its result when done, else its status."""
-        try:
-            return await jobs.wait(job_id, min(float(timeout_s), 50.0))
-        except PyptoTuneError as exc:
-            raise _tool_error(exc) from exc
+        return await jobs.wait(job_id, min(float(timeout_s), 50.0))
 
-    @mcp.tool(annotations=EDITS_IDEMPOTENT)
-    async def cancel_job(job_id: Annotated[str, Field(description="id from a wait=false call")]) -> JobResult:
+    @reg.tool(title="Cancel a background job", annotations=EDITS_IDEMPOTENT, result=JobHandle)
+    async def cancel_job(job_id: Annotated[str, Field(description="job_id from a wait=false call")]) -> JobHandle:
         """Cancel a background job; its whole process group is killed and nothing half is recorded."""
-        try:
-            job = jobs.cancel(job_id)
-            await jobs.wait(job_id, 10.0)
-            return jobs.get(job.job_id).view()
-        except PyptoTuneError as exc:
-            raise _tool_error(exc) from exc
+        jobs.cancel(job_id)
+        return await jobs.wait(job_id, 10.0)
+
+    # ------------------------------------------------------------------------------------------------ server
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
+        async with anyio.create_task_group() as tg:
+            jobs.attach(tg)
+            try:
+                yield {"jobs": jobs}
+            finally:
+                jobs.attach(None)
+                tg.cancel_scope.cancel()  # kills running children through their cancellation cleanup
+
+    mcp = MCPServer(name=name, title="pypto-tune", version=__version__, instructions=INSTRUCTIONS,
+                    lifespan=lifespan, tools=reg.tools)
 
     # ------------------------------------------------------------------------------------------------ prompts
-    def _prompt_text(name: str, lang: str) -> str:
-        if lang not in ("zh", "en"):
-            lang = "zh"
-        path = resources.files("pypto_tune.prompts").joinpath("workflow", f"{name}.{lang}.md")
-        return path.read_text(encoding="utf-8")
+    def _register_prompt(pname: str, title: str, description: str) -> None:
+        def prompt(lang: Annotated[str, Field(description="zh (default) or en")] = DEFAULT_LANG) -> str:
+            if lang not in LANGS:
+                # a protocol error with the reason: a bad argument is the caller's to fix, not a server failure
+                raise MCPError(code=INVALID_PARAMS, message=f"prompt {pname}: lang must be 'zh' or 'en' (got "
+                               f"{lang!r}); zh is the default")
+            path = resources.files("pypto_tune.prompts").joinpath("workflow", f"{pname}.{lang}.md")
+            return path.read_text(encoding="utf-8")
 
-    def _register_prompt(name: str, description: str) -> None:
-        def prompt(lang: Annotated[str, Field(description="zh (default) or en")] = "zh") -> str:
-            return _prompt_text(name, lang)
-
-        prompt.__name__ = name
+        prompt.__name__ = pname
         prompt.__doc__ = description
-        mcp.prompt(name=name, description=description)(prompt)
+        mcp.prompt(name=pname, title=title, description=description)(prompt)
 
-    for pname, pdesc in PROMPT_NAMES.items():
-        _register_prompt(pname, pdesc)
+    for pname, (ptitle, pdesc) in PROMPTS.items():
+        _register_prompt(pname, ptitle, pdesc)
 
     # ------------------------------------------------------------------------------------------------ resources
-    @mcp.resource("pypto-tune://catalog", mime_type="application/json",
+    def session_read(work: Callable[[TuningService], str]) -> str:
+        """A session resource's body; an unknown session or measurement reaches the client as -32602 with the
+        reason (a plain exception would arrive as the generic 'Error creating resource from template')."""
+        try:
+            return work(holder.get())
+        except InputError as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        except PyptoTuneError as exc:
+            raise ResourceError(str(exc)) from exc
+
+    @mcp.resource("pypto-tune://catalog", title="Optimisation catalogue", mime_type="application/json",
                   description="the optimisation catalogue F-1…F-15, S-1…S-13, I-1…I-9 as data")
     def catalog() -> str:
         from pypto_tune.tools.analysis import load_catalog
 
         return load_catalog().model_dump_json(indent=2)
 
-    @mcp.resource("pypto-tune://rules", mime_type="application/json",
+    @mcp.resource("pypto-tune://rules", title="Enforced rules", mime_type="application/json",
                   description="the rules the server enforces, with the ids refusals cite")
     def rules_resource() -> str:
         return orjson.dumps([r.model_dump() for r in rules.RULES], option=orjson.OPT_INDENT_2).decode()
 
-    @mcp.resource("pypto-tune://sessions/{session_id}/status", mime_type="text/markdown",
-                  description="the live status board of a session (Markdown)")
+    @mcp.resource(SESSION_URIS[0], title="Session status board", mime_type="text/markdown",
+                  description="the live status board of a session (Markdown, zh)")
     def status_resource(session_id: str) -> str:
-        try:
-            return service.get_status(session_id).board
-        except PyptoTuneError as exc:
-            raise ValueError(str(exc)) from exc
+        return session_read(lambda s: s.get_status(session_id, DEFAULT_LANG).board)
 
-    @mcp.resource("pypto-tune://sessions/{session_id}/ledger", mime_type="application/json",
+    @mcp.resource(SESSION_URIS[1], title="Session ledger", mime_type="application/json",
                   description="every ledger row of a session (JSON, append-only)")
     def ledger_resource(session_id: str) -> str:
-        try:
-            return orjson.dumps(service.ledger_json(session_id), option=orjson.OPT_INDENT_2).decode()
-        except PyptoTuneError as exc:
-            raise ValueError(str(exc)) from exc
+        return session_read(lambda s: orjson.dumps(s.ledger_json(session_id), option=orjson.OPT_INDENT_2).decode())
+
+    @mcp.resource(SESSION_URIS[2], title="Whole analysis of a measurement", mime_type="application/json",
+                  description="everything analyze_bubbles summarises for one measurement: every core, leaf, chain, "
+                  "suggestion and the cross-check (JSON)")
+    def analysis_resource(session_id: str, measurement_id: str) -> str:
+        if not measurement_id.isdigit():
+            raise ResourceNotFoundError(f"measurement id must be a number, got {measurement_id!r}; "
+                                        "collect_swimlane and analyze_bubbles name it (measurement_id)")
+        return session_read(lambda s: orjson.dumps(s.analysis_json(session_id, int(measurement_id)),
+                                                   option=orjson.OPT_INDENT_2).decode())
+
+    # ------------------------------------------------------------------------------------------------ completions
+    @mcp.completion()
+    async def complete(ref: PromptReference | ResourceTemplateReference, argument: CompletionArgument,
+                       context: CompletionContext | None) -> Completion | None:
+        """lang for the prompts; session ids (and measurement ids) of the workspace's ledger for the templates."""
+        prefix = argument.value or ""
+        if isinstance(ref, PromptReference) and ref.name in PROMPTS and argument.name == "lang":
+            return _completion([x for x in LANGS if x.startswith(prefix)])
+        if isinstance(ref, ResourceTemplateReference) and ref.uri in SESSION_URIS:
+            service = await holder.aget()
+            if argument.name == "session_id":
+                ids = await anyio.to_thread.run_sync(service.session_ids)
+                return _completion([x for x in ids if x.startswith(prefix)])
+            if argument.name == "measurement_id":
+                sid = (context.arguments or {}).get("session_id") if context else None
+                if not sid:
+                    return _completion([])
+                try:
+                    mids = await anyio.to_thread.run_sync(service.measurement_ids, sid)
+                except PyptoTuneError:
+                    return _completion([])  # an unknown session has nothing to complete
+                return _completion([str(m) for m in reversed(mids) if str(m).startswith(prefix)])
+        return None
 
     mcp._pypto_jobs = jobs  # type: ignore[attr-defined]  # for tests that inspect running jobs
+    mcp._pypto_service = holder  # type: ignore[attr-defined]  # for tests that check the lazy build
     return mcp
 
 
-async def _ask_user(ctx: Context, refusal: GateRefusal) -> bool:
-    """R5 through MCP elicitation when the client supports it; otherwise the refusal stands."""
+def _completion(values: list[str]) -> Completion:
+    return Completion(values=values[:100], total=len(values), has_more=len(values) > 100)
+
+
+async def _ask_user(ctx: Context, refusal: GateRefusal) -> bool | None:
+    """R5 through MCP elicitation when the client supports it: True/False is the person's answer, None means
+    nobody was asked (no elicitation, or the request failed) and the refusal stands."""
     caps = None
     try:
         caps = ctx.client_capabilities
-    except Exception:
-        return False
+    except Exception:  # noqa: BLE001 - no session to ask (in-process call): the refusal stands
+        return None
     if caps is None or getattr(caps, "elicitation", None) is None:
-        return False
+        return None
     try:
         answer = await ctx.elicit(f"{refusal.message}. Retry the baseline precision check once more?", Confirm)
-    except Exception:
-        return False
-    return getattr(answer, "action", "") == "accept" and bool(getattr(getattr(answer, "data", None), "retry", False))
+    except Exception:  # noqa: BLE001 - the client failed to answer: the refusal stands, nothing is retried
+        return None
+    action = getattr(answer, "action", "")
+    if action == "accept":
+        return bool(getattr(getattr(answer, "data", None), "retry", False))
+    return False if action == "decline" else None
 
-
-def default_service(workspace: Path | None) -> TuningService:
-    return TuningService(default_workspace=workspace)

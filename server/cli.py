@@ -13,10 +13,9 @@ import secrets
 import sys
 from pathlib import Path
 
-from pypto_tune import __version__
 from pypto_tune.tools.errors import PyptoTuneError
 
-LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+from pypto_tune import __version__
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,6 +32,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--allow-remote", action="store_true",
                    help="permit a non-loopback --host (requires --token or PYPTO_TUNE_TOKEN)")
     s.add_argument("--token", default=None, help="bearer token required on every HTTP request")
+    s.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="browser origin allowed to call the HTTP server (CORS), e.g. http://localhost:6274; "
+                   "repeatable")
+    s.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="where candidate trials run: this machine (default) or a Ray cluster (pip install .[ray])")
+    s.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --executor ray: the cluster to join (HOST:PORT of its head, from a cluster node); "
+                   "default: RAY_ADDRESS, else a local Ray instance")
     s.add_argument("--log-level", default="INFO")
 
     d = sub.add_parser("demo", help="the main job: a complete scripted tuning session on a bundled operator (SIM)")
@@ -42,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("analyze", help="one-shot analysis of a run's output folder (NPU or SIM layout)")
     a.add_argument("args", nargs=argparse.REMAINDER, help="OUTPUT_DIR [--json] [--lang zh|en] [--outer-loops N]")
+
+    c = sub.add_parser("confirm", help="answer, at a terminal, the question a session asked a person (R5 retry)")
+    c.add_argument("--workspace", type=Path, default=Path.cwd())
+    c.add_argument("--session", default=None, help="session id (default: the newest in the workspace)")
 
     for name, helptext in (("status", "print the status board of the session in --workspace"),
                            ("report", "render the report of the session in --workspace")):
@@ -71,6 +82,10 @@ def main(argv: list[str] | None = None) -> int:
             return analyze_command(list(args.args))
         if args.command in ("status", "report"):
             return _offline(args)
+        if args.command == "confirm":
+            from pypto_tune.server.confirm import confirm_command
+
+            return confirm_command(args.workspace, args.session)
     except PyptoTuneError as exc:
         print(f"pypto-tune: {exc}", file=sys.stderr)
         return 2
@@ -80,17 +95,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pypto_tune.server.app import build_server, default_service
+    from pypto_tune.server.app import build_server
 
     ws = args.workspace.resolve() if args.workspace else None
-    mcp = build_server(default_service(ws))
+    if args.executor != "local" or args.ray_address:
+        from pypto_tune.tools.executors import configure_default
+
+        # checked now (Ray missing → a one-line error and exit 2); connected on the first run
+        configure_default(args.executor, ray_address=args.ray_address)
+    # the TuningService is built on the first call that needs it: initialize is answered without its imports
+    mcp = build_server(workspace=ws)
     if args.transport == "stdio":
         mcp.run("stdio")
         return 0
-    from pypto_tune.server.http import run_http
+    from pypto_tune.server.http import is_loopback, run_http
 
     token = args.token or os.environ.get("PYPTO_TUNE_TOKEN")
-    if args.host not in LOOPBACK:
+    if not is_loopback(args.host):
         if not args.allow_remote:
             print(f"pypto-tune: refusing to bind {args.host}: not a loopback address. Pass --allow-remote and a "
                   "--token (or PYPTO_TUNE_TOKEN) to expose the server beyond this machine", file=sys.stderr)
@@ -99,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
             print("pypto-tune: --allow-remote needs a bearer token: pass --token or set PYPTO_TUNE_TOKEN "
                   f"(for example {secrets.token_urlsafe(24)})", file=sys.stderr)
             return 2
-    run_http(mcp, host=args.host, port=args.port, token=token)
+    run_http(mcp, host=args.host, port=args.port, token=token, extra_origins=args.allow_origin)
     return 0
 
 

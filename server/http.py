@@ -1,59 +1,147 @@
-"""Streamable HTTP transport: loopback with DNS-rebinding protection by default; a bearer token when asked.
+"""Streamable HTTP transport: loopback with DNS-rebinding protection by default; a bearer token when asked; CORS for
+the origins the user allows.
 
-Why both: a browser page on the user's machine can reach 127.0.0.1, so Host/Origin checks stop DNS rebinding; beyond
+Why: a browser page on the user's machine can reach 127.0.0.1, so Host/Origin checks stop DNS rebinding; beyond
 loopback anybody on the network could drive a server that edits source files and runs code, so a token is required.
+A browser-based client on another origin first sends a CORS preflight (``OPTIONS`` with ``Origin`` and
+``Access-Control-Request-*``); browsers never attach credentials to it, so it is answered without the token — but
+only for an allowed origin, and the answer grants nothing by itself: the real request still needs the token.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
+CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
+# what an MCP client sends and must read back (the session id and protocol version travel in headers)
+CORS_HEADERS = b"authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version"
+CORS_EXPOSE = b"mcp-session-id, mcp-protocol-version, www-authenticate"
 
-class BearerTokenMiddleware:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
 
-    def __init__(self, app: Any, token: str) -> None:
+def is_loopback(host: str) -> bool:
+    """``localhost``, any 127.0.0.0/8 address, or ::1 (with or without brackets)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    """An address as it appears in a Host header or an origin: IPv6 in brackets."""
+    bare = host.strip("[]")
+    return f"[{bare}]" if ":" in bare else bare
+
+
+def allowed_origins(host: str, port: int, extra: Iterable[str] = ()) -> list[str]:
+    hosts = {_url_host(h) for h in (host, "127.0.0.1", "localhost", "::1")}
+    return sorted({f"http://{h}:{port}" for h in hosts} | {o.rstrip("/") for o in extra})
+
+
+def security_for(host: str, port: int, extra_origins: Iterable[str] = ()) -> TransportSecuritySettings:
+    hosts = {_url_host(h) for h in (host, "127.0.0.1", "localhost", "::1")}
+    allowed_hosts = sorted({f"{h}:{port}" for h in hosts} | hosts)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts,
+                                     allowed_origins=allowed_origins(host, port, extra_origins))
+
+
+class HttpGuard:
+    """ASGI middleware in front of the MCP app: CORS preflights, the bearer token, CORS headers on answers.
+
+    ``token`` None means no token is required (loopback). ``origins`` are the browser origins allowed to call;
+    ``hosts`` (when DNS-rebinding protection is on) the Host values a preflight may carry — the MCP app checks the
+    other requests itself.
+    """
+
+    def __init__(self, app: Any, *, token: str | None, origins: Iterable[str], hosts: Iterable[str] | None) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._token = token.encode() if token else None
+        self._origins = {o.encode() for o in origins}
+        self._hosts = None if hosts is None else {h.encode() for h in hosts}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") == "http":
-            headers = dict(scope.get("headers") or [])
-            got = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(got, self._expected):
-                body = b'{"error": "missing or wrong bearer token (Authorization: Bearer <token>)"}'
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"www-authenticate", b"Bearer")]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        origin = headers.get(b"origin")
+        cors = self._cors_headers(origin)
+        if scope.get("method") == "OPTIONS" and origin is not None and b"access-control-request-method" in headers:
+            if self._hosts is not None and headers.get(b"host") not in self._hosts:
+                await _answer(send, 421, {"error": "invalid Host header"})
+            elif not cors:
+                await _answer(send, 403, {"error": f"origin {origin.decode(errors='replace')} is not allowed; "
+                                                   "start the server with --allow-origin ORIGIN to allow it"})
+            else:
+                await _answer(send, 204, None, cors + [(b"access-control-allow-methods", CORS_METHODS),
+                                                       (b"access-control-allow-headers", CORS_HEADERS),
+                                                       (b"access-control-max-age", b"600")])
+            return
+        if self._token is not None and not self._token_ok(headers.get(b"authorization", b"")):
+            # CORS headers on the refusal too, so that an allowed browser client can read why it was refused
+            await _answer(send, 401, {"error": "missing or wrong bearer token (Authorization: Bearer <token>)"},
+                          cors + [(b"www-authenticate", b"Bearer")])
+            return
+        if not cors:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_cors(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *cors]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+    def _token_ok(self, value: bytes) -> bool:
+        # RFC 6750 / 9110: the scheme is case-insensitive and followed by one or more spaces
+        parts = value.strip().split(None, 1)
+        if len(parts) != 2 or parts[0].lower() != b"bearer":
+            return False
+        assert self._token is not None
+        return hmac.compare_digest(parts[1].strip(), self._token)
+
+    def _cors_headers(self, origin: bytes | None) -> list[tuple[bytes, bytes]]:
+        if origin is None or origin.rstrip(b"/") not in self._origins:
+            return []
+        return [(b"access-control-allow-origin", origin), (b"vary", b"Origin"),
+                (b"access-control-expose-headers", CORS_EXPOSE)]
 
 
-def security_for(host: str, port: int) -> TransportSecuritySettings:
-    hosts = {host, "127.0.0.1", "localhost", "[::1]"}
-    allowed_hosts = [f"{h}:{port}" for h in hosts] + sorted(hosts)
-    allowed_origins = [f"http://{h}:{port}" for h in hosts]
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts,
-                                     allowed_origins=allowed_origins)
+async def _answer(send: Any, status: int, body: dict[str, Any] | None,
+                  headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = list(headers or [])
+    if body is not None:
+        head.append((b"content-type", b"application/json"))
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": payload})
 
 
-def build_http_app(mcp: MCPServer, *, host: str, port: int, token: str | None) -> Any:
-    security = security_for(host, port)
-    if token and host not in ("127.0.0.1", "localhost", "::1"):
+def build_http_app(mcp: MCPServer, *, host: str, port: int, token: str | None,
+                   extra_origins: Iterable[str] = ()) -> Any:
+    extra = list(extra_origins)
+    security = security_for(host, port, extra)
+    hosts: list[str] | None = security.allowed_hosts
+    if token and not is_loopback(host):
         # Reached from other machines by names we cannot list; the bearer token is the guard there (a rebinding
         # page cannot send it), so the Host/Origin allow-list would only lock out legitimate clients.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        hosts = None
     app = mcp.streamable_http_app(transport_security=security, host=host)
-    return BearerTokenMiddleware(app, token) if token else app
+    return HttpGuard(app, token=token, origins=allowed_origins(host, port, extra), hosts=hosts)
 
 
-def run_http(mcp: MCPServer, *, host: str, port: int, token: str | None) -> None:
+def run_http(mcp: MCPServer, *, host: str, port: int, token: str | None, extra_origins: Iterable[str] = ()) -> None:
     import uvicorn
 
-    app = build_http_app(mcp, host=host, port=port, token=token)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    app = build_http_app(mcp, host=host, port=port, token=token, extra_origins=extra_origins)
+    uvicorn.run(app, host=host.strip("[]"), port=port, log_level="warning")

@@ -14,9 +14,8 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-
 from pypto_tune.tools.errors import InputError, PyptoTuneError
-from pypto_tune.tools.results import JobResult
+from pypto_tune.tools.results import JobHandle
 
 
 @dataclass
@@ -30,12 +29,23 @@ class Job:
     result: dict[str, Any] | None = None
     error: str | None = None
     cancel_scope: anyio.CancelScope | None = None
+    ended: float | None = None  # elapsed_s stops counting when the job ends
 
-    def view(self) -> JobResult:
-        nxt = ["wait_job"] if self.status == "running" else list((self.result or {}).get("next_actions", []))
-        return JobResult(job_id=self.id, tool=self.tool, status=self.status,  # type: ignore[arg-type]
-                         elapsed_s=round(time.monotonic() - self.started, 3), last_output=self.last_output,
-                         result=self.result, error=self.error, next_actions=nxt)
+    def view(self) -> JobHandle:
+        if self.status == "running":
+            message = (f"{self.tool} is running as {self.id}; call wait_job(job_id='{self.id}') (≤ 50 s per call) "
+                       "until its status is done")
+            nxt = ["wait_job", "cancel_job", "get_status"]
+        elif self.status == "done":
+            message = f"{self.tool} done: " + str((self.result or {}).get("message", ""))
+            nxt = list((self.result or {}).get("next_actions", []))
+        else:
+            message = f"{self.tool} {self.status}: {self.error}"
+            nxt = ["get_status"]
+        elapsed = (self.ended or time.monotonic()) - self.started
+        return JobHandle(job_id=self.id, tool=self.tool, status=self.status,  # type: ignore[arg-type]
+                         elapsed_s=round(elapsed, 3), message=message, next_actions=nxt,
+                         last_output=self.last_output, result=self.result, error=self.error)
 
 
 class JobRegistry:
@@ -69,6 +79,7 @@ class JobRegistry:
                     job.status, job.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
             if scope.cancelled_caught:
                 job.status, job.error = "cancelled", "cancelled by cancel_job; the child process group was killed"
+            job.ended = time.monotonic()
             job.done.set()
 
         self._tg.start_soon(body)
@@ -82,13 +93,13 @@ class JobRegistry:
                              "shows the session state)")
         return job
 
-    async def wait(self, job_id: str, timeout_s: float) -> JobResult:
+    async def wait(self, job_id: str, timeout_s: float) -> JobHandle:
         job = self.get(job_id)
         with anyio.move_on_after(max(0.0, timeout_s)):
             await job.done.wait()
         return job.view()
 
-    def cancel(self, job_id: str) -> JobResult:
+    def cancel(self, job_id: str) -> JobHandle:
         job = self.get(job_id)
         if job.cancel_scope is not None and job.status == "running":
             job.cancel_scope.cancel()

@@ -55,9 +55,13 @@ class ReportOps(OperationsBase):
             st = self._state(h, session_id)
         snap = self.snapshot(session_id)
         out_dir = (h.workspace / st.session["operator_files"][0]).parent
+        from pypto_tune.tools.report import write_report_files
+
+        # Each format twice: the session's own {operator}_tuning_report_{session_id}[_en].{fmt}, which a later
+        # session on the same operator never overwrites, and the latest under R21's stable name (issue #11).
         paths = []
         for f in (["md", "html"] if fmt == "both" else [fmt]):
-            paths.append(str(render_report_file(snap, f, lang, out_dir)))
+            paths += [str(p) for p in write_report_files(snap, f, lang, out_dir)]
         if st.level1 != "DONE":
             self._transition(h, st, "state", "DONE", "final report rendered")
         # A finished session writes nothing more: free the workspace so another server can start the next one
@@ -65,10 +69,11 @@ class ReportOps(OperationsBase):
         h.lock.release()
         st2 = self._state(h, session_id)
         return ReportResult(**self._base(st2, "report written: " + ", ".join(paths)
+                                         + " (this session's own file, then the latest under the stable name)"
                                          + ("; debug options restored first (R22)" if restored_now else "")),
                             paths=paths, debug_restored_now=restored_now)
 
-    def get_status(self, session_id: str, lang: str = "en") -> StatusResult:
+    def get_status(self, session_id: str, lang: str = "zh") -> StatusResult:
         h = self._find(session_id)
         st = self._state(h, session_id)
         drift_detail = self._drift(h, st)

@@ -338,7 +338,8 @@ class RunOps(OperationsBase):
             report = write_report(analysis, self.default_workspace / LEDGER_DIR / "reports" / "adhoc"
                                   / f"{picked[0].name}-analysis.{lang}.md", lang)
             note = f"analysed the newest run {picked[0].name}" + (f" of {len(dirs)} found" if len(dirs) > 1 else "")
-            return _analysis_result(analysis, report, {"session_id": None, "message": note, "next_actions": []})
+            return _analysis_result(analysis, report, {"session_id": None, "message": note, "next_actions": []},
+                                    lang)
 
         h = self._find(session_id)
         st = self._state(h, session_id)
@@ -361,7 +362,8 @@ class RunOps(OperationsBase):
             h.lock.acquire()
         except GateRefusal as held:
             # a second window on a held workspace reads; only the holder records (issue #11)
-            return _analysis_result(analysis, report, self._base(st, msg + f" — not recorded: {held.message}"))
+            return _analysis_result(analysis, report, self._base(st, msg + f" — not recorded: {held.message}"),
+                                    lang)
         h.ledger.insert("analyses", session_id=st.id, at=now_iso(), measurement_id=m["id"], stage=st.stage,
                         report_path=str(report),
                         suggestions=[s.model_dump(mode="json") for s in analysis.suggestions])
@@ -375,7 +377,7 @@ class RunOps(OperationsBase):
         if st2.stage is not None and st2.stage_analyzed and st2.level1 == "S4_TUNE" and not st2.finished:
             self._auto_mark(h, st2)  # type: ignore[attr-defined]  # StageOps, composed in TuningService
             st2 = self._state(h, session_id)
-        return _analysis_result(analysis, report, self._base(st2, msg))
+        return _analysis_result(analysis, report, {**self._base(st2, msg), "measurement_id": m["id"]}, lang)
 
 
 
@@ -394,7 +396,7 @@ def _keep_traces(dirs: list[Path], dest: Path) -> list[str]:
     return out
 
 
-def _analysis_result(analysis: Any, report: Path, base: dict[str, Any]) -> AnalyzeResult:
+def _analysis_result(analysis: Any, report: Path, base: dict[str, Any], lang: str = "en") -> AnalyzeResult:
     a = analysis
     details = {}
     for key in ("leaves", "core_usage", "crosscheck", "aiv_chains", "per_dir", "task_count", "invalid_reasons"):
@@ -411,7 +413,8 @@ def _analysis_result(analysis: Any, report: Path, base: dict[str, Any]) -> Analy
         cores=list(a.cores), ratings=dict(a.ratings),
         bottlenecks=[b.model_dump(mode="json") if hasattr(b, "model_dump") else b for b in a.bottlenecks],
         suggestions=[SuggestionOut(catalog_id=s.catalog_id, stage=s.stage, priority=str(getattr(s, "priority", "")),
-                                   reason=s.reason, evidence=dict(getattr(s, "evidence", {}) or {}))
+                                   reason=(getattr(s, "reason_zh", "") or s.reason) if lang == "zh" else s.reason,
+                                   evidence=dict(getattr(s, "evidence", {}) or {}))
                      for s in a.suggestions],
         warnings=list(getattr(a, "warnings", [])), report_path=str(report), details=details,
     )

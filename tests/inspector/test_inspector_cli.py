@@ -1,0 +1,157 @@
+"""A third-party client: the official MCP Inspector's CLI (npm ``@modelcontextprotocol/inspector``, the version pinned
+in tools-npm/package.json, installed there by scripts/test.sh) against the real server, over stdio and over HTTP.
+
+It lists tools (with ``--strict``: no schema-portability error), prompts, resources and resource templates, gets every
+prompt in both languages, calls the read-only tools (get_status, list_knobs on a started session, analyze_bubbles on a
+recorded run), reads every resource, and sees the errors a client must be able to show (a bad prompt argument, an
+unknown session) with their reason. Over HTTP it also starts a long tool with ``wait=false`` and cancels the job.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import OPERATORS, ROOT, RUNS, require_real, sim_command
+from tests.reliability.helpers import free_port, kill_group, start_http
+
+NPM_DIR = ROOT / "tools-npm"
+INSPECTOR = NPM_DIR / "node_modules" / ".bin" / "mcp-inspector"
+PINNED = json.loads((NPM_DIR / "package.json").read_text())["dependencies"]["@modelcontextprotocol/inspector"]
+SERVER = ROOT / ".venv" / "bin" / "pypto-tune"
+PROMPTS = ("perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf")
+
+
+@pytest.fixture(scope="module")
+def inspector() -> Path:
+    require_real(INSPECTOR.exists() and shutil.which("node") is not None,
+                 "the MCP Inspector CLI is not installed: scripts/test.sh runs npm ci in tools-npm/")
+    installed = json.loads((NPM_DIR / "node_modules" / "@modelcontextprotocol" / "inspector" / "package.json")
+                           .read_text())["version"]
+    assert installed == PINNED, f"tools-npm/node_modules has inspector {installed}, package.json pins {PINNED}"
+    return INSPECTOR
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    ws = tmp_path_factory.mktemp("inspector-ws")
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    shutil.copytree(RUNS / "softmax_base" / "output", ws / "output")
+    return ws
+
+
+class Inspector:
+    """One ``mcp-inspector --cli`` call per method, JSON out; a failure carries the Inspector's stderr."""
+
+    def __init__(self, exe: Path, target: list[str]) -> None:
+        self.exe = exe
+        self.target = target
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        # Inspector options first, then `--` and the target: our server's own flags (--log-level, --workspace)
+        # must not be read as the Inspector's.
+        return subprocess.run([str(self.exe), "--cli", "--format", "json", "-q", *args, "--", *self.target],
+                              capture_output=True, text=True, timeout=180, check=False)
+
+    def ok(self, *args: str) -> dict[str, Any]:
+        r = self._run(*args)
+        assert r.returncode == 0, f"inspector {' '.join(args)} exited {r.returncode}: {r.stderr[-2000:]}"
+        return json.loads(r.stdout)["result"]
+
+    def error(self, *args: str) -> str:
+        r = self._run(*args)
+        assert r.returncode != 0, f"inspector {' '.join(args)} was expected to fail: {r.stdout[:500]}"
+        return json.loads(r.stderr.strip().splitlines()[-1])["error"]["message"]
+
+    def tool(self, name: str, **arguments: Any) -> dict[str, Any]:
+        res = self.ok("--method", "tools/call", "--tool-name", name, "--tool-args-json", json.dumps(arguments))
+        text = "".join(b.get("text", "") for b in res["content"])
+        assert not res.get("isError"), f"{name} failed: {text}"
+        return res
+
+
+def _session(insp: Inspector, ws: Path) -> str:
+    started = insp.tool("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                        test_command=sim_command(), run_mode="sim", goal_speedup=2.0)
+    return started["structuredContent"]["session_id"]
+
+
+def _everything(insp: Inspector, ws: Path) -> None:
+    """The read-only surface, every call through the Inspector; calls run three at a time (each is a Node process
+    and, over stdio, a server)."""
+    sid = _session(insp, ws)
+    calls = {
+        "tools": ("--method", "tools/list", "--strict"),
+        "prompts": ("--method", "prompts/list"),
+        "resources": ("--method", "resources/list"),
+        "templates": ("--method", "resources/templates/list"),
+        **{f"prompt {p} {lang}": ("--method", "prompts/get", "--prompt-name", p, "--prompt-args", f"lang={lang}")
+           for p in PROMPTS for lang in ("zh", "en")},
+        **{f"read {uri}": ("--method", "resources/read", "--uri", uri)
+           for uri in ("pypto-tune://catalog", "pypto-tune://rules", f"pypto-tune://sessions/{sid}/status",
+                       f"pypto-tune://sessions/{sid}/ledger")},
+    }
+    tool_calls = {"get_status": {"session_id": sid}, "list_knobs": {"session_id": sid},
+                  "analyze_bubbles": {"output_dir": str(ws / "output"), "lang": "en"}}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = dict(zip(calls, pool.map(lambda a: insp.ok(*a), calls.values())))
+        tools = dict(zip(tool_calls, pool.map(lambda kv: insp.tool(kv[0], **kv[1]), tool_calls.items())))
+        errors = list(pool.map(lambda a: insp.error(*a), [
+            ("--method", "prompts/get", "--prompt-name", "perf_tune", "--prompt-args", "lang=fr"),
+            ("--method", "resources/read", "--uri", "pypto-tune://sessions/nope/status")]))
+
+    names = {t["name"] for t in results["tools"]["tools"]}
+    assert {"start_session", "run_precision_check", "analyze_bubbles", "wait_job", "cancel_job"} <= names
+    assert all(t.get("title") for t in results["tools"]["tools"])
+    assert {p["name"] for p in results["prompts"]["prompts"]} == set(PROMPTS)
+    assert {r["uri"] for r in results["resources"]["resources"]} == {"pypto-tune://catalog", "pypto-tune://rules"}
+    assert {t["uriTemplate"] for t in results["templates"]["resourceTemplates"]} == {
+        "pypto-tune://sessions/{session_id}/status", "pypto-tune://sessions/{session_id}/ledger",
+        "pypto-tune://sessions/{session_id}/analyses/{measurement_id}"}
+    for p in PROMPTS:
+        zh, en = (results[f"prompt {p} {lang}"]["messages"][0]["content"]["text"] for lang in ("zh", "en"))
+        assert zh and en and zh != en, p
+    assert '"F-1"' in results["read pypto-tune://catalog"]["contents"][0]["text"]
+    assert sid in results[f"read pypto-tune://sessions/{sid}/ledger"]["contents"][0]["text"]
+    assert results[f"read pypto-tune://sessions/{sid}/status"]["contents"][0]["text"].strip()
+
+    assert tools["get_status"]["structuredContent"]["state"] == "S1_SETUP"
+    knobs = {k["id"] for k in tools["list_knobs"]["structuredContent"]["knobs"]}
+    assert "softmax.py:TILE_B" in knobs
+    an = tools["analyze_bubbles"]
+    assert an["structuredContent"]["operator_time_us"] == pytest.approx(36.405, abs=1e-3)
+    assert len(json.dumps(an)) <= 8 * 1024
+    assert "lang must be 'zh' or 'en' (got 'fr')" in errors[0]
+    assert "unknown session_id 'nope'" in errors[1]
+
+
+def test_inspector_over_stdio(inspector: Path, workspace: Path) -> None:
+    _everything(Inspector(inspector, [str(SERVER), "serve", "--workspace", str(workspace), "--log-level",
+                                      "WARNING"]), workspace)
+
+
+@pytest.fixture
+def http_server(workspace: Path) -> Iterator[int]:
+    port = free_port()
+    proc = start_http(workspace, port)
+    yield port
+    kill_group(proc.pid)
+    proc.wait()
+
+
+def test_inspector_over_http(inspector: Path, workspace: Path, http_server: int) -> None:
+    insp = Inspector(inspector, [f"http://127.0.0.1:{http_server}/mcp"])  # the /mcp path selects streamable HTTP
+    _everything(insp, workspace)
+    # a third-party client accepts a long tool's job handle (validated against the tool's anyOf outputSchema)
+    sid = _session(insp, workspace)
+    job = insp.tool("run_precision_check", session_id=sid, wait=False)["structuredContent"]
+    assert job["status"] == "running" and job["tool"] == "run_precision_check" and "verdict" not in job
+    cancelled = insp.tool("cancel_job", job_id=job["job_id"])["structuredContent"]
+    assert cancelled["status"] in ("cancelled", "done", "failed")

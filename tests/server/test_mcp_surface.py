@@ -1,0 +1,284 @@
+"""What a new user's client meets first: titles, lean schemas, a job handle distinct from the result, compact
+analysis results, JSON-RPC errors that carry the reason, completions, one default language, lazy imports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from jsonschema import Draft202012Validator
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    PromptReference,
+    ResourceLink,
+    ResourceTemplateReference,
+)
+from pypto_tune.server.app import build_server
+from pypto_tune.tools.results import CollectResult, JobHandle, PrecisionResult
+
+from tests.conftest import RUNS, make_workspace, sim_command
+from tests.server.mcp_client import connect
+
+LONG_TOOLS = {"run_precision_check": PrecisionResult, "collect_swimlane": CollectResult}
+KB8 = 8 * 1024
+
+
+def _listing() -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        async with Client(build_server()) as c:
+            return {"tools": (await c.list_tools()).tools, "prompts": (await c.list_prompts()).prompts,
+                    "resources": (await c.list_resources()).resources,
+                    "templates": (await c.list_resource_templates()).resource_templates}
+
+    return anyio.run(go)
+
+
+def _wire(obj: Any) -> int:
+    """Bytes of a result as JSON-RPC carries it."""
+    return len(json.dumps(obj.model_dump(mode="json", by_alias=True, exclude_none=True), ensure_ascii=False)
+               .encode())
+
+
+# ---------------------------------------------------------------------------------------------- listing
+def test_every_tool_prompt_resource_and_template_has_a_title() -> None:
+    found = _listing()
+    for kind in ("tools", "prompts", "resources", "templates"):
+        assert found[kind], kind
+        for item in found[kind]:
+            assert item.title and item.title != item.name, f"{kind}: {item.name} has no title"
+
+
+def test_long_tools_publish_one_schema_that_admits_the_handle_and_the_final_result() -> None:
+    tools = {t.name: t for t in _listing()["tools"]}
+    with_wait = {n for n, t in tools.items() if "wait" in t.input_schema.get("properties", {})}
+    assert with_wait == set(LONG_TOOLS)
+    handle = JobHandle(job_id="job-1", tool="collect_swimlane", status="running", elapsed_s=0.1, message="m",
+                       next_actions=["wait_job"]).model_dump(mode="json")
+    for name, model in LONG_TOOLS.items():
+        schema = tools[name].output_schema
+        assert schema["type"] == "object" and len(schema["anyOf"]) == 2
+        validator = Draft202012Validator(schema)
+        assert not list(validator.iter_errors(handle)), name
+        assert not list(validator.iter_errors(_sample(model))), name
+        assert list(validator.iter_errors({"message": "neither", "next_actions": []})), name
+        # the two shapes are told apart by their required fields
+        result_def = schema["$defs"][model.__name__]
+        assert list(Draft202012Validator({**result_def, "$defs": schema["$defs"]}).iter_errors(handle))
+        assert {"job_id", "status", "tool", "elapsed_s", "message", "next_actions"} <= set(
+            schema["$defs"]["JobHandle"]["required"])
+    assert {"verdict", "numerics_checked", "code_hash", "record_id"} <= set(
+        tools["run_precision_check"].output_schema["$defs"]["PrecisionResult"]["required"])
+    assert {"operator_time_us", "valid", "measurement_id"} <= set(
+        tools["collect_swimlane"].output_schema["$defs"]["CollectResult"]["required"])
+
+
+def test_tools_list_is_lean_the_job_schema_only_where_a_job_can_come_back() -> None:
+    tools = _listing()["tools"]
+    size = sum(_wire(t) for t in tools)
+    assert size < 40_000, f"tools/list is {size} bytes"  # 50 KB before: the job object was in every result
+    for t in tools:
+        text = json.dumps(t.output_schema)
+        assert ('"JobHandle"' in text) == (t.name in LONG_TOOLS), t.name
+        if t.name in ("wait_job", "cancel_job"):  # the handle itself is their result
+            assert {"job_id", "status", "result"} <= set(t.output_schema["properties"]), t.name
+        assert '"title"' not in json.dumps(t.input_schema) + text, f"{t.name}: pydantic titles left in"
+
+
+# ---------------------------------------------------------------------------------------------- analysis size
+@pytest.fixture
+def runs_ws(tmp_path: Path) -> Path:
+    for name in ("softmax_base", "softmax_two_calls", "matmul_base"):
+        shutil.copytree(RUNS / name, tmp_path / name)
+    return tmp_path
+
+
+def test_analyze_bubbles_answers_in_at_most_8_kb_and_full_detail_on_request(runs_ws: Path) -> None:
+    async def scenario() -> None:
+        async with connect(runs_ws) as s:
+            for name in ("softmax_base", "softmax_two_calls", "matmul_base"):
+                res = await s.call("analyze_bubbles", output_dir=str(runs_ws / name), lang="en")
+                assert _wire(res) <= KB8, f"{name}: {_wire(res)} bytes"
+                sc = res.structured_content
+                text = res.content[0].text
+                assert len(text) < len(json.dumps(sc)) / 2 and '"worst_cores"' not in text
+                assert sc["cores_total"] == 72 and len(sc["worst_cores"]) + sc["omitted"]["cores"] == 72
+                assert 'detail="full"' in text  # no session: the rest is one argument away
+                full = await s.call("analyze_bubbles", output_dir=str(runs_ws / name), lang="en", detail="full")
+                assert len(full.structured_content["full"]["cores"]) == 72
+                assert _wire(full) > 3 * KB8
+            two = await s.ok("analyze_bubbles", output_dir=str(runs_ws / "softmax_two_calls"), lang="en")
+            assert two["kernels"] and two["kernels"][0]["task_count"] > 0
+
+    anyio.run(scenario)
+
+
+# ---------------------------------------------------------------------------------------------- conventions
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_bad_resource_and_prompt_arguments_are_json_rpc_errors_with_the_reason(tmp_path: Path, mode: str) -> None:
+    async def scenario() -> None:
+        async with connect(tmp_path, mode=mode) as s:
+            c = s.client
+            with pytest.raises(MCPError) as err:
+                await c.read_resource("pypto-tune://sessions/nope/status")
+            assert err.value.code == INVALID_PARAMS and "unknown session_id 'nope'" in err.value.message
+            assert "start_session" in err.value.message  # and what to do next
+            with pytest.raises(MCPError) as err:
+                await c.read_resource("pypto-tune://sessions/nope/ledger")
+            assert err.value.code == INVALID_PARAMS and "unknown session_id 'nope'" in err.value.message
+            with pytest.raises(MCPError) as err:
+                await c.read_resource("pypto-tune://sessions/nope/analyses/x1")
+            assert err.value.code == INVALID_PARAMS and "must be a number" in err.value.message
+            with pytest.raises(MCPError) as err:
+                await c.get_prompt("perf_tune", {"lang": "fr"})
+            assert err.value.code == INVALID_PARAMS and "lang must be 'zh' or 'en' (got 'fr')" in err.value.message
+            for tool, args in (("get_status", {"session_id": "x"}), ("analyze_bubbles", {"output_dir": "x"}),
+                               ("render_report", {"session_id": "x"})):
+                text = await s.refused(tool, **args, lang="fr")
+                assert "lang must be 'zh' or 'en' (got 'fr')" in text, tool
+
+    anyio.run(scenario)
+
+
+def test_lang_defaults_to_zh_everywhere(softmax_ws: Path) -> None:
+    async def scenario() -> None:
+        async with connect(softmax_ws) as s:
+            sid = (await s.ok("start_session", workspace=str(softmax_ws), operator_files=["softmax.py"],
+                              test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
+            default = (await s.ok("get_status", session_id=sid))["board"]
+            assert default == (await s.ok("get_status", session_id=sid, lang="zh"))["board"]
+            assert default != (await s.ok("get_status", session_id=sid, lang="en"))["board"]
+            resource = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/status")).contents[0].text
+            assert resource == default
+            prompt = await s.client.get_prompt("perf_tune")
+            assert prompt.messages[0].content.text == (await s.client.get_prompt("perf_tune", {"lang": "zh"})) \
+                .messages[0].content.text
+
+    anyio.run(scenario)
+    langs = {t.name: t.input_schema["properties"]["lang"] for t in _listing()["tools"]
+             if "lang" in t.input_schema.get("properties", {})}
+    assert set(langs) == {"analyze_bubbles", "render_report", "get_status"}
+    for name, lang in langs.items():
+        assert lang["default"] == "zh" and lang["enum"] == ["zh", "en"], name
+
+
+def test_completions_offer_languages_and_the_workspace_sessions(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            c = s.client
+            langs = await c.complete(PromptReference(name="perf_tune"), {"name": "lang", "value": ""})
+            assert langs.completion.values == ["zh", "en"]
+            assert (await c.complete(PromptReference(name="tune_incore"), {"name": "lang", "value": "e"})) \
+                .completion.values == ["en"]
+            status_ref = ResourceTemplateReference(uri="pypto-tune://sessions/{session_id}/status")
+            assert (await c.complete(status_ref, {"name": "session_id", "value": ""})).completion.values == []
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                              test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
+            got = await c.complete(status_ref, {"name": "session_id", "value": sid[:3]})
+            assert got.completion.values == [sid]
+            assert (await c.complete(status_ref, {"name": "session_id", "value": "zz-no"})).completion.values == []
+            analysis_ref = ResourceTemplateReference(
+                uri="pypto-tune://sessions/{session_id}/analyses/{measurement_id}")
+            none_yet = await c.complete(analysis_ref, {"name": "measurement_id", "value": ""}, {"session_id": sid})
+            assert none_yet.completion.values == []  # no measurement before collect_swimlane
+            with pytest.raises(MCPError) as err:
+                await c.read_resource(f"pypto-tune://sessions/{sid}/analyses/1")
+            assert err.value.code == INVALID_PARAMS and f"session {sid} has no measurement 1" in err.value.message
+            assert "collect_swimlane first" in err.value.message
+
+    anyio.run(scenario)
+
+
+# ---------------------------------------------------------------------------------------------- lazy imports
+HEAVY = ("numpy", "libcst", "msgspec", "jinja2", "pypto_tune.tools.service", "pypto_tune.tools.analysis")
+
+LAZY_PROBE = """
+import sys, anyio
+from pathlib import Path
+from mcp import Client
+from pypto_tune.server.app import build_server
+
+HEAVY = {heavy!r}
+
+async def main():
+    mcp = build_server(workspace=Path({ws!r}))
+    async with Client(mcp) as c:
+        await c.list_tools(); await c.list_prompts(); await c.list_resources(); await c.list_resource_templates()
+        await c.get_prompt("perf_tune", {{"lang": "en"}})
+        await c.read_resource("pypto-tune://rules")
+        print("after-listing", sorted(m for m in HEAVY if m in sys.modules))
+        await c.call_tool("get_status", {{"session_id": "nope"}})
+        print("after-call", sorted(m for m in HEAVY if m in sys.modules))
+
+anyio.run(main)
+"""
+
+
+def test_listing_and_prompts_need_none_of_the_heavy_imports_which_come_on_first_use(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", LAZY_PROBE.format(heavy=HEAVY, ws=str(tmp_path))],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith("after-"))
+    assert lines["after-listing"] == "[]", lines
+    # the probe can see imports: the first call that needs the service loads the domain library
+    assert "pypto_tune.tools.service" in lines["after-call"] and "numpy" in lines["after-call"], lines
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _sample(model: type) -> dict[str, Any]:
+    common = {"session_id": "s-1", "state": "S2_COLLECT", "stage": None, "message": "m",
+              "next_actions": ["get_status"]}
+    if model is PrecisionResult:
+        return PrecisionResult(**common, verdict="passed", numerics_checked=False, exit_code=0, duration_s=1.0,
+                               key_output="", code_hash="h", record_id=1).model_dump(mode="json")
+    return CollectResult(**common, output_dirs=[], artifacts=[], operator_time_us=1.0, e2e_us=1.0, samples_us=[1.0],
+                         valid=True, invalid_reasons=[], measurement_id=1, round=0, target_us=None,
+                         baseline_us=None).model_dump(mode="json")
+
+
+def test_sample_results_are_what_the_operations_return() -> None:
+    # the samples above must stay valid instances, or the schema test would test nothing
+    assert PrecisionResult.model_validate(_sample(PrecisionResult)).verdict == "passed"
+    assert CollectResult.model_validate(_sample(CollectResult)).measurement_id == 1
+
+
+def test_a_resource_link_points_at_the_whole_analysis() -> None:
+    """Unit-level: the reply of a summary with a detail_uri carries a resource link (the SIM session test reads
+    it back through the real server)."""
+    from pypto_tune.server.tooling import reply
+    from pypto_tune.tools.results import AnalysisSummary, Omitted
+
+    s = AnalysisSummary(session_id="s-1", message="m", next_actions=[], measurement_id=3, output_dirs=[],
+                        operator_time_us=1.0, e2e_us=1.0, avg_core_utilization=1.0, avg_bubble_rate=1.0,
+                        load_balance=1.0, active_core_utilization=1.0, active_bubble_rate=1.0,
+                        active_load_balance=1.0, ratings={}, cores_total=0, cores_active=0, worst_cores=[],
+                        bottlenecks=[], suggestions=[], kernels=[], top_leaves=[], warnings=[],
+                        omitted=Omitted(cores=0, bottlenecks=0, suggestions=0, kernels=0, leaves=0, warnings=0),
+                        report_path="r.md", detail_uri="pypto-tune://sessions/s-1/analyses/3")
+    links = [b for b in reply(s).content if isinstance(b, ResourceLink)]
+    assert [str(link.uri) for link in links] == ["pypto-tune://sessions/s-1/analyses/3"]
+    assert links[0].mime_type == "application/json"
+
+
+def test_a_refusal_reads_gate_first_not_the_sdks_prefix(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path)
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                              test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
+            text = await s.refused("collect_swimlane", session_id=sid)
+            assert text.startswith("GATE precision-first:"), text
+            assert "Allowed now: run_precision_check" in text
+            unknown = await s.refused("wait_job", job_id="job-nope")
+            assert unknown.startswith("unknown job id 'job-nope'") and "Next:" in unknown
+
+    anyio.run(scenario)
