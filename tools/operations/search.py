@@ -131,6 +131,7 @@ class SearchOps(OperationsBase):
                              hint="run the best-ranked ones first; the ranking learns from every batch")
         stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         trials, refused = self._prepare(h, st, candidates, stage)
+        await self.executor.prepare()  # Ray connects here, off the event loop's critical path
         capacity = self.executor.capacity(st.run_mode, list(st.session["device_ids"]))  # type: ignore[arg-type]
         k = max(1, min(int(parallel or capacity), capacity, len(trials) or 1))
         if not trials:
