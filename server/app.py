@@ -283,7 +283,7 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
         that already failed, ranked with the reason and this operator's evidence. Pass them to run_candidates."""
         return await sync(lambda s: s.propose_candidates(session_id, limit=limit, knob=knob))
 
-    @reg.long_tool(title="Run candidates as parallel gated rounds", annotations=RUNS, result=TrialsResult)
+    @reg.long_tool(title="Run candidates as parallel gated rounds", annotations=EDITS, result=TrialsResult)
     async def run_candidates(
         session_id: SessionId,
         candidates: Annotated[list[JsonValue], Field(description="objects from propose_candidates (unchanged) or "

@@ -44,10 +44,13 @@ _READ_CHUNK = 256 * 1024
 #: Bytes of recent output kept to answer "what was the last line" for progress messages.
 _LAST_LINE_WINDOW = 4096
 
-# Environment variables passed through when present: the Ascend toolkit (ASCEND_HOME_PATH, ASCEND_OPP_PATH...),
-# PTO-ISA (PTO_TILE_LIB_CODE_PATH, domain R3) and the loader path the CANN libraries need on NPU.
-_PASSTHROUGH_PREFIXES = ("ASCEND", "PTO")
-_PASSTHROUGH_NAMES = ("LD_LIBRARY_PATH",)
+# Environment variables passed through when present: what CANN's set_env.sh exports — ASCEND_* (ASCEND_HOME_PATH,
+# ASCEND_TOOLKIT_HOME, ASCEND_OPP_PATH, ASCEND_AICPU_PATH), TOOLCHAIN_HOME, LD_LIBRARY_PATH and PYTHONPATH (CANN's
+# own Python packages and, on many boxes, torch_npu: without it `import torch_npu` fails in the R3 check) — plus
+# PTO-ISA (PTO_TILE_LIB_CODE_PATH, R3) and pypto's runtime switches (TILE_FWK_*). TILE_FWK_DEVICE_ID is the
+# exception: the server picks the chip (R3/R5), and a SIM run has none.
+_PASSTHROUGH_PREFIXES = ("ASCEND", "PTO", "TILE_FWK_")
+_PASSTHROUGH_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "TOOLCHAIN_HOME")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -90,7 +93,8 @@ class RunResult(BaseModel):
 _PDEATHSIG_LAUNCHER = (
     "import ctypes, os, signal, sys\n"
     "signal.signal(signal.SIGUSR1, lambda *_: os.killpg(0, signal.SIGKILL))\n"
-    "signal.signal(signal.SIGTERM, lambda *_: None)\n"
+    "term = []\n"
+    "signal.signal(signal.SIGTERM, lambda *_: term.append(1))\n"
     "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGUSR1), 0, 0, 0)\n"
     "if os.getppid() != int(sys.argv[1]): os.killpg(0, signal.SIGKILL)\n"
     "pid = os.fork()\n"
@@ -100,6 +104,9 @@ _PDEATHSIG_LAUNCHER = (
     "    finally:\n"
     "        os._exit(127)\n"
     "status = os.waitpid(pid, 0)[1]\n"
+    # told to stop (timeout, cancel) and the command is gone: whatever of the group ignored SIGTERM goes now, even
+    # if the server dies before its own SIGKILL (found by the executor work: a grandchild survived that gap)
+    "if term: os.killpg(0, signal.SIGKILL)\n"
     "if os.WIFSIGNALED(status):\n"
     "    sig = os.WTERMSIG(status)\n"
     "    signal.signal(sig, signal.SIG_DFL)\n"
@@ -186,7 +193,8 @@ def build_child_env(*, run_mode: str, device_id: str | None = None, extra: dict[
     Contains PATH (interpreter directory first, then ``base``'s PATH), HOME, LANG/LC_ALL=C.UTF-8 (stable decoding
     of the output we parse), PYTHONUNBUFFERED=1 (output arrives as it is printed, so progress and the tail after a
     timeout are meaningful), PYTHONDONTWRITEBYTECODE=1 (no ``__pycache__`` in the user's workspace), on NPU
-    TILE_FWK_DEVICE_ID (the chip, R3/R5), and ASCEND*/PTO*/LD_LIBRARY_PATH copied from ``base`` when present.
+    TILE_FWK_DEVICE_ID (the chip, R3/R5; ``device_id``, else ``base``'s), and what CANN's set_env.sh exports, copied
+    from ``base`` when present: ASCEND*, TOOLCHAIN_HOME, LD_LIBRARY_PATH, PYTHONPATH, plus PTO* and TILE_FWK_*.
     ``extra`` is applied last and may override anything. ``base`` defaults to the server's ``os.environ``.
     """
     src = os.environ if base is None else base
@@ -203,7 +211,7 @@ def build_child_env(*, run_mode: str, device_id: str | None = None, extra: dict[
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     for key, value in src.items():
-        if key.startswith(_PASSTHROUGH_PREFIXES) or key in _PASSTHROUGH_NAMES:
+        if (key.startswith(_PASSTHROUGH_PREFIXES) or key in _PASSTHROUGH_NAMES) and key != "TILE_FWK_DEVICE_ID":
             env[key] = value
     if mode == "npu":
         if device_id is not None:
