@@ -143,7 +143,7 @@ OPTION_SPECS: dict[str, Spec] = {
 
 # ------------------------------------------------------------------------------------------ call-site validators
 
-VEC_TILE_LEGAL = ("one int ≥ 1 per tensor dim (same count as now), each ≤ the tensor dim; below 128 KB per tile "
+VEC_TILE_LEGAL = ("one int ≥ 1 per tensor dim (same count as now), each ≤ the tensor dim; at most 96 KB per tile "
                   "(16–64 KB recommended); the tail axis in whole 32-byte blocks; never split the reduce axis")
 
 
