@@ -178,14 +178,18 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
         device_ids: Annotated[list[str] | None, Field(description="NPU device pool (TILE_FWK_DEVICE_ID values); a "
                                                       "failing baseline retries on the next one")] = None,
         time_limit_h: Annotated[float, Field(description="global tuning time limit in hours (R14b)")] = 12.0,
-        repeats: Annotated[int | None, Field(description="runs per measurement; median kept (NPU default 3, SIM "
-                                             "1)")] = None,
+        repeats: Annotated[int | None, Field(description="runs per measurement; median kept (NPU default and "
+                                             "floor 3, SIM 1)")] = None,
+        pass_pattern: Annotated[str | None, Field(description="optional regex: only lines it matches can pass the "
+                                                  "precision check (when the test's success line is unusual)")] = None,
+        fail_pattern: Annotated[str | None, Field(description="optional regex: a line it matches fails the precision "
+                                                  "check")] = None,
     ) -> StartSessionResult:
         """Start a tuning session with a goal (or resume the unfinished one of this workspace)."""
         return await sync(lambda s: s.start_session(
             workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
             goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
-            time_limit_h=time_limit_h, repeats=repeats))
+            time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern))
 
     @reg.long_tool(title="Run the precision check", annotations=RUNS, result=PrecisionResult)
     async def run_precision_check(

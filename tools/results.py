@@ -63,6 +63,10 @@ class PrecisionResult(_Result):
     duration_s: float
     key_output: str
     reason: str = Field("", description="why this verdict, in one sentence (e.g. 'exit 0 but no verdict line')")
+    decided_by: str = Field("", description="which rule of the verdict order decided (precision-line, "
+                            "pytest-summary, unittest-summary, generic-line, session-pattern, exit-status, ...)")
+    deciding_lines: list[dict[str, Any]] = Field(default_factory=list, description="the output lines that decided, "
+                                                 "with line numbers and their role (pass / fail / error / ...)")
     code_hash: str
     record_id: int
     round: int | None = None

@@ -15,9 +15,10 @@ RunMode = Literal["sim", "npu"]
 Verdict = Literal["passed", "failed", "timeout", "error"]
 Decision = Literal["kept", "reverted", "failed"]
 # Result types of domain D.3's round table.
+# "not-chosen": a candidate of a run_candidates batch that gained, but another candidate of the batch gained more.
 ResultType = Literal[
     "baseline", "gain", "no-gain", "regression", "compile-failure", "runtime-error", "precision-failure", "timeout",
-    "abandoned",
+    "abandoned", "not-chosen",
 ]
 ChecklistStatus = Literal["untried", "tried", "failed", "not-applicable"]
 
@@ -54,9 +55,19 @@ class CoreStat(BaseModel):
     active: bool  # ran at least one real task
 
 
+class KernelFigures(BaseModel):
+    """One kernel of a test that runs several (issue #11): its own times beside the summed session metric."""
+
+    label: str  # jit name, "#n" for its n-th call, "@file" when two files define the same name
+    time_samples_us: list[float] = Field(default_factory=list)  # max_work_time of its folder, one per run
+    e2e_samples_us: list[float] = Field(default_factory=list)  # writer's AICore end-to-end time, one per run
+    time_us: float  # median of time_samples_us
+    e2e_us: float | None = None  # median of e2e_samples_us
+
+
 class Measurement(BaseModel):
     id: int
-    round: int  # 0 = baseline
+    round: int  # 0 = baseline, -1 = stage-entry collection, -2 = kept-state reference samples of an NPU round
     at: str
     operator_time_us: float  # fixed session metric: sum over the run's output folders of max_work_time (B.10)
     e2e_us: float  # writer's AICore end-to-end time, summed the same way
@@ -73,6 +84,14 @@ class Measurement(BaseModel):
     artifact_archive: str = ""  # path of the compressed copy under WORKSPACE/.pypto-tune/
     trace_paths: list[str] = Field(default_factory=list)  # merged_swimlane.json files (plain or .gz), in run order
     code_hash: str = ""
+    stage: str | None = None
+    run_ids: list[int] = Field(default_factory=list)  # the runs behind the samples (ledger table runs)
+    device_ids: list[str] = Field(default_factory=list)  # chip of each of those runs (NPU; empty in SIM)
+    batch: str | None = None  # run_candidates batch the runs belonged to
+    for_round: int | None = None  # round -2: the round whose keep/revert decision these kept-state samples served
+    aicpu_e2e_us: float | None = None  # AICPU-side end-to-end time of the analysed run (NPU only, A.5/B.10)
+    platform_utilization_pct: float | None = None  # busy time over the platform's cores of the used types (gates)
+    per_kernel: list[KernelFigures] = Field(default_factory=list)
 
 
 class KnobChange(BaseModel):
@@ -83,11 +102,25 @@ class KnobChange(BaseModel):
     after: Any
 
 
+class AdmissionRecord(BaseModel):
+    """How the server accounted for a change before writing or running it (ledger table ``admissions``)."""
+
+    at: str
+    path: str  # knob / diff / candidate / drift: which call proposed the change
+    verdict: str  # knob (exactly one knob changed) / structural (a declared algorithm-level change)
+    knob_id: str | None = None
+    checked: list[str] = Field(default_factory=list)  # effective values checked against the legal ranges
+    unchecked: list[str] = Field(default_factory=list)  # values the server could not evaluate (passed, recorded)
+    formatting_files: list[str] = Field(default_factory=list)
+    structural_lines: list[str] = Field(default_factory=list)
+    correction: bool = False  # the round's one allowed correction (R11)
+
+
 class RoundRecord(BaseModel):
     number: int  # 1..n; the baseline is not a round
     outer_round: int
     stage: str  # FRONTEND / SWIMLANE_1 / INCORE_1 / ... / ALGORITHM / MANUAL
-    kind: Literal["config", "algorithm", "manual"] = "config"
+    kind: Literal["config", "algorithm", "manual", "trial"] = "config"  # trial: a candidate of a run_candidates batch
     catalog_id: str
     change: str  # one-line human description
     rationale: str = ""
@@ -105,6 +138,60 @@ class RoundRecord(BaseModel):
     finished_at: str = ""
     before_hash: str = ""
     after_hash: str = ""
+    batch: str | None = None  # run_candidates batch id (kind "trial")
+    candidate_id: str | None = None
+    winner: bool = False  # the batch's best candidate, written to the workspace and kept
+    samples_us: list[float] = Field(default_factory=list)  # the samples its keep/revert decision was made from
+    device_ids: list[str] = Field(default_factory=list)  # chips of the runs behind those samples
+    kept_samples_n: int | None = None  # samples of the kept state the decision compared with (when known)
+    noise_margin_pct: float | None = None  # NPU: the margin the decision used; SIM: 0 (deterministic)
+    margin_recomputed: bool = False  # True: not in the record, recomputed from the recorded samples (batch trials)
+    flags: list[str] = Field(default_factory=list)  # regression flags the decision carried ("FLAG: ...")
+    admissions: list[AdmissionRecord] = Field(default_factory=list)  # the change, then its correction if any
+
+
+class BatchRecord(BaseModel):
+    """One run_candidates call: its candidates are rounds of kind "trial"; at most one is kept."""
+
+    batch: str
+    at: str
+    stage: str
+    rounds: list[int]
+    winner_round: int | None = None
+    kept_before_us: float | None = None  # kept time the candidates were judged against
+    winner_us: float | None = None
+    gain_us: float = 0.0  # kept_before_us − winner_us (0 without a winner)
+
+
+class DeviceEvent(BaseModel):
+    """A chip left behind (R5): it failed a baseline precision run or a run hung until the timeout."""
+
+    at: str
+    run_id: int
+    purpose: str
+    round: int | None = None
+    device_id: str
+    reason: Literal["baseline-failed", "timed-out"]
+    next_device: str
+
+
+class Correction(BaseModel):
+    at: str
+    field: str
+    before: Any
+    after: Any
+    reason: str
+
+
+class Confirmation(BaseModel):
+    """A person's answer to a question the server asked (R5); ``by_person`` False: recorded, never counted."""
+
+    at: str
+    kind: str  # baseline-retry / declined
+    source: str | None = None  # elicitation (the MCP client asked its user) / cli (`pypto-tune confirm`)
+    by_person: bool = False
+    question: str = ""
+    question_at: str = ""
 
 
 class StageStat(BaseModel):
@@ -159,6 +246,7 @@ class SessionSnapshot(BaseModel):
     time_limit_h: float = 12.0
     device_ids: list[str] = Field(default_factory=list)
     repeats: int = 1
+    kept_samples_us: list[float] = Field(default_factory=list)  # every sample of the kept code; best_us is the median
     state: str  # level-1 state: S1_SETUP, S2_COLLECT, S3_ANALYZE, S4_TUNE, S5_REPORT, DONE
     stage: str | None = None  # level-2 phase while tuning
     outer_round: int = 1
@@ -178,3 +266,10 @@ class SessionSnapshot(BaseModel):
     best_sources: dict[str, str] = Field(default_factory=dict)  # path -> text of the best kept state
     final_knobs: list[dict[str, Any]] = Field(default_factory=list)  # [{id, file, line, value}]
     data_paths: list[str] = Field(default_factory=list)
+    batches: list[BatchRecord] = Field(default_factory=list)
+    device_events: list[DeviceEvent] = Field(default_factory=list)
+    current_device: str | None = None  # the chip the next run would use (NPU)
+    runs_per_device: dict[str, int] = Field(default_factory=dict)  # NPU: how many runs each chip carried
+    corrections: list[Correction] = Field(default_factory=list)  # test command fixed before the baseline passed
+    confirmations: list[Confirmation] = Field(default_factory=list)
+    pending_question: str | None = None  # a question to a person still waiting for an answer

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import re
+import statistics
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from pypto_tune.tools import gates, rules
 from pypto_tune.tools.snapshot import (
+    AdmissionRecord,
+    BatchRecord,
     ChecklistItem,
+    Confirmation,
     CoreStat,
+    Correction,
+    DeviceEvent,
     EnvCheck,
+    KernelFigures,
     KnobChange,
     Measurement,
     PrecisionRecord,
@@ -19,12 +28,34 @@ from pypto_tune.tools.snapshot import (
     StageStat,
     StageTransition,
 )
-from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.state import PERSON_SOURCES, SessionState, _current_device
+
+# Patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same
+# bytes to the workspace for the winner and is not a second change).
+CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
+# record_round writes "noise margin 2.31 %" into the decision's notes on the NPU (tools/operations/rounds.py).
+_MARGIN = re.compile(r"noise margin (\d+(?:\.\d+)?) %")
 
 
-def _measurement(m: dict[str, Any]) -> Measurement | None:
+def _kernels(raw: Any) -> list[KernelFigures]:
+    out = []
+    for label, figs in (raw or {}).items():
+        times = [float(x) for x in (figs or {}).get("time", [])]
+        e2es = [float(x) for x in (figs or {}).get("e2e", [])]
+        if not times:
+            continue
+        out.append(KernelFigures(label=label, time_samples_us=times, e2e_samples_us=e2es,
+                                 time_us=statistics.median(times), e2e_us=statistics.median(e2es) if e2es else None))
+    return out
+
+
+def _measurement(m: dict[str, Any], runs: dict[int, dict[str, Any]] | None = None, run_mode: str = "sim",
+                 for_round: int | None = None) -> Measurement | None:
     if not m["valid"]:
         return None
+    runs = runs or {}
+    run_ids = [int(r) for r in (m.get("run_ids") or [])]
+    mine = [runs[r] for r in run_ids if r in runs]
     a = m["analysis"] or {}
     cores = []
     for c in a.get("cores", []):
@@ -45,28 +76,147 @@ def _measurement(m: dict[str, Any]) -> Measurement | None:
         ratings={k: int(v) for k, v in (a.get("ratings") or {}).items() if isinstance(v, (int, float))},
         cores=cores, output_dirs=list(a.get("run_dirs", [])), artifact_archive=m["archive"],
         trace_paths=[t for t in traces if Path(t).exists()], code_hash=m["code_hash"],
+        stage=m.get("stage"), run_ids=run_ids,
+        device_ids=[str(r["device_id"]) for r in mine if r.get("device_id") is not None] if run_mode == "npu" else [],
+        batch=next((r["batch"] for r in mine if r.get("batch")), None), for_round=for_round,
+        aicpu_e2e_us=a.get("aicpu_e2e_us"), platform_utilization_pct=gates.platform_utilization(a),
+        per_kernel=_kernels(m.get("per_kernel")),
     )
+
+
+def _kept_pool(rows: dict[str, list[Any]], kept_hash: str, before_id: int) -> list[float]:
+    """Every sample of the kept code recorded before measurement ``before_id``: what a decision compared with
+    (``SessionState.kept_samples`` at that moment; kept-state references of the round itself included)."""
+    return [float(x) for m in rows["measurements"]
+            if m["valid"] and m["code_hash"] == kept_hash and int(m["id"]) < before_id
+            for x in (m["samples"] or [m["operator_time_us"]])]
+
+
+def _flags(notes: str) -> list[str]:
+    parts = [p.strip() for line in (notes or "").splitlines() for p in line.split("; ")]
+    return [p for p in parts if p.startswith("FLAG:")]
+
+
+def _when(at: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        return None
+
+
+def _admission(a: dict[str, Any], correction: bool = False) -> AdmissionRecord:
+    info = a["info"] or {}
+    return AdmissionRecord(
+        at=a["at"], path=a["path"], verdict=a["verdict"], knob_id=a["knob_id"],
+        checked=[str(x) for x in info.get("checked", [])], unchecked=[str(x) for x in info.get("unchecked", [])],
+        formatting_files=[str(x) for x in info.get("formatting_files", [])],
+        structural_lines=[str(x) for x in info.get("structural_lines", [])], correction=correction)
+
+
+def _admissions_by_round(rows: dict[str, list[Any]]) -> dict[int, list[AdmissionRecord]]:
+    """Admission rows of a round's first change carry no round number (the round is opened after the change is
+    admitted): each round takes the latest earlier unmatched admission of the same knob and value. Corrections
+    carry the open round's number."""
+    out: dict[int, list[AdmissionRecord]] = {}
+    free = [a for a in rows["admissions"] if a["round"] is None]
+    used: set[int] = set()
+    for r in rows["rounds"]:
+        n = int(r["number"])
+        first = next((p for p in rows["patches"] if p["round"] == n and p["kind"] in CHANGE_PATCHES), None)
+        if first is None:
+            continue
+        change = (first["knob_changes"] or [None])[0]
+        opened = _when(r["opened_at"])
+        match = None
+        for a in free:
+            if int(a["id"]) in used:
+                continue
+            at = _when(a["at"])
+            if opened is not None and at is not None and at > opened:
+                break
+            info_change = (a["info"] or {}).get("change")
+            if change is None:
+                ok = a["verdict"] == "structural"
+            else:
+                ok = (a["knob_id"] == change.get("knob_id") and info_change is not None
+                      and info_change.get("after") == change.get("after"))
+            if ok:
+                match = a
+        if match is not None:
+            used.add(int(match["id"]))
+            out.setdefault(n, []).append(_admission(match))
+    for a in rows["admissions"]:
+        if a["round"] is not None:
+            out.setdefault(int(a["round"]), []).append(_admission(a, correction=True))
+    return out
+
+
+def _device_history(rows: dict[str, list[Any]], pool: list[str]) -> list[DeviceEvent]:
+    """Every time the session left a chip behind (R5), replaying ``state._current_device`` run by run."""
+    failed_baseline = {int(p["run_id"]) for p in rows["precision_records"]
+                       if p["round"] is None and p["verdict"] != "passed" and p["run_id"] is not None}
+    events = []
+    for i, r in enumerate(rows["runs"]):
+        reason = ("timed-out" if r["timed_out"] else "baseline-failed" if int(r["id"]) in failed_baseline
+                  else None)
+        if reason is None or r["device_id"] is None:
+            continue
+        nxt = _current_device({**rows, "runs": rows["runs"][:i + 1]}, pool)
+        if nxt != str(r["device_id"]):
+            events.append(DeviceEvent(at=r["at"], run_id=int(r["id"]), purpose=r["purpose"], round=r["round"],
+                                      device_id=str(r["device_id"]), reason=reason, next_device=nxt))
+    return events
 
 
 def build_snapshot(st: SessionState) -> SessionSnapshot:
     s = st.session
     rows = st.rows
-    measurements = [x for x in (_measurement(m) for m in rows["measurements"]) if x is not None]
-    by_round_meas: dict[int, dict[str, Any]] = {}
-    for m in rows["measurements"]:
-        by_round_meas[int(m["round"])] = m
+    run_mode = str(s["run_mode"])
+    runs = {int(r["id"]): r for r in rows["runs"]}
+    ordered = sorted(rows["measurements"], key=lambda m: int(m["id"]))
+    measurements = []
+    for i, m in enumerate(ordered):
+        for_round = None
+        if int(m["round"]) == -2:  # recorded just before the measurement of the round it served
+            for_round = next((int(x["round"]) for x in ordered[i + 1:] if int(x["round"]) >= 1), None)
+        x = _measurement(m, runs, run_mode, for_round)
+        if x is not None:
+            measurements.append(x)
+    trials = {int(t["round"]): t for t in rows["trials"] if t["round"] is not None}
+    admissions = _admissions_by_round(rows)
 
     rounds: list[RoundRecord] = []
     for r in st.rounds:
         n = int(r["number"])
         d = st.decisions.get(n)
-        patches = [p for p in rows["patches"] if p["round"] == n and p["kind"] in
-                   ("tuning", "correction", "manual-adopt")]
+        patches = [p for p in rows["patches"] if p["round"] == n and p["kind"] in CHANGE_PATCHES]
         precs = [p for p in rows["precision_records"] if p["round"] == n]
         changes = []
         for p in patches[-1:]:
             for c in p["knob_changes"]:
                 changes.append(KnobChange.model_validate(c))
+        trial = trials.get(n)
+        decisive = next((m for m in reversed(ordered) if int(m["round"]) == n and m["valid"]
+                         and (not patches or m["code_hash"] == patches[-1]["after_hash"])), None)
+        samples = [float(x) for x in (decisive["samples"] or [])] if decisive else []
+        devices = ([str(runs[int(i)]["device_id"]) for i in (decisive["run_ids"] or [])
+                    if int(i) in runs and runs[int(i)]["device_id"] is not None]
+                   if decisive is not None and run_mode == "npu" else [])
+        notes = d["notes"] if d else ""
+        margin, recomputed, kept_n = None, False, None
+        if d is not None and decisive is not None and d["after_us"] is not None:
+            pool = _kept_pool(rows, r["before_hash"], int(decisive["id"]))
+            kept_n = len(pool) or None
+            if run_mode == "sim":
+                margin = 0.0
+            else:
+                found = _MARGIN.search(notes or "")
+                if found:
+                    margin = float(found.group(1))
+                elif r["before_us"] and samples:
+                    # batch trials do not record their margin: the same judgement on the same recorded samples
+                    margin = rules.judge_measurement(float(r["before_us"]), samples, "npu", pool).margin_pct
+                    recomputed = True
         rounds.append(RoundRecord(
             number=n, outer_round=int(r["outer_round"]), stage=r["stage"], kind=r["kind"],
             catalog_id=r["catalog_id"], change=r["change"], rationale=r["rationale"], knob_changes=changes,
@@ -76,7 +226,26 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
             error_output=d["error_output"] if d else "", notes=d["notes"] if d else "", started_at=r["opened_at"],
             finished_at=d["at"] if d else "", before_hash=r["before_hash"],
             after_hash=patches[-1]["after_hash"] if patches else "",
+            batch=trial["batch"] if trial else None,
+            candidate_id=str((trial["candidate"] or {}).get("id") or "") or None if trial else None,
+            winner=bool(trial and d and d["decision"] == "kept"), samples_us=samples, device_ids=devices,
+            kept_samples_n=kept_n, noise_margin_pct=margin, margin_recomputed=recomputed, flags=_flags(notes),
+            admissions=admissions.get(n, []),
         ))
+
+    batches: list[BatchRecord] = []
+    for rr in rounds:
+        if rr.batch is None:
+            continue
+        b = next((x for x in batches if x.batch == rr.batch), None)
+        if b is None:
+            b = BatchRecord(batch=rr.batch, at=rr.started_at, stage=rr.stage, rounds=[], kept_before_us=rr.before_us)
+            batches.append(b)
+        b.rounds.append(rr.number)
+        if rr.winner:
+            b.winner_round, b.winner_us = rr.number, rr.after_us
+            if b.kept_before_us is not None and rr.after_us is not None:
+                b.gain_us = b.kept_before_us - rr.after_us
 
     stages: list[StageStat] = []
     entered = {t["to_value"]: t for t in rows["transitions"] if t["level"] == "stage"}
@@ -131,6 +300,19 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
                         if t["level"] == "state" and t["to_value"] in ("S5_REPORT",)), None)
     data_paths = sorted({m["archive"] for m in rows["measurements"] if m["archive"]})
     data_paths += [a["report_path"] for a in rows["analyses"]]
+    pool = [str(d) for d in s["device_ids"]]
+    per_device: dict[str, int] = {}
+    if run_mode == "npu":
+        for r in rows["runs"]:
+            if r["device_id"] is not None:
+                per_device[str(r["device_id"])] = per_device.get(str(r["device_id"]), 0) + 1
+    questions = {int(q["id"]): q for q in rows["questions"]}
+    confirmations = []
+    for c in rows["confirmations"]:
+        q = questions.get(int(c["question_id"])) if c.get("question_id") is not None else None
+        confirmations.append(Confirmation(at=c["at"], kind=c["kind"], source=c.get("source"),
+                                          by_person=c.get("source") in PERSON_SOURCES,
+                                          question=q["text"] if q else "", question_at=q["at"] if q else ""))
     return SessionSnapshot(
         session_id=st.id, operator=s["operator"], workspace=s["workspace"], operator_files=list(s["operator_files"]),
         test_command=list(s["test_command"]), run_mode=s["run_mode"], goal_kind=s["goal_kind"],
@@ -153,5 +335,11 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
                   for r in rows["refusals"]],
         debug_restored=restored, debug_restored_at=debug_rows[-1]["at"] if restored else None,
         original_sources=dict(s["original_sources"]), best_sources=dict(st.kept_sources),
-        final_knobs=final_knobs, data_paths=data_paths,
+        final_knobs=final_knobs, data_paths=data_paths, kept_samples_us=list(st.kept_samples), batches=batches,
+        device_events=_device_history(rows, pool) if run_mode == "npu" and pool else [],
+        current_device=st.device if run_mode == "npu" else None, runs_per_device=per_device,
+        corrections=[Correction(at=c["at"], field=c["field"], before=c["before_value"], after=c["after_value"],
+                                reason=c["reason"]) for c in rows["corrections"]],
+        confirmations=confirmations,
+        pending_question=st.pending_question["text"] if st.pending_question is not None else None,
     )

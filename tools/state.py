@@ -215,7 +215,22 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     kept_us = statistics.median(kept_samples) if kept_samples else None
 
     counters: dict[str, StageCounters] = {}
-    for r in rows["rounds"]:
+    # A candidate batch is judged as a whole: its trials count in round order, but a batch that kept a gain ends its
+    # streak with that gain, wherever the winner's number falls in the batch.
+    batch_of = {int(t["round"]): t["batch"] for t in rows["trials"] if t["round"] is not None}
+    first_of: dict[str, int] = {}
+    for n, b in batch_of.items():
+        first_of[b] = min(first_of.get(b, n), n)
+
+    def judge_order(r: Row) -> tuple[int, int, int]:
+        n = int(r["number"])
+        b = batch_of.get(n)
+        if b is None:
+            return (n, 0, n)
+        kept = decisions.get(n, {}).get("decision") == "kept"
+        return (first_of[b], int(kept), n)
+
+    for r in sorted(rows["rounds"], key=judge_order):
         d = decisions.get(int(r["number"]))
         c = counters.setdefault(r["stage"], StageCounters())
         if not d:

@@ -65,9 +65,11 @@ class Browser:
     def open(self, url: str) -> None:
         for domain in ("Network.enable", "Runtime.enable", "Log.enable", "Page.enable"):
             self.send(domain)
+        loads = lambda: sum(1 for e in self.events if e.get("method") == "Page.loadEventFired")  # noqa: E731
+        before = loads()  # a second page in the same browser waits for its own load event
         self.send("Page.navigate", url=url)
         deadline = time.monotonic() + 20
-        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+        while loads() <= before:
             if time.monotonic() > deadline:
                 raise RuntimeError("page did not load")
             self.drain(0.2)

@@ -15,7 +15,7 @@ from pypto_tune.tools.report import achievement_rate, render_report, render_stat
 from pypto_tune.tools.snapshot import SessionSnapshot
 from pypto_tune.tools.snapshot_builder import build_snapshot
 from pypto_tune.tools.state import derive_state, load_rows
-from tests.conftest import RUNS
+from tests.conftest import RUNS, require_real
 
 DATA = Path(__file__).parent / "demo_ledger.sqlite3"
 
@@ -101,8 +101,8 @@ def _png_is_not_blank(png: bytes) -> bool:
 def test_html_report_draws_its_charts_offline_in_real_chromium(snap: SessionSnapshot, tmp_path: Path) -> None:
     from tests.report.cdp import CHROMIUM, Browser
 
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed: scripts/install_chromium.sh installs Debian's package")
+    require_real(Path(CHROMIUM).exists(),
+                 "chromium is not installed: scripts/install_chromium.sh installs Debian's package")
     html = render_report(snap, "html", "en", tmp_path)
     text = html.read_text()
     assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text
@@ -119,6 +119,33 @@ def test_html_report_draws_its_charts_offline_in_real_chromium(snap: SessionSnap
         assert b.eval("document.querySelectorAll('svg title').length") >= 4  # accessible names
         png = b.screenshot(tmp_path / "report.png")
         assert _png_is_not_blank(png)
+        # SIM: the banner on top and again above every table that shows a verdict (round log, precision records)
+        assert b.eval("document.querySelectorAll('p.note.sim').length") == 3
+        assert b.eval("document.querySelectorAll('p.note.npu').length") == 0
+        assert b.eval("document.querySelectorAll('table.measurements tbody tr').length") == len(snap.measurements)
+        assert b.eval("[...document.querySelectorAll('table.rounds thead th')].pop().textContent") == "Batch"
+        assert b.eval("document.querySelectorAll('table.batch').length") == 0  # the demo ran no batch
+
+        # An NPU session with a batch, kept-state references, chips left behind and a regression flag
+        from tests.report.test_report_npu_rows import build_npu_session
+
+        w = build_npu_session(tmp_path / "npu-ws")
+        npu = build_snapshot(derive_state(load_rows(w.ledger, w.sid)))
+        b.open(render_report(npu, "html", "zh", tmp_path / "npu").as_uri())
+        assert b.eval("document.querySelectorAll('p.note.sim').length") == 0
+        assert b.eval("document.querySelectorAll('p.note.npu').length") == 1
+        winner = b.eval("[...document.querySelectorAll('table.batch tbody tr.winner')].map(r => r.cells[0]"
+                        ".textContent)")
+        assert winner == ["3"] and b.eval("document.querySelectorAll('table.batch tbody tr').length") == 2
+        assert b.eval("[...document.querySelectorAll('table.rounds tr.winner')].length") == 1
+        refs = b.eval("[...document.querySelectorAll('table.measurements tr.reference')].map(r => r.cells[1]"
+                      ".textContent)")
+        assert refs == ["第 1 轮的保留状态参考"]
+        assert b.eval("document.querySelectorAll('ul.rotations li').length") == 3
+        assert b.eval("document.querySelectorAll('table.rounds span.flag').length") == 1
+        assert b.eval("document.querySelectorAll('table.kernels tr.sum').length") == 3  # baseline, rounds 1, 3
+        assert b.eval("getComputedStyle(document.querySelector('table.batch tr.winner')).fontWeight") == "600"
+        assert b.eval("document.querySelectorAll('svg.chart-time .marker').length") == len(npu.rounds) + 1
         assert [u for u in b.requests() if not u.startswith(("file:", "data:", "about:"))] == []
         assert b.console_errors() == []
     finally:

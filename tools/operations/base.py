@@ -121,6 +121,10 @@ class OperationsBase:
             actual = scan_tree(h.workspace, strict=False) if st.tree else _operator_entries(h.workspace, st)
         except TreeError as exc:
             return exc.message
+        # The server's own reports (render_report writes them next to the operator) are not drift. Safe to skip:
+        # a run materialises only the RECORDED files, so a file added later can never reach a run anyway.
+        reports = _report_names(st)
+        actual = {p: e for p, e in actual.items() if p not in reports or p in st.tree}
         diff = diff_trees(st.expected_tree, actual)
         return "" if diff.empty else diff.describe()
 
@@ -398,3 +402,18 @@ def _value_key(value: Any) -> str:
         return v
 
     return repr(norm(value))
+
+
+def _report_names(st: SessionState) -> set[str]:
+    """Workspace-relative paths render_report writes for this session (per-session and stable names)."""
+    from pathlib import PurePosixPath
+
+    first = PurePosixPath(st.session["operator_files"][0])
+    folder = first.parent
+    op = st.session["operator"]
+    out = set()
+    for sid in ("", f"_{st.id}"):
+        for lang in ("", "_en", "_zh"):
+            for ext in ("md", "html"):
+                out.add(str(folder / f"{op}_tuning_report{sid}{lang}.{ext}"))
+    return out

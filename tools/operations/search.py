@@ -56,6 +56,7 @@ class _Trial:
     error: str = ""
     decision: str = ""
     delta_pct: float | None = None
+    margin_pct: float | None = None
     device: str | None = None
 
 
@@ -271,6 +272,7 @@ class SearchOps(OperationsBase):
             assert st.kept_us is not None
             j = rules.judge_measurement(st.kept_us, t.samples, st.run_mode, st.kept_samples)
             t.delta_pct = j.delta_pct
+            t.margin_pct = j.margin_pct
             t.result_type = j.result_type
             t.decision = "reverted"
             if j.note:
@@ -325,5 +327,6 @@ class SearchOps(OperationsBase):
                           round=t.round_no, outcome=t.decision if t.decision != "reverted" else t.result_type,
                           operator_time_us=after_us,
                           info={"verdict": t.verdict, "result_type": t.result_type, "delta_pct": t.delta_pct,
+                                "margin_pct": t.margin_pct,
                                 "samples": t.samples, "device_id": t.device, "reason": t.reason or t.error})
 

@@ -46,7 +46,7 @@ class SetupOps(OperationsBase):
         self, *, workspace: str, operator_files: list[str], test_command: str | list[str], run_mode: str,
         goal_speedup: float | None = None, goal_target_us: float | None = None, timeout_s: float = 300.0,
         device_ids: list[str] | None = None, time_limit_h: float = 12.0, repeats: int | None = None,
-        shell: bool = False,
+        shell: bool = False, pass_pattern: str | None = None, fail_pattern: str | None = None,
     ) -> StartSessionResult:
         """Start (or resume) the session of a workspace. The goal is mandatory (R1); the command is fixed here."""
         ws = resolve_workspace(workspace)
@@ -84,6 +84,10 @@ class SetupOps(OperationsBase):
         devices = [str(d) for d in (device_ids or ["0"])]
         if not devices or any(not d.strip() for d in devices):
             raise InputError("device_ids must be non-empty strings", hint="e.g. ['0', '1']")
+        if pass_pattern or fail_pattern:
+            from pypto_tune.tools.verdict import compile_verdict_patterns
+
+            compile_verdict_patterns(pass_pattern, fail_pattern)  # InputError names the bad pattern and where
         goal_kind = "speedup" if goal_speedup is not None else "target_us"
         goal_value = float(goal_speedup if goal_speedup is not None else goal_target_us)  # type: ignore[arg-type]
 
@@ -119,7 +123,8 @@ class SetupOps(OperationsBase):
                 test_command=argv, shell=shell, run_mode=run_mode, goal_kind=goal_kind, goal_value=goal_value,
                 timeout_s=float(timeout_s), device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
                 original_sources=sources, original_hash=code_hash(sources), original_raw_hash=hash_sources(sources),
-                config={"python": self.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree)},
+                config={"python": self.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
+                        "pass_pattern": pass_pattern, "fail_pattern": fail_pattern},
             )
             for e in tree.values():
                 tx.insert("tree_files", session_id=sid, path=e.path, sha256=e.sha256, size=e.size,
@@ -304,7 +309,8 @@ class SetupOps(OperationsBase):
                         " record_round to roll back" if st2.open_round and st2.open_round.corrections == 0 else
                         f" ({result_type}); call record_round (it rolls back) or revert_patch")
             return PrecisionResult(
-                **self._base(st2, msg), verdict=v, reason=reason, numerics_checked=verdict.numerics_checked,
+                **self._base(st2, msg), verdict=v, reason=reason, decided_by=str(verdict.decided_by),
+                deciding_lines=[x.model_dump(mode="json") for x in verdict.deciding_lines], numerics_checked=verdict.numerics_checked,
                 exit_code=result.exit_code, duration_s=result.duration_s, key_output=key,
                 code_hash=st.current_hash, record_id=rec_id, round=round_no, device_id=device,
                 env_checks=env_checks,

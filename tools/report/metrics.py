@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from pypto_tune.tools.snapshot import Measurement, SessionSnapshot
 
 
@@ -57,3 +59,61 @@ def fmt_pct(v: float | None, signed: bool = False) -> str:
 
 def stars(n: int | None) -> str:
     return "—" if not n else "★" * int(n) + "☆" * (5 - int(n))
+
+
+class Spread:
+    """Repeats of one measurement: count, median, range and relative σ (sample standard deviation ÷ mean × 100)."""
+
+    def __init__(self, samples: list[float]) -> None:
+        xs = [float(x) for x in samples]
+        self.n = len(xs)
+        self.median = statistics.median(xs) if xs else None
+        self.lo = min(xs) if xs else None
+        self.hi = max(xs) if xs else None
+        mean = statistics.fmean(xs) if xs else 0.0
+        self.sigma_pct = statistics.stdev(xs) / mean * 100.0 if self.n >= 2 and mean else None
+
+    def range_text(self) -> str:
+        if self.lo is None or self.hi is None:
+            return "—"
+        return fmt_us(self.lo) if self.n < 2 else f"{fmt_us(self.lo)}–{fmt_us(self.hi)}"
+
+    def sigma_text(self) -> str:
+        return "—" if self.sigma_pct is None else f"{self.sigma_pct:.2f}%"
+
+
+def fmt_chips(ids: list[str]) -> str:
+    """Chips in order of first use with their run counts: ``2 ×3`` or ``1, 2 ×2``; ``—`` without any."""
+    counts: dict[str, int] = {}
+    for d in ids:
+        counts[d] = counts.get(d, 0) + 1
+    return ", ".join(f"{d} ×{n}" if n > 1 else d for d, n in counts.items()) or "—"
+
+
+def search_share(snap: SessionSnapshot) -> tuple[float, float, float | None]:
+    """(gain of rounds kept from a run_candidates batch, gain of all kept rounds, share in %), gains in µs.
+
+    A round's gain is the kept time it was judged against minus its own time. The kept time is a median of every
+    sample of the kept code, so these gains need not add up to baseline − best exactly; the share compares like
+    with like. None when nothing was kept.
+    """
+    search = total = 0.0
+    for r in snap.rounds:
+        if r.decision != "kept" or r.before_us is None or r.after_us is None:
+            continue
+        g = r.before_us - r.after_us
+        total += g
+        if r.batch is not None:
+            search += g
+    return search, total, (search / total * 100.0 if total > 0 else None)
+
+
+def measurement_label(m: Measurement, s: dict[str, str]) -> str:
+    """What a measurement was taken for, in the report's language."""
+    if m.round == 0:
+        return s["m_baseline"]
+    if m.round == -1:
+        return s["m_stage"].format(stage=m.stage or "—")
+    if m.round == -2:
+        return s["m_ref"].format(n=m.for_round) if m.for_round is not None else s["m_ref_unknown"]
+    return s["m_round"].format(n=m.round)
