@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
-from pypto_tune.tools.patching._cst import literal, same
+from pypto_tune.tools.patching._cst import same
 from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
 from pypto_tune.tools.snapshot import KnobChange
 
@@ -278,7 +278,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     delta = _delta(sites_b, sites_a)
     if structural:
         if algorithm and allow_structural:
-            report = _legal(fb, fa, context, sites_b, sites_a)
+            report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
             return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
                              unchecked=report.unchecked, structural_lines=structural,
                              change=delta[0] if len(delta) == 1 else None)
@@ -292,6 +292,13 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     if not delta:
         raise InputError("the change differs only in formatting or comments: nothing to verify or measure",
                          hint="change a knob's value (list_knobs)")
+    if len(delta) > 1 and algorithm and allow_structural:
+        # R23: a declared algorithm-level change may move several knobs together (co-tuned knobs, S-8); it is
+        # still one declared change, legal on every site it reaches
+        report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
+        return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
+                         unchecked=report.unchecked,
+                         structural_lines=[f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in delta])
     if len(delta) > 1:
         raise _refuse("one-change", f"the change touches {len(delta)} knobs at once: "
                       + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta),
@@ -331,7 +338,8 @@ def _delta(sites_b: list[Site], sites_a: list[Site]) -> list[KnobChange]:
 
 
 def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],
-           sites_a: list[Site], *, knob: Any = None, new_value: Any = None) -> effective.LegalityReport:
+           sites_a: list[Site], *, knob: Any = None, new_value: Any = None,
+           structural: bool = False) -> effective.LegalityReport:
     """Domain C on the changed knob's own rule and on every consumer whose effective value changed."""
     if knob is not None and new_value is not None and not _exprs(new_value):
         try:
@@ -348,7 +356,8 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
     prog_a = roles.analyze({**(context or {}), **fa})
     try:
         return effective.check_after(effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a),
-                                     effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a)
+                                     effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
+                                     structural=structural)
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None

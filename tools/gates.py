@@ -90,6 +90,14 @@ def check(tool: str, st: SessionState, *, drift: str = "", **kw: Any) -> None:
         return
 
     if tool == "run_precision_check":
+        if st.awaiting_user and kw.get("confirm_retry"):
+            raise GateRefusal(
+                "confirmation", f"the baseline precision check failed {st.baseline_failures} times and a person must "
+                "decide whether to retry (R5); confirm_retry=true from the agent is not that person's answer",
+                allowed=["get_status", "stop_session"],
+                hint="ask the user: in a client with elicitation the server asks them when you call "
+                "run_precision_check; otherwise they type "
+                f"`pypto-tune confirm --workspace {st.session['workspace']}` in a terminal (never run it yourself)")
         if st.awaiting_user:
             raise GateRefusal(
                 "baseline-retry", f"the baseline precision check failed {st.baseline_failures} times; the operator "

@@ -114,7 +114,8 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # questions: what the server asked a person (R5 retry); confirmations.source says who answered (the MCP
         # client's elicitation or `pypto-tune confirm` typed at a terminal), never the agent's own argument.
         # admissions: how every change was accounted for (tools/admission.py). corrections: a test command fixed
-        # before the baseline passed. trials: candidates of run_candidates batches (issue #12).
+        # before the baseline passed. trials: candidates of run_candidates batches (issue #12). checklist_marks.stage:
+        # a mark belongs to one stage (SWIMLANE_2 starts with its own checklist, not SWIMLANE_1's marks).
         """
         CREATE TABLE tree_files(
             id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), path TEXT NOT NULL,
@@ -127,6 +128,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         ALTER TABLE confirmations ADD COLUMN source TEXT;
         ALTER TABLE confirmations ADD COLUMN question_id INTEGER;
         ALTER TABLE measurements ADD COLUMN per_kernel TEXT;
+        ALTER TABLE checklist_marks ADD COLUMN stage TEXT;
         CREATE TABLE questions(
             id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
             kind TEXT NOT NULL, text TEXT NOT NULL, info TEXT NOT NULL);

@@ -62,9 +62,10 @@ RULES: list[Rule] = [
     Rule(id="stage-exit", source="R14", text_en="A stage ends at its consecutive-no-gain threshold (5/8/5); it may be "
          "left earlier only when every checklist item is tried or marked not-applicable with a reason.",
          text_zh="阶段在连续无提升达到阈值（5/8/5）时结束；提前离开须清单全部尝试或标注不适用并说明原因。"),
-    Rule(id="finished", source="R14b", text_en="The session has terminated (target reached, utilisation > 80 % and "
-         "bubble < 10 % on active cores, time limit, outer loop 3 done, or user stop): only reporting is allowed.",
-         text_zh="会话已终止（达标、活跃核利用率 > 80% 且气泡率 < 10%、超时、三轮外循环结束或用户停止）：只允许生成报告。"),
+    Rule(id="finished", source="R14b", text_en="The session has terminated (target reached, utilisation > 80 % of "
+         "both the active cores and the platform's cores of the types the kernel uses with bubble < 10 %, time limit, "
+         "outer loop 3 done, or user stop): only reporting is allowed.",
+         text_zh="会话已终止（达标；活跃核与算子可用的同类型平台核利用率均 > 80% 且气泡率 < 10%；超时；三轮外循环结束；或用户停止）：只允许生成报告。"),
     Rule(id="report-end", source="R21", text_en="The final report is rendered only after the session terminated.",
          text_zh="最终报告只能在会话终止后生成。"),
     Rule(id="report-debug", source="R22", text_en="debug_options are restored before the report (render_report does "
@@ -90,8 +91,9 @@ RULES: list[Rule] = [
          text_zh="本会话有运行中的任务，请等待其完成。"),
     Rule(id="session-lock", source="—", text_en="Another server process holds this workspace's session lock; "
          "read-only calls still work.", text_zh="另一个服务器进程持有该工作区的会话锁；只读调用仍可用。"),
-    Rule(id="command-fixed", source="—", text_en="The test command is fixed at session start; no later call accepts "
-         "a command.", text_zh="测试命令在会话开始时固定，之后任何调用都不接受命令。"),
+    Rule(id="command-fixed", source="—", text_en="The test command is checked at session start and may be corrected "
+         "(start_session again, recorded as a correction) only until the baseline precision passes; then it is fixed.",
+         text_zh="测试命令在会话开始时校验；基线精度通过之前可以修正（再次调用 start_session，记为一次修正），通过后即固定。"),
 ]
 RULES_BY_ID = {r.id: r for r in RULES}
 

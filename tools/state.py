@@ -258,7 +258,13 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
                 stage_analyzed = any(a["measurement_id"] == mid for a in rows["analyses"])
 
     checklist: dict[tuple[str, str], Row] = {}
+    current_group = rules.STAGES_BY_NAME[stage].group if stage in rules.STAGES_BY_NAME else None
     for mark in rows["checklist_marks"]:
+        # the current stage sees only its own marks (and marks of ledgers from before marks named their stage);
+        # SWIMLANE_2 does not inherit SWIMLANE_1's "not applicable" (issue #10, attack 6)
+        own = mark.get("stage")
+        if mark["stage_group"] == current_group and own is not None and own != stage:
+            continue
         checklist[(mark["stage_group"], mark["catalog_id"])] = mark
 
     tree = {r["path"]: FileEntry(path=r["path"], sha256=r["sha256"], size=int(r["size"]),
@@ -267,7 +273,9 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     for c in rows["corrections"]:
         if c["field"] == "test_command":
             command = list(c["after_value"])
-    answered = {int(c["question_id"]) for c in rows["confirmations"] if c.get("question_id") is not None}
+    # a "no" leaves the question open: the person may still say yes later; only a retry answer closes it
+    answered = {int(c["question_id"]) for c in rows["confirmations"]
+                if c.get("question_id") is not None and c["kind"] == "baseline-retry"}
     pending = next((q for q in reversed(rows["questions"]) if int(q["id"]) not in answered), None)
 
     return SessionState(

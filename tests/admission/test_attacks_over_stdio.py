@@ -293,7 +293,9 @@ def test_self_served_confirmations_and_hand_fixes_are_refused_attack_8(tmp_path:
             for _ in range(3):
                 assert (await s.ok("run_precision_check", session_id=sid))["verdict"] != "passed"
             msg = await s.refused("run_precision_check", session_id=sid, confirm_retry=True)
-            assert "GATE baseline-retry:" in msg and "pypto-tune confirm" in msg
+            assert "GATE confirmation:" in msg and "pypto-tune confirm" in msg
+            msg = await s.refused("run_precision_check", session_id=sid)
+            assert "GATE baseline-retry:" in msg
             # fix the operator by hand and adopt it: refused before tuning (R5: the tuner does not fix it)
             (ws / "bad_op.py").write_text(FAILING_OP.replace("return 1", "return 0").replace("failed", "passed"))
             msg = await s.refused("run_precision_check", session_id=sid, adopt_drift=True)
@@ -353,5 +355,42 @@ def test_npu_repeats_have_a_floor_attack_9(tmp_path: Path) -> None:
                                   test_command=[sys.executable, "softmax.py", "--run-mode", "npu"], run_mode="npu",
                                   goal_speedup=2.0, repeats=1)
             assert "at least 3" in msg
+
+    anyio.run(scenario)
+
+
+def test_a_person_answering_in_the_client_is_recorded_as_theirs(tmp_path: Path) -> None:
+    """Attack 8's legitimate path: a client with elicitation asks its user; the answer is recorded with its
+    source, and only then is the baseline run again. A declined question runs nothing."""
+    from mcp import Client, types
+
+    from tests.server.mcp_client import Session, server_params
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "bad_op.py").write_text(FAILING_OP)
+    cmd = [sys.executable, "bad_op.py"]
+    asked: list[str] = []
+    answers = iter([False, True])
+
+    async def person(context, params):  # noqa: ANN001 - the SDK's callback signature
+        asked.append(params.message)
+        if next(answers):
+            return types.ElicitResult(action="accept", content={"retry": True})
+        return types.ElicitResult(action="decline")
+
+    async def scenario() -> None:
+        async with Client(server_params(ws), mode="legacy", elicitation_callback=person) as client:
+            s = Session(client)
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["bad_op.py"], test_command=cmd,
+                              run_mode="sim", goal_speedup=2.0))["session_id"]
+            for _ in range(3):
+                await s.ok("run_precision_check", session_id=sid)
+            declined = await s.refused("run_precision_check", session_id=sid)
+            assert "GATE baseline-retry:" in declined and len(asked) == 1
+            again = await s.ok("run_precision_check", session_id=sid)
+            assert len(asked) == 2 and again["verdict"] != "passed" and again["attempts_left"] == 2
+            ledger = (await client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
+            assert '"source": "elicitation"' in ledger and '"kind": "declined"' in ledger
 
     anyio.run(scenario)

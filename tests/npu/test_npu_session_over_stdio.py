@@ -123,7 +123,9 @@ def test_three_baseline_failures_on_every_chip_wait_for_a_person(tmp_path: Path)
                 devices.append(r["device_id"])
             assert devices == ["0", "1", "2"]
             msg = await s.refused("run_precision_check", session_id=sid, confirm_retry=True)
-            assert "GATE baseline-retry:" in msg and "pypto-tune confirm" in msg
+            assert "GATE confirmation:" in msg and "pypto-tune confirm" in msg
+            msg = await s.refused("run_precision_check", session_id=sid)
+            assert "GATE baseline-retry:" in msg
 
     anyio.run(scenario)
 

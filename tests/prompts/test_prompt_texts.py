@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ROOT / "prompts" / "workflow"
 NAMES = ["perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf"]
 LANGS = ["zh", "en"]
-EXTRA_TOOLS = {"wait_job"}
+EXTRA_TOOLS = {"wait_job", "cancel_job"}  # the job tools live in server/ (app.py), not in the service
 
 
 def _load_rules():

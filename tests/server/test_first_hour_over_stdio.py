@@ -61,7 +61,7 @@ def test_an_upstream_style_test_passes_and_says_which_line_decided(tmp_path: Pat
             assert "numerics" in ok["message"].lower() or "not checked" in ok["message"].lower()
             # fixed once the baseline passed
             msg = await s.refused("start_session", test_command=wrong, **base)
-            assert "fixed" in msg
+            assert "GATE command-fixed:" in msg
             # a resumed session keeps its goal
             msg = await s.refused("start_session", test_command=good, **{**base, "goal_speedup": 3.0})
             assert "goal" in msg and "new session" in msg

@@ -22,12 +22,13 @@ from mcp.types import (
     ResourceTemplateReference,
 )
 from pypto_tune.server.app import build_server
-from pypto_tune.tools.results import CollectResult, JobHandle, PrecisionResult
+from pypto_tune.tools.results import CollectResult, JobHandle, PrecisionResult, TrialsResult
 
 from tests.conftest import RUNS, make_workspace, sim_command
 from tests.server.mcp_client import connect
 
-LONG_TOOLS = {"run_precision_check": PrecisionResult, "collect_swimlane": CollectResult}
+LONG_TOOLS = {"run_precision_check": PrecisionResult, "collect_swimlane": CollectResult,
+              "run_candidates": TrialsResult}
 KB8 = 8 * 1024
 
 
@@ -239,6 +240,8 @@ def _sample(model: type) -> dict[str, Any]:
     if model is PrecisionResult:
         return PrecisionResult(**common, verdict="passed", numerics_checked=False, exit_code=0, duration_s=1.0,
                                key_output="", code_hash="h", record_id=1).model_dump(mode="json")
+    if model is TrialsResult:
+        return TrialsResult(**common, batch="b", parallel=2, trials=[]).model_dump(mode="json")
     return CollectResult(**common, output_dirs=[], artifacts=[], operator_time_us=1.0, e2e_us=1.0, samples_us=[1.0],
                          valid=True, invalid_reasons=[], measurement_id=1, round=0, target_us=None,
                          baseline_us=None).model_dump(mode="json")

@@ -94,10 +94,10 @@ def test_three_baseline_failures_wait_for_a_person_not_for_the_agent(ledger: Led
         _prec(ledger, "failed")
     st = derive_state(load_rows(ledger, "s1"))
     assert st.awaiting_user and st.baseline_failures == 3
-    for kw in ({}, {"confirm_retry": True}):  # the agent's own flag is no answer
+    for kw, rule in (({}, "baseline-retry"), ({"confirm_retry": True}, "confirmation")):  # the agent's flag: no
         with pytest.raises(GateRefusal) as refusal:
             gates.check("run_precision_check", st, **kw)
-        assert refusal.value.rule == "baseline-retry" and "pypto-tune confirm" in str(refusal.value)
+        assert refusal.value.rule == rule and "pypto-tune confirm" in str(refusal.value)
     last = max(r["id"] for r in st.rows["precision_records"])
     # a confirmation row without a person's source (what an old server wrote for confirm_retry=true) changes nothing
     ledger.insert("confirmations", session_id="s1", at=now_iso(), kind="baseline-retry", detail=str(last))

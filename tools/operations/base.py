@@ -13,12 +13,12 @@ from pypto_tune.tools import gates
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
 from pypto_tune.tools.ledger import LEDGER_DIR, Ledger, now_iso
 from pypto_tune.tools.patching import (
-    functional_sources,
     hash_sources,
     read_sources,
     unified_diff,
     write_sources,
 )
+from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F401  (re-exported)
 from pypto_tune.tools.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
 from pypto_tune.tools.errors import TreeError
 from pypto_tune.tools.state import SessionState, derive_state, load_rows
@@ -60,6 +60,7 @@ class OperationsBase:
         self._contexts: dict[tuple[str, str], dict[str, str]] = {}
         self._sem_cache: dict[str, str] = {}
         self._proposals: dict[str, dict[str, dict[str, Any]]] = {}  # session -> candidate id -> candidate
+        self._admission_caches: dict[str, Any] = {}  # session -> tools.search.AdmissionCache
 
     def _handle(self, workspace: Path) -> _Handle:
         if workspace not in self._handles:
@@ -325,11 +326,6 @@ class OperationsBase:
 
 
 
-def code_hash(sources: dict[str, str]) -> str:
-    """The hash a precision verdict binds to: runtime-debug additions do not change numerics, so they are stripped."""
-    return hash_sources(functional_sources(sources))
-
-
 def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict[str, str], after: dict[str, str],
                note: str, catalog_id: str | None = None, diff: str | None = None,
                changes: list[Any] | None = None) -> dict[str, Any]:
@@ -365,23 +361,6 @@ def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]
     except FileNotFoundError as exc:
         raise TreeError(f"an operator file is missing on disk: {exc}") from None
     return entries_for_sources(disk, {})
-
-
-def semantic_hash(sources: dict[str, str]) -> str:
-    """Hash of what the code *means*: the syntax trees of the functional sources, so whitespace, comments and the
-    runtime-debug switch cannot make a change that already failed look new (issue #10, attack 7)."""
-    import ast
-    import hashlib
-
-    h = hashlib.sha256()
-    for path, text in sorted(functional_sources(sources).items()):
-        body = text[1:] if text.startswith("\ufeff") else text
-        try:
-            dumped = ast.dump(ast.parse(body))
-        except SyntaxError:
-            dumped = body
-        h.update(f"{path}\0{dumped}\0".encode())
-    return h.hexdigest()
 
 
 def _value_key(value: Any) -> str:

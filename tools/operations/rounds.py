@@ -157,7 +157,7 @@ class RoundOps(OperationsBase):
             cat = st.open_round.row["catalog_id"]
             group = rules.STAGES_BY_NAME.get(st.open_round.row["stage"])
             if group and group.group in ("frontend", "swimlane", "incore") and cat != "MANUAL":
-                tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group.group,
+                tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group.group, stage=group.name,
                           catalog_id=cat, status="tried" if decision != "failed" else "failed",
                           reason=f"round {n}: {result_type}", round=n)
         return restored_hash

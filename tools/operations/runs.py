@@ -79,6 +79,12 @@ class Measured:
             k = self.per_kernel.setdefault(label, {"time": [], "e2e": []})
             k["time"].append(float(d.operator_time_us))
             k["e2e"].append(float(d.e2e_us))
+        # the stored analysis names each folder's kernel too (the search reads per_dir[i]["kernel"] after the
+        # output folders may be gone)
+        for entry in self.analysis.get("per_dir", []):
+            label = labels.get(str(entry.get("run_dir")))
+            if label is not None:
+                entry["kernel"] = label
 
     def absorb(self, other: "Measured") -> None:
         self.samples += other.samples

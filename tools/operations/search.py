@@ -58,6 +58,7 @@ class _Trial:
     delta_pct: float | None = None
     margin_pct: float | None = None
     device: str | None = None
+    kept_pool: list[float] = field(default_factory=list)
 
 
 class SearchOps(OperationsBase):
@@ -71,12 +72,7 @@ class SearchOps(OperationsBase):
         self._gate(h, st, "propose_candidates", mutating=False)
         if not 1 <= int(limit) <= 64:
             raise InputError(f"limit must be 1..64, got {limit}", hint="the default is 8")
-        from pypto_tune.tools.search import propose_for_session
-
-        proposal = propose_for_session(
-            kept_sources=st.kept_sources, context=self._context(h, st), stage=st.stage or "",
-            analysis=self._kept_analysis(st), history=self._history(st), limit=int(limit), knob=knob,
-            run_mode=st.run_mode, kept_hash=st.kept_hash)
+        proposal = self._search(h, st, limit=int(limit), knob=knob)
         cands = [c.model_dump(mode="json") for c in proposal.candidates]
         self._proposals.setdefault(st.id, {}).update({c["id"]: c for c in cands})
         msg = (f"{len(cands)} candidate(s) for {st.stage}" + (" (the stage's knobs are exhausted)"
@@ -88,6 +84,16 @@ class SearchOps(OperationsBase):
                                                        proposal.needs_algorithm_stage],
                                 exhausted=proposal.exhausted, excluded=dict(proposal.excluded),
                                 notes=list(proposal.notes))
+
+    def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None) -> Any:
+        """tools/search on this session: the kept sources, the stage, this operator's latest analysis and the
+        session's history (what was tried, from which kept state, with which outcome)."""
+        from pypto_tune.tools.search import AdmissionCache, search
+
+        cache = self._admission_caches.setdefault(st.id, AdmissionCache())
+        return search(st.kept_sources, stage=st.stage or "", context=self._context(h, st),
+                      analysis=self._kept_analysis(st), history=self._history(st), limit=limit, knob=knob,
+                      kept_hash=st.kept_hash, cache=cache)
 
     def _kept_analysis(self, st: SessionState) -> dict[str, Any]:
         m = st.last_valid_measurement(st.kept_hash) or st.last_valid_measurement()
@@ -190,6 +196,12 @@ class SearchOps(OperationsBase):
                  ) -> tuple[list[_Trial], list[str]]:
         """Resolve ids, build each candidate's code from the kept state and admit it; refused ones are listed."""
         known = self._proposals.get(st.id, {})
+        unknown_ids = [c for c in candidates if isinstance(c, str) and c not in known]
+        if unknown_ids:
+            # ids from an earlier server process (or a proposal of another kept state): ask the search again; an id
+            # is a hash of (knob, value, kept state), so a stale one simply stays unknown
+            fresh = self._search(h, st, limit=64)
+            known = {**known, **{c.id: c.model_dump(mode="json") for c in fresh.candidates}}
         trials: list[_Trial] = []
         refused: list[str] = []
         seen: set[str] = set()
@@ -252,6 +264,8 @@ class SearchOps(OperationsBase):
                                     purpose="trial-measure", round_no=t.round_no,
                                     count=int(st.session["repeats"]), label=f"candidate r{t.round_no}",
                                     progress=None, batch=batch, pooled=True)
+            if st.run_mode == "npu" and m.valid and st.kept_samples and st.kept_us is not None:
+                await self._sample_until_decisive(h, st, t, m, code, batch, status)
             self._record_measurement(h, st, m, round_no=t.round_no, code=code,  # type: ignore[attr-defined]
                                      label=f"round{t.round_no}")
             t.measured = m
@@ -260,6 +274,33 @@ class SearchOps(OperationsBase):
             else:
                 t.samples = list(m.samples)
             status[t.round_no] = f"done: {'measured' if m.valid else 'no data'}"
+
+    async def _sample_until_decisive(self, h: _Handle, st: SessionState, t: _Trial, m: Any, code: str, batch: str,
+                                     status: dict[int, str]) -> None:
+        """NPU: the same sequential rule as a manual round's collect_swimlane — while the difference to the kept
+        state is not decisive, measure the kept state and the candidate ``repeats`` more times each (up to 6 ×
+        ``repeats``), so a batch neither keeps noise nor loses a real gain to it."""
+        reps = int(st.session["repeats"])
+        pool = list(st.kept_samples)
+        while len(m.samples) < reps * rules.NPU_MAX_SAMPLES_FACTOR:
+            j = rules.judge_measurement(statistics.median(pool), m.samples, "npu", pool, final=False)
+            if j.decisive:
+                break
+            status[t.round_no] = f"measuring more ({len(m.samples)} samples, not decisive)"
+            ref = await self._measure(h, st, sources=st.kept_sources, code=st.kept_hash,  # type: ignore[attr-defined]
+                                      purpose="kept-reference", round_no=-2, count=reps,
+                                      label=f"kept-state reference for r{t.round_no}", progress=None, batch=batch,
+                                      pooled=True)
+            self._record_measurement(h, st, ref, round_no=-2, code=st.kept_hash,  # type: ignore[attr-defined]
+                                     label=f"round{t.round_no}-reference")
+            more = await self._measure(h, st, sources=t.sources, code=code,  # type: ignore[attr-defined]
+                                       purpose="trial-measure", round_no=t.round_no, count=reps,
+                                       label=f"candidate r{t.round_no}", progress=None, batch=batch, pooled=True)
+            m.absorb(more)
+            pool += ref.samples
+            if not (ref.valid and more.valid):
+                break
+        t.kept_pool = pool
 
     def _decide(self, st: SessionState, trials: list[_Trial]) -> _Trial | None:
         """Judge every measured trial against the kept state; the best gain is kept, other gains not chosen."""
@@ -270,7 +311,9 @@ class SearchOps(OperationsBase):
                 t.result_type = t.result_type or "runtime-error"
                 continue
             assert st.kept_us is not None
-            j = rules.judge_measurement(st.kept_us, t.samples, st.run_mode, st.kept_samples)
+            pool = t.kept_pool or st.kept_samples
+            j = rules.judge_measurement(statistics.median(pool) if t.kept_pool else st.kept_us, t.samples,
+                                        st.run_mode, pool)
             t.delta_pct = j.delta_pct
             t.margin_pct = j.margin_pct
             t.result_type = j.result_type
@@ -320,7 +363,7 @@ class SearchOps(OperationsBase):
                           error_output=(t.error or "")[-4000:], notes=t.reason[:1000],
                           restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
                 if stage.group in ("frontend", "swimlane", "incore"):
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=stage.group,
+                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=stage.group, stage=st.stage,
                               catalog_id=t.catalog_id, status="tried" if t.decision != "failed" else "failed",
                               reason=f"round {t.round_no} (batch {batch}): {t.result_type}", round=t.round_no)
                 tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,

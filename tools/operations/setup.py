@@ -170,8 +170,10 @@ class SetupOps(OperationsBase):
         msg = f"resumed session {sid} at {st.level1}" + (f"/{st.stage}" if st.stage else "")
         if argv != st.test_command:
             if st.level1 != "S1_SETUP" or st.passed_hashes:
-                raise InputError(f"session {sid} runs {st.test_command}; the test command is fixed once the baseline "
-                                 "precision passed", hint=finish)
+                raise self._refuse(h, sid, "start_session", GateRefusal(
+                    "command-fixed", f"session {sid} runs {st.test_command}; the test command is fixed once the "
+                    "baseline precision passed (every verdict and measurement since was made with it)",
+                    allowed=["start_session (same command)", "stop_session", "get_status"], hint=finish))
             self._check_command(argv, ws, run_mode)
             h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="test_command",
                             before_value=st.test_command, after_value=argv,

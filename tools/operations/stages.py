@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from pypto_tune.tools import gates, rules
 from pypto_tune.tools.analysis import load_catalog
@@ -23,6 +24,11 @@ log = logging.getLogger("pypto_tune.service")
 
 # Catalogue items that are analyses, done by the stage's entry analysis (S-1: core usage).
 ANALYSIS_ONLY = {"S-1"}
+# Items no knob can carry out that are not changes at all.
+NOT_A_CHANGE = {"I-5": "a comparison of one TileOp against an Ascend C kernel, outside what this server runs"}
+# A measured figure: a number with its unit (the catalogue id's own digits do not count).
+_MEASURED = re.compile(r"\d+(?:\.\d+)?\s*(?:µs|us|ms|%|x|×|KB|KiB|MB|tasks?|cores?|iterations?|samples?)\b",
+                       re.IGNORECASE)
 
 
 class StageOps(OperationsBase):
@@ -93,7 +99,7 @@ class StageOps(OperationsBase):
             used = {" ".join(str(m["reason"]).split()).lower() for m in st.rows["checklist_marks"]}
             if text.lower() in used:
                 problem = "the same reason was already given for another item: say why THIS item does not apply"
-            elif len(text) < 30 or not (any(n in text.lower() for n in names) or any(ch.isdigit() for ch in text)):
+            elif len(text) < 30 or not (any(n in text.lower() for n in names) or _MEASURED.search(text)):
                 problem = (f"{catalog_id} has knobs in this operator ({', '.join(k.id for k in knobs[:4])}): the "
                            "reason must name the knob or cite a measured figure (at least 30 characters)")
         if problem:
@@ -101,7 +107,8 @@ class StageOps(OperationsBase):
                 "stage-exit", f"{catalog_id} cannot be marked not-applicable: {problem}",
                 allowed=["apply_tuning_patch", "propose_candidates", "mark_checklist", "get_status"],
                 hint="try the item (a round citing it marks it), or give a specific reason"))
-        h.ledger.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, catalog_id=catalog_id,
+        h.ledger.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
+                        catalog_id=catalog_id,
                         status=status, reason=text, round=None)
         st2 = self._state(h, session_id)
         return ChecklistResult(**self._base(st2, f"{catalog_id} marked {status}"), stage_group=group,
@@ -129,14 +136,14 @@ class StageOps(OperationsBase):
                 if item.stage != group or (group, item.id) in st.checklist:
                     continue
                 if item.id in ANALYSIS_ONLY:
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group,
+                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
                               catalog_id=item.id, status="tried", reason="server: the stage's entry analysis did it",
                               round=None)
                 elif not self._knobs_serving(h, st, item.id):
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group,
-                              catalog_id=item.id, status="not-applicable",
-                              reason="server: no knob of this operator serves it; it needs a structural change "
-                              "(ALGORITHM stage)", round=None)
+                    why = (NOT_A_CHANGE.get(item.id) or "no knob of this operator serves it; it needs a structural "
+                           "change (ALGORITHM stage)")
+                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
+                              catalog_id=item.id, status="not-applicable", reason=f"server: {why}", round=None)
 
     def _checklist(self, st: SessionState, group: str) -> list[dict[str, str]]:
         items = [i for i in load_catalog().items if i.stage == group]

@@ -226,10 +226,14 @@ def _fail(message: str, rule: str, legal: str) -> KnobValueError:
                           hint="choose a value inside the legal range (list_knobs shows it for this operator)")
 
 
-def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any) -> None:
+def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any, *, structural: bool = False) -> None:
+    """``structural``: an algorithm-level change may change the tile's rank (a reshape needs a new tile, F-4), so
+    the rank of the old value is not imposed; everything else is."""
     v = sv.value
-    legality.validate("vec_tile", None, None, v, dict(sv.context, current=before if isinstance(before, list)
-                                                       else sv.context.get("current")))
+    current = None if structural else (before if isinstance(before, list) else sv.context.get("current"))
+    legality.validate("vec_tile", None, None, v, dict(sv.context, current=current))
+    if structural and isinstance(before, list) and len(before) != len(v):
+        before = None  # a new rank: the reduce-axis rule judges the new tile on its own
     shapes = [s for s in sv.context.get("tensor_shapes", []) if len(s) == len(v)
               and all(isinstance(d, int) for d in s)]
     dtypes = sv.context.get("dtypes", [])
@@ -263,7 +267,7 @@ def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any
 
 def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteValue],
                 before_loops: dict[str, SiteValue], after_loops: dict[str, SiteValue],
-                program_after: roles.Program) -> LegalityReport:
+                program_after: roles.Program, *, structural: bool = False) -> LegalityReport:
     """Refuse (KnobValueError) any consumer site whose effective value changed to something illegal."""
     report = LegalityReport()
     for sid, sv in after_sites.items():
@@ -280,7 +284,7 @@ def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteV
         try:
             if sv.kind == "vec_tile":
                 reds = program_after.reductions.get(file, [])
-                check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value)
+                check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural)
             elif sv.kind == "cube_tile":
                 legality.validate("cube_tile", None, None, sv.value, dict(sv.context, current=sv.value))
             elif sv.kind == "loop_option":

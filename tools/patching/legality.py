@@ -167,8 +167,10 @@ def _vec_tile(v: Any, ctx: dict[str, Any]) -> Any:
     return v
 
 
+L0C_BYTES = 128 * 1024  # cube output buffer (pypto 0.2.0's MEM_L0C)
 CUBE_LEGAL = ("m=[mL0, mL1], k=[kL0, kL1] or [kL0, kAL1, kBL1], n=[nL0, nL1]; ints ≥ 1; L0 ≤ L1 and L1 % L0 == 0; "
-              "FP16/BF16: L0 multiples of 16; kL0, kL1, nL0, nL1 32-byte aligned; enable_split_k bool")
+              "FP16/BF16: L0 multiples of 16; kL0, kL1, nL0, nL1 32-byte aligned; mL0·nL0·4 B ≤ 128 KB (L0C); "
+              "enable_split_k bool")
 
 
 def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
@@ -216,6 +218,12 @@ def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
                 for x in out[axis]:
                     if x % elems:
                         raise _fail(f"{axis} tile {x} is not 32-byte aligned ({elems} elements)", rule, CUBE_LEGAL)
+    # The L0C buffer holds the mL0 × nL0 output tile in FP32 (4 bytes) and is 128 KiB: measured on the matmul_act
+    # grid, m (128, 128) with n (512, 512) fails with "Alloc tensor size 262144 exceeds MEM_L0C 131072".
+    l0c = out["m"][0] * out["n"][0] * 4
+    if l0c > L0C_BYTES:
+        raise _fail(f"mL0 {out['m'][0]} × nL0 {out['n'][0]} × 4 B = {l0c // 1024} KB exceeds the 128 KB L0C buffer",
+                    rule, CUBE_LEGAL)
     split = merged.get("enable_split_k")
     if split is not None:
         if not isinstance(split, bool):

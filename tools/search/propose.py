@@ -1,0 +1,589 @@
+"""Concrete, legal candidates for the current stage, ranked (issue #12).
+
+:func:`search` is the entry point ``propose_candidates`` calls; :func:`propose` returns only the candidate list.
+The pipeline, for the kept state of one operator:
+
+1. **knobs** — ``extract_knobs(kept, context)``; only tunable ones, optionally one asked for;
+2. **values** — per knob from this operator's shapes, dtypes and loops (:mod:`.values`), each given the catalogue id
+   of the current stage it serves (a knob with no id in this stage gets no candidate);
+3. **never again** — a value tried from this same kept state, and (after planning) code whose semantic hash was
+   tried and not kept, are dropped (rule ``no-retry``, R19);
+4. **rank** — ``ranking="model"``: history, then the shape model with its priors, then the analysis
+   (:mod:`.rank`, :mod:`.history`); ``ranking="plain"``: catalogue priority, then the nearest value;
+5. **admit** — in rank order, each value is planned with ``plan_knob_edit`` and judged by the server's own
+   ``admission.admit`` — the one admission path every change goes through — until ``limit`` are admitted. Cheap
+   refusals come first from the same legality functions admission uses (``check_knob_value``, the effective-value
+   checks of ``tools/patching/effective.py``), so that an illegal value is not planned at all. Nothing here
+   restates a legality rule.
+
+Analysis suggestions of this stage that no knob of this operator serves are returned as ``needs_algorithm_stage``
+(structural changes, R23), never as candidates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pypto_tune.tools.admission import admit
+from pypto_tune.tools.errors import (
+    GateRefusal,
+    InputError,
+    KnobValueError,
+    PatchError,
+    PyptoTuneError,
+)
+from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
+from pypto_tune.tools.patching.models import Knob
+from pypto_tune.tools.search import rank as R
+from pypto_tune.tools.search.cache import AdmissionCache, state_key, value_key
+from pypto_tune.tools.search.hashing import code_hash, semantic_hash
+from pypto_tune.tools.search.history import history_signals
+from pypto_tune.tools.search.kernel import KernelModel
+from pypto_tune.tools.search.models import (
+    CATALOG_PREFIX,
+    AlgorithmNote,
+    Candidate,
+    Proposal,
+    StageGroup,
+    TriedChange,
+    norm_value,
+)
+from pypto_tune.tools.search.priors import Priors, load_priors
+from pypto_tune.tools.search.values import values_for
+
+Ranking = Literal["model", "plain"]
+ALL_SIGNALS = frozenset({"model", "history", "analysis"})
+ANALYSIS_ONLY = {"S-1"}  # catalogue items that are an analysis, not a change
+MAX_REFUSALS_SHOWN = 5
+
+
+@dataclass
+class _Raw:
+    knob: Knob
+    value: Any
+    catalog_id: str
+    terms: list[R.Term] = field(default_factory=list)
+    score: float = 0.0
+    plain: tuple = ()
+    step: float = 0.0
+    note: str = ""
+    model: dict[str, Any] = field(default_factory=dict)
+
+    def sort_key(self, ranking: Ranking) -> tuple:
+        tail = (self.knob.id, value_key(self.value))
+        if ranking == "plain":
+            return (*self.plain, *tail)
+        return (-round(self.score, 9), *self.plain, *tail)
+
+
+def _stage_group(stage: str) -> StageGroup:
+    s = stage.lower()
+    for g in ("frontend", "swimlane", "incore"):
+        if s.startswith(g):
+            return g  # type: ignore[return-value]
+    raise InputError(f"unknown stage {stage!r}", hint="frontend, swimlane or incore (or a stage name such as "
+                     "SWIMLANE_1)")
+
+
+def _candidate_id(kept_hash: str, knob_id: str, value: Any) -> str:
+    return "c-" + hashlib.sha256(f"{kept_hash}\0{knob_id}\0{value_key(value)}".encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------------------------------------- catalogue ids
+
+
+_CATALOG_ORDER: dict[str, tuple] | None = None
+
+
+def _catalog_rank(cid: str) -> tuple:
+    """Catalogue priority of an item (stage table): more stars first, then P-level, then catalogue order."""
+    global _CATALOG_ORDER
+    if _CATALOG_ORDER is None:
+        from pypto_tune.tools.analysis.catalog import load_catalog
+
+        _CATALOG_ORDER = {it.id: (-it.stars, it.p_level, i) for i, it in enumerate(load_catalog().items)}
+    return _CATALOG_ORDER.get(cid, (0, "P9", 999))
+
+
+def _catalog_title(cid: str) -> str:
+    from pypto_tune.tools.analysis.catalog import load_catalog
+
+    it = load_catalog().get(cid)
+    return it.title_en if it else ""
+
+
+def _grows(current: Any, value: Any) -> bool | None:
+    from pypto_tune.tools.search.history import components
+
+    a, b = components(current), components(value)
+    if a is None or b is None or len(a) != len(b):
+        return None
+    pa, pb = math.prod(max(x, 1e-9) for x in a), math.prod(max(x, 1e-9) for x in b)
+    return pb > pa
+
+
+def choose_catalog_id(knob: Knob, stage: StageGroup, value: Any, fb: dict[str, Any] | None,
+                      facts: R.Facts) -> str | None:
+    """The catalogue id of this stage that the change serves, among the ids the knob serves (the server checks
+    the same: rule ``catalog-stage``). None when the knob serves nothing in this stage that fits the change."""
+    prefix = CATALOG_PREFIX[stage]
+    ids = [c for c in knob.catalog_ids if c.startswith(prefix)]
+    if not ids:
+        return None
+    kind, name = knob.kind, knob.name
+    consumers = set(knob.context.get("consumers", []))
+    grows = _grows(knob.value, value)
+    prefs: list[str] = []
+    if stage == "frontend":
+        if kind == "vec_tile" or (isinstance(knob.value, list) and "vec_tile" in consumers):
+            prefs = ["F-10"]
+        elif kind == "cube_tile":
+            prefs = ["F-9"]
+        elif kind in ("tile_constant", "local_constant") and consumers & {"loop", "slice", "view"}:
+            iters = (fb or {}).get("iterations") or 0
+            cube = bool((fb or {}).get("has_cube"))
+            if grows:
+                prefs = (["F-3"] if iters > 100 else []) + (["F-1"] if cube else []) + ["F-2", "F-7", "F-11"]
+            else:
+                prefs = ["F-7", "F-11"]
+        elif name == "unroll_list" or "unroll" in consumers:
+            prefs = ["F-8", "F-2"]
+        elif name == "combine_axis":
+            prefs = ["F-15"]
+    elif stage == "swimlane":
+        if kind == "vec_tile" or (isinstance(knob.value, list) and "vec_tile" in consumers):
+            prefs = ["S-3", "S-12"] if facts.load_gap_severe else ["S-12", "S-3"]
+        elif kind == "cube_tile":
+            prefs = (["S-3"] if facts.load_gap_severe else []) + (["S-11", "S-2"] if grows else ["S-2", "S-11"])
+        elif name == "vec_nbuffer_setting":
+            prefs = ["S-5", "S-8"]
+        elif name == "cube_l1_reuse_setting":
+            prefs = ["S-6", "S-8"]
+        elif name == "cube_nbuffer_setting":
+            prefs = ["S-7", "S-8"]
+        elif name == "stitch_function_max_num":
+            prefs = ["S-9"]
+        elif name == "device_sched_mode":
+            prefs = ["S-10"]
+    else:
+        if kind == "cube_tile" and isinstance(value, dict) and isinstance(knob.value, dict) \
+                and value.get("k") != knob.value.get("k") and value.get("m") == knob.value.get("m") \
+                and value.get("n") == knob.value.get("n"):
+            prefs = ["I-7"]  # gather granularity: only the K tiles
+        elif name == "submit_before_loop":
+            prefs = ["I-8"]
+        elif kind == "cache_policy":
+            prefs = ["I-2"]
+    usable = [c for c in prefs if c in ids]
+    if not usable:
+        return None
+    suggested = [c for c in usable if c in facts.suggestions]
+    return suggested[0] if suggested else usable[0]
+
+
+# ---------------------------------------------------------------------------------------------- the search
+
+
+class _Context:
+    """Everything computed once per call: knobs, kernel model, base features, facts, history lookups."""
+
+    def __init__(self, kept: dict[str, str], context: dict[str, str] | None, stage: StageGroup,
+                 analysis: dict[str, Any] | None, history: list[TriedChange], priors: Priors, kept_hash: str) -> None:
+        self.kept, self.context, self.stage, self.priors = kept, context, stage, priors
+        self.kept_hash = kept_hash
+        self.knobs = extract_knobs(kept, context)
+        self.model = KernelModel(kept, context)
+        self.base = self.model.features()
+        self.facts = R.read_facts(analysis, priors)
+        self.analysis = analysis
+        self.history = history
+        self.tried_here = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
+        self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
+        self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
+        self._loops_before: dict[str, Any] | None = None
+
+    # which kernels a knob's value reaches
+    def scopes_of(self, knob: Knob) -> set[tuple[str, str]]:
+        if knob.function is None:
+            name = knob.name
+            out = set()
+            for f in self.base:
+                env = self.model.program.env(f["file"], f["scope"])
+                if f["file"] == knob.file or (name in env and env[name] == knob.value):
+                    out.add((f["file"], f["scope"]))
+            return out
+        fn = knob.function
+        return {(f["file"], f["scope"]) for f in self.base
+                if f["file"] == knob.file and (f["scope"] == fn or f["scope"].startswith(fn + ".")
+                                               or fn.startswith(f["scope"] + "."))}
+
+    def kernel_of(self, knob: Knob) -> dict[str, Any] | None:
+        scopes = self.scopes_of(knob)
+        for f in self.base:
+            if (f["file"], f["scope"]) in scopes:
+                if knob.kind in ("vec_tile", "cube_tile") and not (
+                        any(v["line"] == knob.line for v in f.get("vec", []))
+                        or (f.get("cube") or {}).get("line") == knob.line):
+                    continue
+                return f
+        return None
+
+    def after(self, knob: Knob, value: Any) -> list[dict[str, Any]] | None:
+        """Features of every kernel with the knob at ``value``; None when the model cannot see this knob."""
+        scopes = self.scopes_of(knob)
+        if knob.kind in ("vec_tile", "cube_tile"):
+            return self.model.features(site_override={(knob.file, knob.line): value}, scopes=scopes)
+        if knob.kind in ("tile_constant", "local_constant"):
+            return self.model.features(env_override={knob.name: value}, scopes=scopes)
+        return None
+
+    def loops_before(self) -> dict[str, Any]:
+        if self._loops_before is None:
+            self._loops_before = effective.loop_values(self.kept, self.model.program)
+        return self._loops_before
+
+
+def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
+    """('', normalised value) or the reason the server's own legality functions refuse the value. Only a fast
+    first pass: every value that passes is still planned and admitted."""
+    try:
+        value = legality.check_knob_value(knob, value)
+    except (KnobValueError, InputError) as exc:
+        return value, exc.message
+    try:
+        if knob.kind == "vec_tile":
+            reds = ctx.model.program.reductions.get(knob.file, [])
+            sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, dict(knob.context))
+            effective.check_vec_tile(sv, reds, knob.value)
+        elif knob.kind in ("tile_constant", "local_constant") and isinstance(value, int):
+            before = ctx.loops_before()
+            after: dict[str, Any] = {}
+            for key, sv in before.items():
+                code = sv.context.get("code", "")
+                if knob.name not in code.replace("(", " ").replace(")", " ").replace("/", " ").split():
+                    continue
+                x, k = sv.value
+                after[key] = effective.SiteValue(sv.site_id, sv.kind, sv.line, (x, value) if code.split("//")[-1]
+                                                 .strip() == knob.name else (x, k), dict(sv.context))
+            if after:
+                effective.check_after({}, {}, {k: before[k] for k in after}, after, ctx.model.program)
+    except KnobValueError as exc:
+        return value, exc.message
+    except Exception:  # noqa: BLE001, S110 — a pre-screen that cannot decide leaves it to the admission
+        pass
+    return value, ""
+
+
+def _model_terms(ctx: _Context, knob: Knob, value: Any) -> tuple[list[R.Term], dict[str, Any]]:
+    terms: list[R.Term] = []
+    info: dict[str, Any] = {}
+    after = ctx.after(knob, value)
+    if after is not None:
+        for fb, fa in zip(ctx.base, after):
+            if fb == fa:
+                continue
+            kt = R.vector_terms(fb, fa, ctx.priors, ctx.facts.vector_cores)
+            kt += R.cube_terms(fb, fa, ctx.priors, ctx.facts.cube_cores)
+            share = ctx.facts.kernel_share.get(fb["scope"].rsplit(".", 1)[-1])
+            gain = sum(t.score for t in kt)
+            if share is not None and gain:
+                # Amdahl: a kernel that takes a fraction of the operator time can only save that fraction
+                op_gain = R.amdahl(gain, share)
+                for t in kt:
+                    t.score *= op_gain / gain
+                kt.append(R.Term("analysis", "kernel-share", 0.0, f"kernel {fb['scope']} takes {share * 100:.0f} % "
+                                 f"of the operator time: predicted {gain:+.2f} on it is {op_gain:+.2f} overall",
+                                 {"kernel": fb["scope"], "share_pct": round(share * 100, 2)}))
+            terms += kt
+            info[fb["scope"]] = _describe_change(fb, fa)
+        if not info and knob.kind in ("tile_constant", "local_constant", "vec_tile", "cube_tile"):
+            info["note"] = "the static model sees no change in this operator's tiles or loops"
+    kernel = ctx.kernel_of(knob)
+    terms += R.option_terms(knob.name, value, knob.value, [kernel] if kernel else ctx.base, ctx.priors, ctx.facts)
+    return terms, info
+
+
+def _describe_change(fb: dict[str, Any], fa: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if fb.get("iterations") != fa.get("iterations"):
+        out["loop_iterations"] = [fb.get("iterations"), fa.get("iterations")]
+    for vb, va in zip(fb.get("vec", []), fa.get("vec", [])):
+        if vb != va:
+            out[f"vec_tile_line_{va['line']}"] = {
+                "effective_tile": [vb.get("eff_tile"), va.get("eff_tile")],
+                "tiles_per_iteration": [vb.get("tasks_per_block"), va.get("tasks_per_block")],
+                "block": va.get("block"), "task_bytes": [vb.get("eff_bytes"), va.get("eff_bytes")]}
+    cb, ca = fb.get("cube") or {}, fa.get("cube") or {}
+    if cb != ca and ca:
+        out["cube"] = {"tile": [cb.get("tile"), ca.get("tile")], "mkn": ca.get("mkn"),
+                       "cube_tasks_per_iteration": [cb.get("tasks_per_iter"), ca.get("tasks_per_iter")],
+                       "l0c_bytes": [cb.get("l0c_bytes"), ca.get("l0c_bytes")]}
+    return out
+
+
+def _why(raw: _Raw, ranking: Ranking) -> str:
+    if ranking == "plain":
+        return (f"plain ranking: catalogue priority of {raw.catalog_id} ({_catalog_title(raw.catalog_id)}), then the "
+                f"nearest value ({raw.step:.1f} log2 step(s) from {raw.knob.value!r})")
+    parts = [f"analysis: {t.text}" for t in raw.terms if t.name == "kernel-share"]
+    for t in sorted(raw.terms, key=lambda t: (-abs(t.score), t.name)):
+        if t.name == "kernel-share":
+            continue
+        if not t.text or abs(t.score) < 1e-9:
+            continue
+        label = t.source + (f" [prior {t.rule}]" if t.rule else "")
+        parts.append(f"{label}: {t.text} ({t.score:+.2f})")
+    head = f"score {raw.score:+.2f} for {raw.catalog_id} ({_catalog_title(raw.catalog_id)})"
+    if not parts:
+        return head + ": no signal beyond the catalogue (nothing measured or modelled for this knob yet)"
+    return head + ": " + "; ".join(parts[:4]) + (f"; +{len(parts) - 4} more" if len(parts) > 4 else "")
+
+
+def _evidence(raw: _Raw, priors: Priors) -> dict[str, Any]:
+    ev: dict[str, Any] = {}
+    hist = [t.evidence for t in raw.terms if t.source == "history" and t.evidence]
+    if hist:
+        ev["history"] = hist
+    ana = {t.name: t.evidence for t in raw.terms if t.source == "analysis"}
+    if ana:
+        ev["analysis"] = ana
+    if raw.model:
+        ev["model"] = raw.model
+    rules = sorted({t.rule for t in raw.terms if t.rule})
+    if rules:
+        ev["prior"] = [priors.rules[r].cite() for r in rules if r in priors.rules]
+    if raw.note:
+        ev["generation"] = raw.note
+    return ev
+
+
+def _algorithm_notes(ctx: _Context) -> list[AlgorithmNote]:
+    """Suggestions of this stage that no tunable knob of this operator serves: they need a structural change."""
+    if not ctx.analysis:
+        return []
+    served = {c for k in ctx.knobs if k.tunable for c in k.catalog_ids}
+    out = []
+    for s in ctx.analysis.get("suggestions") or []:
+        cid = s.get("catalog_id", "")
+        if s.get("stage") != ctx.stage or cid in served or cid in ANALYSIS_ONLY:
+            continue
+        out.append(AlgorithmNote(catalog_id=cid, title=s.get("title", ""),
+                                 reason=f"{s.get('reason', '')} — no knob of this operator serves {cid}: it needs a "
+                                 "structural change (ALGORITHM stage, R23)",
+                                 evidence={k: v for k, v in (s.get("evidence") or {}).items()}))
+    return out
+
+
+def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None = None,
+           analysis: dict[str, Any] | None = None, history: Iterable[TriedChange | dict[str, Any]] = (),
+           priors: Priors | None = None, limit: int | None = 8, knob: str | None = None,
+           kept_hash: str | None = None, ranking: Ranking = "model", cache: AdmissionCache | None = None,
+           exclude: Iterable[tuple[str, Any]] = (),
+           only: Callable[[str, Any], bool] | None = None,
+           signals: frozenset[str] = ALL_SIGNALS) -> Proposal:
+    """Rank and admit candidates for the current stage of one operator.
+
+    ``kept``: the kept operator sources (relative path → exact text); ``context``: the workspace's other Python
+    files (never edited; they decide which names are knobs). ``stage``: ``frontend`` / ``swimlane`` / ``incore``
+    (or a stage name such as ``SWIMLANE_2``); candidates cite a catalogue id of that stage. ``analysis``: the latest
+    analysis of this operator (``RunAnalysis.model_dump()``), or None. ``history``: every change this session tried
+    (:class:`TriedChange`, or dicts of its fields). ``priors``: default the shipped ``priors.json``. ``limit``: how
+    many admitted candidates to return (None: all — slow, every value is admitted). ``knob``: only this knob (id or
+    name). ``kept_hash``: the ledger's hash of the kept state (default: computed the same way). ``ranking``:
+    ``model`` (history, model + priors, analysis) or ``plain`` (catalogue priority, nearest value first).
+    ``cache``: admission results to reuse. ``exclude``: (knob id, value) pairs to leave out (e.g. those already in a
+    running batch). ``only``: a predicate (knob id, value) → bool restricting the values considered (the offline
+    benchmark uses it to stay inside a measured grid). ``signals``: which families the model ranking adds up
+    (``model``, ``history``, ``analysis``; the offline benchmark's ablations drop one).
+
+    Returns a :class:`Proposal`; never raises for a value the admission refuses (it is counted in ``excluded``).
+    Raises InputError for an unknown stage or knob, or sources that do not parse.
+    """
+    group = _stage_group(stage)
+    hist = [h if isinstance(h, TriedChange) else TriedChange.model_validate(h) for h in history]
+    priors = priors or load_priors()
+    kept_hash = kept_hash or code_hash(kept)
+    ctx = _Context(kept, context, group, analysis, hist, priors, kept_hash)
+    excluded: dict[str, int] = {}
+    refusals: list[str] = []
+    skip = {(kid, value_key(norm_value(v))) for kid, v in exclude}
+
+    knobs = [k for k in ctx.knobs if k.tunable]
+    if knob is not None:
+        chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
+        if not chosen:
+            raise InputError(f"no tunable knob {knob!r} in the operator files",
+                             hint="list_knobs shows every knob; pass its id or name")
+        knobs = chosen
+
+    raws: list[_Raw] = []
+    considered = 0
+    for k in knobs:
+        kernel = ctx.kernel_of(k)
+        kd = dict(kernel) if kernel else None
+        if kd is not None and k.kind in ("tile_constant", "local_constant") and isinstance(k.value, int):
+            trips = kd.get("trips") or []
+            if len(trips) == 1 and trips[0]:
+                kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
+        reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
+                if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
+        has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
+        has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
+            (lf.get("core_type") == "AIV") for lf in (analysis or {}).get("leaves", []) or [])
+        for v in values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector):
+            considered += 1
+            cid = choose_catalog_id(k, group, v.value, kernel, ctx.facts)
+            if cid is None:
+                excluded["not-this-stage"] = excluded.get("not-this-stage", 0) + 1
+                continue
+            value, why_not = _prescreen(ctx, k, v.value)
+            value = norm_value(value)
+            if why_not:
+                excluded["illegal"] = excluded.get("illegal", 0) + 1
+                continue
+            if only is not None and not only(k.id, value):
+                excluded["not-asked"] = excluded.get("not-asked", 0) + 1
+                continue
+            key = (k.id, value_key(value))
+            if key in ctx.tried_here or key in skip:
+                excluded["tried"] = excluded.get("tried", 0) + 1
+                continue
+            raw = _Raw(k, value, cid, note=v.note)
+            raw.step = R.step_distance(k.value, value)
+            # plain: catalogue priority, then the nearest value, larger before smaller at equal distance
+            raw.plain = (_catalog_rank(cid), round(raw.step, 9), -1 if _grows(k.value, value) else 0)
+            if ranking == "model":
+                terms: list[R.Term] = []
+                info: dict[str, Any] = {}
+                if "model" in signals:
+                    terms, info = _model_terms(ctx, k, value)
+                if "history" in signals:
+                    for s in history_signals(k.id, k.value, value, hist):
+                        terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
+                if "analysis" in signals:
+                    merges = k.name == "vec_nbuffer_setting" or k.name == "cube_nbuffer_setting"
+                    after = ctx.after(k, value) or ctx.base
+                    terms += R.analysis_terms(cid, ctx.base, after, merges, ctx.facts)
+                raw.terms, raw.model = terms, info
+                raw.score = sum(t.score for t in terms)
+            raws.append(raw)
+    raws.sort(key=lambda r: r.sort_key(ranking))
+    if ranking == "model":
+        raws = _spread(raws)
+
+    cache = cache if cache is not None else AdmissionCache()
+    skey = state_key(kept, context)
+    out: list[Candidate] = []
+    checked_all = True
+    for raw in raws:
+        if limit is not None and len(out) >= limit:
+            checked_all = False
+            break
+        entry = _admit(cache, skey, kept, context, raw)
+        if not entry["ok"]:
+            excluded["illegal"] = excluded.get("illegal", 0) + 1
+            if len(refusals) < MAX_REFUSALS_SHOWN:
+                refusals.append(f"{raw.knob.id} = {raw.value!r}: {entry['refusal']}")
+            continue
+        bad = ctx.bad_code.get(entry["semantic_hash"])
+        if bad is not None:
+            excluded["failed-code"] = excluded.get("failed-code", 0) + 1
+            continue
+        out.append(Candidate(
+            id=_candidate_id(kept_hash, raw.knob.id, raw.value), knob=raw.knob.id, value=raw.value,
+            catalog_id=raw.catalog_id, why=_why(raw, ranking), evidence=_evidence(raw, priors),
+            knob_name=raw.knob.name, before=raw.knob.value, rank=len(out) + 1,
+            score=round(raw.score, 4), stage=group, diff=entry.get("diff", "")))
+    notes = []
+    if not ctx.facts.present:
+        notes.append("no analysis given: ranked on the model, the priors and the history only")
+    return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
+                    exhausted=checked_all and not out, considered=considered, excluded=excluded,
+                    refusals=refusals, notes=notes)
+
+
+def _spread(raws: list[_Raw]) -> list[_Raw]:
+    """Values the model predicts to do exactly the same work (a tile clipped to the same block, two blocks with the
+    same tasks) go behind every different proposal: the first of each such group stays in place (the best scored,
+    which the headroom tie-break makes the one that leaves most room for the next change). A batch of parallel
+    trials then spends its slots on different predictions instead of one prediction several times."""
+    seen: set[str] = set()
+    first, later = [], []
+    for r in raws:
+        sig = _signature(r)
+        if sig is None or sig not in seen:
+            if sig is not None:
+                seen.add(sig)
+            first.append(r)
+        else:
+            later.append(r)
+    return first + later
+
+
+def _signature(raw: _Raw) -> str | None:
+    if not raw.model or "note" in raw.model:
+        return None
+
+    def strip(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items() if k not in ("tile", "block")}
+        return x
+    return raw.knob.id + json.dumps(strip(raw.model), sort_keys=True, default=str)
+
+
+def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict[str, str] | None,
+           raw: _Raw) -> dict[str, Any]:
+    key = cache.key(skey, raw.knob.id, raw.value)
+    entry = cache.get(key)
+    if entry is not None:
+        return entry
+    try:
+        plan = plan_knob_edit(kept, raw.knob.id, raw.value, context=context)
+        adm = admit(kept, plan.new_sources, context=context)
+        if adm.kind != "knob" or adm.change is None or adm.change.knob_id != raw.knob.id:
+            entry = {"ok": False, "refusal": f"admitted as {adm.describe()}, not as a change of {raw.knob.id}"}
+        else:
+            entry = {"ok": True, "sources": plan.new_sources, "diff": plan.diff,
+                     "semantic_hash": semantic_hash(plan.new_sources)}
+    except (GateRefusal, KnobValueError, InputError, PatchError) as exc:
+        entry = {"ok": False, "refusal": exc.message if isinstance(exc, PyptoTuneError) else str(exc)}
+    cache.put(key, entry)
+    return entry
+
+
+def propose(kept: dict[str, str], **kwargs: Any) -> list[Candidate]:
+    """The candidates of :func:`search` (same arguments), best first."""
+    return search(kept, **kwargs).candidates
+
+
+def edited_sources(kept: dict[str, str], candidate: Candidate, *, context: dict[str, str] | None = None,
+                   cache: AdmissionCache | None = None) -> dict[str, str]:
+    """The operator sources with ``candidate`` applied (what ``run_candidates`` writes); re-planned if not cached.
+    The session's own admission still judges them when the round is opened."""
+    if cache is not None:
+        for k in (cache.key(state_key(kept, context), candidate.knob, candidate.value),):
+            e = cache.entries.get(k)
+            if e and e.get("ok"):
+                return dict(e["sources"])
+    return plan_knob_edit(kept, candidate.knob, candidate.value, context=context).new_sources
+
+
+def find(candidates: Iterable[Candidate], ids: Iterable[str]) -> list[Candidate]:
+    """The candidates with these ids, in the order asked; raises InputError naming an id that is not among them
+    (a stale id: the kept state changed since it was proposed)."""
+    by_id = {c.id: c for c in candidates}
+    out = []
+    for i in ids:
+        if i not in by_id:
+            raise InputError(f"candidate {i!r} is not a current candidate (ids depend on the kept state)",
+                             hint="call propose_candidates again and pick from its answer")
+        out.append(by_id[i])
+    return out
+
+
+__all__ = ["choose_catalog_id", "edited_sources", "find", "propose", "search"]

@@ -1,0 +1,242 @@
+"""Candidate values for one knob, from this operator's shapes, dtypes and loops (domain C).
+
+Generation only proposes; it never decides legality — every value that survives the ranking goes through the
+server's own admission (``tools/admission.admit``). What generation does decide is which values are *worth*
+considering: powers of two and the full axis for tiles and blocks, the reduce axis kept whole (splitting it is never
+proposed: F-10), unroll lists up to the trip count (F-8), ``stitch_function_max_num`` at least the number of
+root-function instances (SIM B.9.3: fewer corrupt the measurement), the vec_nbuffer granularities of S-5, the
+cube L0/L1 pairs of F-9 (L1 a multiple of L0, at most the axis).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pypto_tune.tools.patching.models import EXPR_KEY, Knob
+
+NBUF_VALUES = (1, 2, 4, 8, 16)  # S-5: N in {1, 2, 4, 8, 16}
+L1_REUSE_VALUES = (1, 2, 4, 8)
+CUBE_NBUF_VALUES = (1, 2, 4)
+STITCH_VALUES = (128, 256, 512, 1024)
+MAX_DIM = 4096  # when an axis length is unknown: the largest tile or block considered
+MAX_COMBOS = 4000  # vector tiles of rank 3+: the per-dim options are thinned until the product fits
+
+
+@dataclass
+class Value:
+    value: Any
+    note: str = ""  # what the generator knows about it ("reduce axis kept whole", "≥ 32 root instances")
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _pow2_upto(n: int) -> list[int]:
+    out, x = [], 1
+    while x <= n:
+        out.append(x)
+        x *= 2
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_expr(v: Any) -> bool:
+    return isinstance(v, dict) and EXPR_KEY in v
+
+
+def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_axes: set[int]) -> list[Value]:
+    """Vector tiles of the same rank: per dim the powers of two up to the axis, the axis itself and the current
+    value; a reduce axis only at its current value or larger (splitting it is never proposed)."""
+    rank = len(current)
+    opts: list[list[int]] = []
+    for i in range(rank):
+        full = dims[i] if dims and i < len(dims) and dims[i] else None
+        hi = full or max(MAX_DIM // 8, current[i] * 8)
+        o = set(_pow2_upto(hi)) | {current[i]}
+        if full:
+            o.add(full)
+        if i in reduce_axes or (i - rank) in reduce_axes:
+            o = {x for x in o if x >= current[i]}
+        opts.append(sorted(o))
+    # thin the widest dims (keep the current value, the ends and every other power of two) until the product fits
+    while math.prod(len(o) for o in opts) > MAX_COMBOS:
+        i = max(range(rank), key=lambda j: len(opts[j]))
+        keep = set(opts[i][::2]) | {opts[i][-1], current[i]}
+        if len(keep) >= len(opts[i]):
+            break
+        opts[i] = sorted(keep)
+    out = []
+    for combo in itertools.product(*opts):
+        v = list(combo)
+        if v != current:
+            out.append(Value(v))
+    return out
+
+
+def block_values(current: int, axis: int | None) -> list[Value]:
+    """Block sizes (rows per loop iteration): powers of two up to the axis, the axis, and the divisors of the axis
+    among the multiples/fractions of the current value; the admission keeps only those that divide the axis."""
+    hi = axis or max(current * 16, 64)
+    vals = set(_pow2_upto(min(hi, MAX_DIM)))
+    if axis:
+        vals.add(axis)
+    for f in (2, 4, 8):
+        vals.add(current * f)
+        if current % f == 0:
+            vals.add(current // f)
+    vals = {v for v in vals if v >= 1 and (axis is None or v <= axis)}
+    vals.discard(current)
+    return [Value(v) for v in sorted(vals)]
+
+
+def unroll_values(current: Any, trip: int | None) -> list[Value]:
+    """Descending power-of-two chains ending in 1 ([2, 1], [4, 2, 1], ...), largest factor ≤ the trip count; [1]
+    (no unrolling) when the loop unrolls now."""
+    hi = trip if trip and trip >= 1 else 64
+    out = []
+    for top in _pow2_upto(min(hi, 64))[1:]:
+        chain = [x for x in reversed(_pow2_upto(top))]
+        out.append(Value(chain, note=f"largest factor {top} ≤ trip count {trip}" if trip else ""))
+    if current not in (None, [1]) and not _is_expr(current):
+        out.append(Value([1], note="no unrolling"))
+    return [v for v in out if v.value != current]
+
+
+def _pairs(axis: int | None, lo: int, ratios: tuple[int, ...]) -> list[list[int]]:
+    hi = axis or 1024
+    out = []
+    for l0 in _pow2_upto(min(hi, 512)):
+        if l0 < lo:
+            continue
+        for r in ratios:
+            l1 = l0 * r
+            if l1 <= max(hi, l0):
+                out.append([l0, l1])
+    return out
+
+
+def cube_tile_values(current: dict[str, Any], mkn: tuple | None, tensor_dims: list | None,
+                     half: bool) -> list[Value]:
+    """Cube tiles m=[mL0, mL1], k=[kL0, kL1], n=[nL0, nL1]: L0 a power of two (≥ 16 for FP16/BF16), L1 = L0 · 1/2/4
+    (k also · 8), L1 at most the axis (the matmul's M, K, N of one loop iteration, or of the whole tensor when the
+    per-iteration size is unknown). Each axis also keeps its current pair."""
+    M = K = N = None
+    if mkn:
+        M, K, N = mkn
+    lo = 16 if half else 8  # FP16/BF16 L0 tiles are multiples of 16 (F-9); 8 FP32 elements are 32 bytes
+    axes = {"m": _pairs(_whole(M, tensor_dims, 0), lo, (1, 2)), "k": _pairs(K, lo, (1, 2, 4, 8)),
+            "n": _pairs(N, lo, (1, 2))}
+    for a in ("m", "k", "n"):
+        cur = current.get(a)
+        if isinstance(cur, list) and cur not in axes[a]:
+            axes[a].append(list(cur))
+    out = []
+    cur = {a: current.get(a) for a in ("m", "k", "n")}
+    for m, k, n in itertools.product(axes["m"], axes["k"], axes["n"]):
+        v = {"m": m, "k": k, "n": n}
+        if v != cur:
+            out.append(Value(v))
+    return out
+
+
+def _whole(axis: int | None, tensor_dims: list | None, idx: int) -> int | None:
+    """The m axis: a tile may cover more rows than one iteration holds (it is then clipped); allow up to the
+    largest first dim of the kernel's tensors, so the clipped and unclipped variants are both considered."""
+    dims = [d[idx] for d in (tensor_dims or []) if d and len(d) > idx and d[idx]]
+    return max([axis or 0, *dims]) or None
+
+
+def nbuffer_values(current: Any) -> list[Value]:
+    out = []
+    for n in NBUF_VALUES:
+        v = {-2: 1, -1: n}
+        if current != v:
+            out.append(Value(v, meta={"n": n}))
+    return out
+
+
+def int_dict_values(current: Any, values: tuple[int, ...]) -> list[Value]:
+    return [Value({-1: n}, meta={"n": n}) for n in values if current != {-1: n}]
+
+
+def stitch_values(current: Any, root_instances: int | None) -> list[Value]:
+    floor = root_instances or 1
+    vals = sorted({v for v in STITCH_VALUES if v >= floor} | ({root_instances} if root_instances else set()))
+    note = f"≥ {root_instances} root-function instances (SIM B.9.3)" if root_instances else \
+        "root-function instances unknown: only large values"
+    return [Value(v, note=note) for v in vals if v != current and 1 <= v <= 1024]
+
+
+def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[int], has_cube: bool,
+               has_vector: bool) -> list[Value]:
+    """Every value worth considering for ``knob`` (current value excluded). Empty for knobs the search does not
+    tune (problem sizes, run mode, debug options, sg_set_scope ids, valid_shape expressions)."""
+    if not knob.tunable:
+        return []
+    cur = knob.value
+    kind, name = knob.kind, knob.name
+    if kind == "vec_tile":
+        if not isinstance(cur, list) or not all(_is_int(x) for x in cur):
+            return []  # written as an expression (*VEC_TILE): the name it reads is the knob
+        dims = _dims_for(kernel, len(cur))
+        return vec_tile_values(cur, dims, reduce_axes)
+    if kind == "cube_tile":
+        if not isinstance(cur, dict) or not all(isinstance(cur.get(a), list) for a in ("m", "k", "n")):
+            return []
+        cube = (kernel or {}).get("cube") or {}
+        half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", []))
+        return cube_tile_values(cur, cube.get("mkn"), (kernel or {}).get("tensor_dims"), half)
+    if kind in ("tile_constant", "local_constant"):
+        consumers = set(knob.context.get("consumers", []))
+        if _is_int(cur) and consumers & {"loop", "slice", "view"}:
+            axis = knob.context.get("max_value")
+            if axis is None and kernel is not None:
+                axis = kernel.get("_axis_for_block")
+            return block_values(cur, axis)
+        if isinstance(cur, list) and all(_is_int(x) for x in cur) and "vec_tile" in consumers:
+            dims = _dims_for(kernel, len(cur))
+            return vec_tile_values(cur, dims, reduce_axes)
+        if isinstance(cur, list) and consumers <= {"unroll", "loop"} and "unroll" in consumers:
+            trip = (kernel or {}).get("trips", [None])[-1] if kernel and kernel.get("trips") else None
+            return unroll_values(cur, trip)
+        return []
+    if kind == "loop_option":
+        if name == "unroll_list":
+            if _is_expr(cur):
+                return []  # the list lives in a name: that name is the knob
+            return unroll_values(cur, knob.context.get("trip_count"))
+        if name == "submit_before_loop":
+            return [Value(v) for v in (True, False) if v != cur and not (cur is None and v is False)]
+        return []
+    if kind == "jit_option":
+        if name == "vec_nbuffer_setting" and has_vector:
+            return nbuffer_values(cur)
+        if name == "cube_l1_reuse_setting" and has_cube:
+            return int_dict_values(cur, L1_REUSE_VALUES)
+        if name == "cube_nbuffer_setting" and has_cube:
+            return int_dict_values(cur, CUBE_NBUF_VALUES)
+        if name == "stitch_function_max_num":
+            roots = (kernel or {}).get("iterations")
+            return stitch_values(cur, roots)
+        if name == "device_sched_mode":
+            return [Value(v) for v in (0, 1, 2, 3) if v != cur and not (cur is None and v == 0)]
+        return []
+    if kind == "combine_axis" and name == "combine_axis":
+        return [Value(v) for v in (True, False) if v != cur]
+    if kind == "cache_policy" and isinstance(cur, dict):
+        return [Value({**cur, t: not flag}) for t, flag in cur.items() if isinstance(flag, bool)]
+    return []
+
+
+def _dims_for(kernel: dict[str, Any] | None, rank: int) -> list[int | None] | None:
+    """Per dim, the largest length among the kernel's tensors of that rank (the tile may not exceed it)."""
+    if kernel is None:
+        return None
+    dims = [d for d in kernel.get("tensor_dims", []) if d and len(d) == rank]
+    if not dims:
+        return None
+    return [max((d[i] for d in dims if d[i] is not None), default=None) for i in range(rank)]
