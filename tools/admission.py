@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import re
 from typing import Any, Literal
 
 import libcst as cst
@@ -118,8 +119,19 @@ class _Masker(cst.CSTTransformer):
     def _call(self, call: cst.Call) -> cst.Call:
         q = self._qname(call.func)
         method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
-        if q in ("set_vec_tile_shapes", "set_cube_tile_shapes"):
+        if q == "set_vec_tile_shapes":
+            # the knob's value is the whole argument list (or, for *args / keywords, the call as code, which the
+            # purity check refuses), so all of it is the slot
             return call.with_changes(args=[cst.Arg(cst.Name(PLACEHOLDER))])
+        if q == "set_cube_tile_shapes":
+            # only m / k / n / enable_split_k are the knob; any other argument stays and must not change
+            # (red team: *args / **kwargs / extra keywords rode along with a legal cube tile change)
+            args = []
+            for i, a in enumerate(call.args):
+                slot = (a.keyword is None and not a.star and i < 4) or (
+                    a.keyword is not None and a.keyword.value in ("m", "k", "n", "enable_split_k"))
+                args.append(a.with_changes(value=cst.Name(PLACEHOLDER)) if slot else a)
+            return call.with_changes(args=args)
         if q in ("loop", "loop_unroll"):
             return call.with_changes(args=[a for a in call.args
                                            if not (a.keyword is not None and a.keyword.value in LOOP_KWARGS)])
@@ -134,6 +146,46 @@ class _Masker(cst.CSTTransformer):
             args[1] = args[1].with_changes(value=cst.Name(PLACEHOLDER))
             return call.with_changes(args=args)
         return call
+
+
+class _BlankKernels(ast.NodeTransformer):
+    """Empties the bodies of kernel functions (jits, their nested defs, helpers they call): what is left is the
+    test — harness, inputs, tolerances, verdict — which no change may touch."""
+
+    def __init__(self, kernels: set[str]) -> None:
+        self.kernels = kernels
+        self.stack: list[str] = []
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        name = ".".join([*self.stack, node.name])
+        if name in self.kernels:
+            node.body = [ast.Pass()]
+            return node
+        self.stack.append(node.name)
+        self.generic_visit(node)
+        self.stack.pop()
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+
+def _outside_kernels(changed: list[str], parsed_b: dict[str, ParsedFile], parsed_a: dict[str, ParsedFile],
+                     sites_b: list[Site], sites_a: list[Site], fb: dict[str, str], fa: dict[str, str],
+                     context: dict[str, str] | None) -> list[str]:
+    """Where a structural change touches code outside the kernels (red team: in the ALGORITHM stage the harness
+    half of a single-file operator — tolerance, verdict line, seed — was admitted as an algorithm change)."""
+    prog_b = roles.analyze({**(context or {}), **fb})
+    prog_a = roles.analyze({**(context or {}), **fa})
+    out = []
+    for path in changed:
+        kernels = {sc for (f, sc) in prog_b.kernel_scopes | prog_a.kernel_scopes if f == path}
+        tb = _BlankKernels(kernels).visit(_masked_tree(parsed_b[path], sites_b))
+        ta = _BlankKernels(kernels).visit(_masked_tree(parsed_a[path], sites_a))
+        if ast.dump(tb) != ast.dump(ta):
+            diffs: list[str] = []
+            _differences(tb, ta, _BlankKernels(kernels).visit(_plain_tree(fa[path])), fa[path], diffs)
+            out.extend(f"{path}: {d}" for d in (diffs or ["outside the kernels"]))
+    return out
 
 
 def _strip_docstrings(tree: ast.AST) -> ast.AST:
@@ -254,6 +306,8 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     if set(after) != set(before):
         raise _refuse("one-change", f"the change adds or removes operator files ({', '.join(changed)})",
                       "change the existing operator files only")
+    for path in changed:
+        _check_bytes(path, before.get(path, ""), after[path])
     fb, fa = functional_sources(before), functional_sources(after)
     for path in changed:
         try:
@@ -276,6 +330,12 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
             formatting.append(path)
 
     delta = _delta(sites_b, sites_a)
+    if structural and algorithm and allow_structural:
+        outside = _outside_kernels(changed, parsed_b, parsed_a, sites_b, sites_a, fb, fa, context)
+        if outside:
+            raise _refuse("algorithm", "an algorithm-level change rewrites the kernel, never the test: "
+                          + "; ".join(outside[:3]), "change only code inside the jit kernels (and the helpers they "
+                          "call); the harness, its inputs, tolerances and verdict stay as recorded")
     if structural:
         if algorithm and allow_structural:
             report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
@@ -320,6 +380,77 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                      formatting_files=formatting, checked=report.checked, unchecked=report.unchecked)
 
 
+_COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
+_UTF8 = {"utf-8", "utf8", "utf_8", "u8"}
+
+
+def _check_bytes(path: str, before: str, after: str) -> None:
+    """What Python executes is what the server compares: refuse what would make the two differ.
+
+    * an encoding declaration other than UTF-8 — the server reads the text as UTF-8, where a comment is a comment,
+      but ``# coding: unicode_escape`` makes Python decode ``\n`` inside that comment as a new line of code;
+    * a dict literal that names the same key twice — the second entry silently wins at run time, and both were one
+      knob to the extractor (red team: code rode in the duplicate's value);
+    * a ``runtime_debug_mode`` that is not a plain integer 0–3 — the debug switch is stripped before comparison, so its
+      value must be data, not code.
+    """
+    for text, when in ((after, "after"),):
+        for line in text.lstrip("\ufeff").splitlines()[:2]:
+            m = _COOKIE.match(line)
+            if m and m.group(1).lower() not in _UTF8:
+                raise _refuse("one-change", f"{path} declares the source encoding {m.group(1)!r}: Python would read "
+                              "the file differently from the UTF-8 text the server compares", "keep operator files "
+                              "UTF-8 without another coding declaration")
+    try:
+        tree_a = ast.parse(after.lstrip("\ufeff"))
+    except SyntaxError:
+        return  # reported by the caller
+    try:
+        dup_before = _duplicate_keys(ast.parse(before.lstrip("\ufeff"))) if before else set()
+    except SyntaxError:
+        dup_before = set()
+    new_dups = _duplicate_keys(tree_a) - dup_before
+    if new_dups:
+        line, key = sorted(new_dups)[0]
+        raise _refuse("one-change", f"{path}: line {line} gives the dict key {key!r} twice (the second wins at run "
+                      "time)", "write each key once")
+    for node in ast.walk(tree_a):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values):
+                if isinstance(k, ast.Constant) and k.value == "runtime_debug_mode" and not (
+                        isinstance(v, ast.Constant) and type(v.value) is int and 0 <= v.value <= 3):
+                    raise _refuse("one-change", f"{path}: line {v.lineno} sets runtime_debug_mode to "
+                                  f"{ast.unparse(v)[:60]!r}; it must be an integer 0–3",
+                                  "leave debug_options to enable_runtime_debug")
+        elif isinstance(node, ast.keyword) and node.arg == "runtime_debug_mode" and not (
+                isinstance(node.value, ast.Constant) and type(node.value.value) is int):
+            raise _refuse("one-change", f"{path}: runtime_debug_mode must be an integer 0–3",
+                          "leave debug_options to enable_runtime_debug")
+
+
+def _duplicate_keys(tree: ast.AST) -> set[tuple[int, str]]:
+    out: set[tuple[int, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            seen: set[Any] = set()
+            for k in node.keys:
+                if isinstance(k, ast.Constant):
+                    if k.value in seen:
+                        out.add((k.lineno, str(k.value)))
+                    seen.add(k.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            names = [kw.arg for kw in node.keywords if kw.arg]
+            for name in {n for n in names if names.count(n) > 1}:
+                out.add((node.lineno, name))
+    return out
+
+
+def _changed_names(sites_b: list[Site], sites_a: list[Site]) -> set[str]:
+    """Names (module constants, locals) whose bound value differs between the two states."""
+    return {c.knob_id.rsplit(":", 1)[-1].rsplit(".", 1)[-1] for c in _delta(sites_b, sites_a)
+            if any(s.extra.get("binding") and s.knob.id == c.knob_id for s in sites_a + sites_b)}
+
+
 def _delta(sites_b: list[Site], sites_a: list[Site]) -> list[KnobChange]:
     def table(sites: list[Site]) -> dict[str, Any]:
         return {s.knob.id: s.knob for s in sites if s.knob.present
@@ -357,7 +488,7 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
     try:
         return effective.check_after(effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a),
                                      effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
-                                     structural=structural)
+                                     structural=structural, changed_names=_changed_names(sites_b, sites_a))
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None

@@ -6,8 +6,9 @@ detail that starts with ``warning:``). Checks that need the child's view of the 
 through :func:`run_command`, so they share its timeout and process-group cleanup.
 
 NPU: ``npu-smi info``; ``torch_npu.npu.device_count() > 0`` and ``torch.npu.is_available()``; TILE_FWK_DEVICE_ID
-set and in range; ``$PTO_TILE_LIB_CODE_PATH/include/pto/`` exists and mentions ``DivAlgorithm``; ``import pypto``;
-each operator file byte-compiles. SIM: ``import pypto`` and byte-compile apply (R3's last column), plus two
+set, in range, and on an idle chip whose health is not Alarm (from npu-smi's tables);
+``$PTO_TILE_LIB_CODE_PATH/include/pto/`` exists and mentions ``DivAlgorithm``; ``import pypto``; each operator file
+byte-compiles. SIM: ``import pypto`` and byte-compile apply (R3's last column), plus two
 checks from A.2b: a ``python3`` on the child's PATH (else no swimlane is written) and matplotlib absent from it
 (else every SIM run also draws a PNG and takes ~15 s instead of ~3 s) — the latter only a warning.
 """
@@ -15,8 +16,10 @@ checks from A.2b: a ``python3`` on the child's PATH (else no swimlane is written
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -131,10 +134,88 @@ async def pto_isa_check(env: dict[str, str], timeout_s: float = CHECK_TIMEOUT_S)
     return _check(name, False, f"searching {inc} for DivAlgorithm took more than {timeout_s:.0f} s")
 
 
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]+$")
+_NPU_NAME = re.compile(r"^(\d+)\s+\S")
+_NO_PROCESS = re.compile(r"No running processes found in NPU\s+(\d+)")
+
+
+@dataclass
+class NpuSmiInfo:
+    """What ``npu-smi info`` says about each NPU: health word, chips per NPU, and the processes on it."""
+
+    health: dict[int, str] = field(default_factory=dict)
+    chips: dict[int, set[int]] = field(default_factory=dict)
+    processes: dict[int, list[str]] = field(default_factory=dict)  # NPU → "pid <pid> (<name>, <mem> MB)"
+
+
+def parse_npu_smi_info(text: str) -> NpuSmiInfo | None:
+    """Read the chip and process tables of ``npu-smi info`` (A2 layout with HBM column, and the older 310P/910
+    layouts: both put NPU + Name then Health in a chip block's first row, the chip id and the Bus-Id in its second,
+    and "<NPU> <Chip> | <pid> | <name> | <MB>" or "No running processes found in NPU <n>" below the "Process id"
+    header). None when no chip block is recognised."""
+    info = NpuSmiInfo()
+    in_processes = False
+    npu: int | None = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if "Process id" in line and "Process name" in line:
+            in_processes = True
+            continue
+        if in_processes:
+            m = _NO_PROCESS.search(line)
+            if m:
+                info.processes.setdefault(int(m.group(1)), [])
+                continue
+            ids = cells[0].split()
+            if len(cells) >= 4 and len(ids) >= 2 and ids[0].isdigit() and cells[1].isdigit():
+                info.processes.setdefault(int(ids[0]), []).append(
+                    f"pid {cells[1]} ({cells[2] or '?'}, {cells[3]} MB)")
+            continue
+        if len(cells) >= 3 and _BUS_ID.match(cells[1]) and npu is not None:
+            chip = cells[0].split()
+            if chip and chip[0].isdigit():
+                info.chips.setdefault(npu, set()).add(int(chip[0]))
+            continue
+        m = _NPU_NAME.match(cells[0]) if len(cells) >= 3 else None
+        if m and cells[1]:
+            npu = int(m.group(1))
+            info.health.setdefault(npu, cells[1])
+    return info if info.health else None
+
+
+def _idle_chip_check(dev: str, smi_text: str | None) -> tuple[bool, str]:
+    """R3 "TILE_FWK_DEVICE_ID on an idle chip": (ok, note) from the npu-smi tables. The chip is matched by the NPU
+    column, which is the device id on single-chip cards (Atlas A2); anything the tables cannot settle is a warning."""
+    if smi_text is None:
+        return True, "; warning: idle state not verified (npu-smi info did not run)"
+    info = parse_npu_smi_info(smi_text)
+    if info is None:
+        return True, "; warning: idle state not verified (npu-smi info's tables were not recognised)"
+    if any(len(c) > 1 for c in info.chips.values()):
+        return True, ("; warning: idle state not verified (npu-smi lists several chips per NPU, so the NPU column "
+                      "is not the device id)")
+    n = int(dev)
+    if n not in info.health:
+        return True, f"; warning: idle state not verified (npu-smi lists NPUs {sorted(info.health)}, not {n})"
+    busy = info.processes.get(n, [])
+    if busy:
+        return False, (f": chip {n} is busy — npu-smi shows {'; '.join(busy[:3])} on NPU {n}; pick an idle chip "
+                       "(start_session device_ids) or stop that process")
+    health = info.health[n]
+    if health == "OK":
+        return True, ", idle, health OK (npu-smi)"
+    if health == "Warning":
+        return True, f", idle; warning: npu-smi reports health Warning for NPU {n}"
+    return False, f": npu-smi reports health {health} for NPU {n}; pick a healthy chip (start_session device_ids)"
+
+
 async def _device_checks(*, python: str, cwd: Path, env: dict[str, str], device_ids: list[str] | None,
                          timeout_s: float) -> list[EnvCheck]:
     checks: list[EnvCheck] = []
     smi = shutil.which("npu-smi", path=env.get("PATH"))
+    smi_text: str | None = None
     if smi is None:
         checks.append(_check("npu-smi info", False, "npu-smi is not on the child's PATH: no Ascend driver here "
                              "(use run_mode 'sim' on a machine without an NPU)"))
@@ -142,6 +223,8 @@ async def _device_checks(*, python: str, cwd: Path, env: dict[str, str], device_
         res = await _run([smi, "info"], cwd=cwd, env=env, timeout_s=timeout_s)
         bad = _failed_probe(res, "npu-smi info")
         checks.append(_check("npu-smi info", bad is None, bad or "npu-smi info works"))
+        if bad is None and isinstance(res, RunResult):
+            smi_text = res.output
     code = ("import torch, torch_npu; print('count', torch_npu.npu.device_count()); "
             "print('available', torch.npu.is_available())")
     chk, res = await _python_import("torch_npu devices", code, python=python, cwd=cwd, env=env, timeout_s=timeout_s)
@@ -171,8 +254,9 @@ async def _device_checks(*, python: str, cwd: Path, env: dict[str, str], device_
         checks.append(_check(name, False, f"TILE_FWK_DEVICE_ID={dev} is not one of the session's device_ids "
                              f"{device_ids}"))
     else:
-        checks.append(_check(name, True, f"TILE_FWK_DEVICE_ID={dev}"
-                             + (f" (of {count} devices)" if count is not None else "")))
+        idle, note = _idle_chip_check(dev, smi_text)
+        checks.append(_check(name, idle, f"TILE_FWK_DEVICE_ID={dev}"
+                             + (f" (of {count} devices)" if count is not None else "") + note))
     checks.append(await pto_isa_check(env, timeout_s))
     return checks
 

@@ -130,6 +130,10 @@ def check(tool: str, st: SessionState, *, drift: str = "", **kw: Any) -> None:
         if st.level1 == "S3_ANALYZE":
             raise _refuse("sequence", "the baseline is collected; analyse it before anything else", st,
                           "call analyze_bubbles")
+        if round_phase(st) == "RECORD":
+            raise _refuse("measure-once", f"round {st.open_round.number} is already measured (code hash "
+                          f"{st.current_hash[:12]}); another measurement of the same code would let the number be "
+                          "re-rolled", st, "record_round judges it, or revert_patch rolls it back")
         return
 
     if tool == "apply_tuning_patch":

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from pypto_tune.tools.errors import LedgerError
+from pypto_tune.tools.ledger_seal import Sealer, load_key
 
 LEDGER_DIR = ".pypto-tune"
 LEDGER_FILE = "ledger.sqlite3"
@@ -144,6 +145,23 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             operator_time_us REAL, info TEXT NOT NULL);
         """,
     ),
+    (
+        4,
+        "seals: every row carries an HMAC made with a key kept outside the workspace",
+        # Red team: the triggers refuse UPDATE and DELETE, but an INSERT made with the sqlite3 shell (a person's
+        # "confirmation", a measurement) was read as the server's own. Now every row the server writes gets a seal
+        # (tools/ledger.py, Sealer); a row without a valid seal is not evidence and is left out of every state and
+        # report, and a sealed row that disappeared is reported. seal_legacy: rows written before this migration
+        # (ids 1..max_id) carry no seal and are accepted as they are.
+        """
+        CREATE TABLE seals(tbl TEXT NOT NULL, row_id INTEGER NOT NULL, mac TEXT NOT NULL, PRIMARY KEY(tbl, row_id));
+        CREATE TABLE seal_keys(key_id TEXT PRIMARY KEY, at TEXT NOT NULL);
+        CREATE TABLE seal_legacy(tbl TEXT PRIMARY KEY, max_id INTEGER NOT NULL);
+        """ + "".join(f"INSERT INTO seal_legacy SELECT '{t}', COALESCE(MAX(rowid), 0) FROM {t};\n" for t in (
+            "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
+            "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "write_intents",
+            "tree_files", "questions", "admissions", "corrections", "trials")),
+    ),
 ]
 
 APPEND_ONLY_TABLES = (
@@ -151,6 +169,9 @@ APPEND_ONLY_TABLES = (
     "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "write_intents",
     "tree_files", "questions", "admissions", "corrections", "trials",
 )
+#: tables whose rows are evidence and carry seals (the seal bookkeeping itself is append-only too)
+SEALED_TABLES = APPEND_ONLY_TABLES
+_SEAL_TABLES = ("seals", "seal_keys", "seal_legacy")
 
 _JSON_COLUMNS = {
     "operator_files", "test_command", "device_ids", "original_sources", "config", "argv", "env", "output_dirs",
@@ -201,6 +222,7 @@ class Ledger:
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._migrate()
+            self._open_seals()
         except sqlite3.Error as exc:
             raise LedgerError(
                 f"cannot open the ledger {path}: {exc}",
@@ -233,7 +255,7 @@ class Ledger:
                         if statement.strip():
                             self._conn.execute(statement)
                     tables = {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                    for table in APPEND_ONLY_TABLES:
+                    for table in APPEND_ONLY_TABLES + _SEAL_TABLES:
                         if table not in tables:
                             continue
                         for op in ("UPDATE", "DELETE"):
@@ -250,6 +272,23 @@ class Ledger:
                     self._conn.execute("ROLLBACK")
                     raise
 
+    def _open_seals(self) -> None:
+        """Load the seal key and check it is the one this ledger was sealed with (tools/ledger_seal.py)."""
+        self._sealer = Sealer(load_key())
+        self.rejected: dict[tuple[str, int], str] = {}  # rows left out because their seal is missing or wrong
+        with self._lock:
+            known = [r[0] for r in self._conn.execute("SELECT key_id FROM seal_keys")]
+            if not known:
+                self._conn.execute("INSERT INTO seal_keys(key_id, at) VALUES (?, ?)", (self._sealer.key_id, now_iso()))
+            elif self._sealer.key_id not in known:
+                from pypto_tune.tools.ledger_seal import KEY_ENV, key_path
+
+                raise LedgerError(
+                    f"the ledger {self.path} was sealed with another key (id {known[0]}) than this machine's "
+                    f"{key_path()} (id {self._sealer.key_id}): its rows could not be told from forged ones",
+                    hint=f"set {KEY_ENV} to the key file of the server that wrote this ledger")
+            self._legacy = {str(t): int(m) for t, m in self._conn.execute("SELECT tbl, max_id FROM seal_legacy")}
+
     def schema_version(self) -> int:
         row = self._conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
         return int(row[0] or 0)
@@ -263,7 +302,7 @@ class Ledger:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise LedgerError(f"ledger is not writable: {exc}", hint="free disk space or fix permissions") from exc
-            tx = _Tx(self._conn)
+            tx = _Tx(self._conn, self._sealer)
             try:
                 yield tx
                 self._conn.execute("COMMIT")
@@ -291,8 +330,9 @@ class Ledger:
     def rows(self, table: str, session_id: str | None = None, where: str = "", params: tuple = ()) -> list[Row]:
         if table not in APPEND_ONLY_TABLES:
             raise ValueError(table)
-        sql = f"SELECT * FROM {table}"
-        clauses, args = [], []
+        sql = (f"SELECT t.rowid AS seal__rowid, s.mac AS seal__mac, t.* FROM {table} t "
+               "LEFT JOIN seals s ON s.tbl = ? AND s.row_id = t.rowid")
+        clauses, args = [], [table]
         if session_id is not None:
             clauses.append(("id" if table == "sessions" else "session_id") + " = ?")
             args.append(session_id)
@@ -304,7 +344,32 @@ class Ledger:
         sql += " ORDER BY " + ("number" if table in ("rounds", "round_decisions") else "id")
         with self._lock:
             result = self._conn.execute(sql, args).fetchall()
-        return [_decode(r) for r in result]
+        return [_decode(r) for r in result if self._sealed(table, r)]
+
+    def _sealed(self, table: str, r: sqlite3.Row) -> bool:
+        """Written by a server holding the key (or before seals existed); else remembered in ``rejected``."""
+        rowid, mac = int(r["seal__rowid"]), r["seal__mac"]
+        if mac is None and 1 <= rowid <= self._legacy.get(table, 0):
+            return True
+        row = {k: r[k] for k in r.keys() if not k.startswith("seal__")}
+        if self._sealer.valid(table, rowid, row, mac):
+            return True
+        self.rejected[(table, rowid)] = "no seal" if mac is None else "seal does not match the row"
+        return False
+
+    def integrity_findings(self) -> list[str]:
+        """Rows that are not the server's (left out of everything) and sealed rows that disappeared."""
+        out: list[str] = []
+        with self._lock:
+            for table in SEALED_TABLES:
+                self.rows(table)
+                missing = self._conn.execute(
+                    f"SELECT row_id FROM seals s WHERE s.tbl = ? AND NOT EXISTS (SELECT 1 FROM {table} t "
+                    "WHERE t.rowid = s.row_id)", (table,)).fetchall()
+                out += [f"{table} row {m[0]} was written by the server and has been deleted" for m in missing]
+        out += [f"{t} row {i}: {why} — not written by this server, ignored" for (t, i), why in
+                sorted(self.rejected.items())]
+        return out
 
     def integrity_ok(self) -> bool:
         with self._lock:
@@ -316,8 +381,9 @@ class Ledger:
 
 
 class _Tx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, sealer: Sealer) -> None:
         self._conn = conn
+        self._sealer = sealer
 
     def insert(self, table: str, **fields: Any) -> int:
         if table not in APPEND_ONLY_TABLES:
@@ -327,7 +393,12 @@ class _Tx:
         cur = self._conn.execute(
             f"INSERT INTO {table}({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", values
         )
-        return int(cur.lastrowid)
+        rowid = int(cur.lastrowid)
+        # sealed as stored (read back), so the check in Ledger.rows sees exactly the bytes this seal covers
+        stored = self._conn.execute(f"SELECT * FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+        self._conn.execute("INSERT INTO seals(tbl, row_id, mac) VALUES (?, ?, ?)",
+                           (table, rowid, self._sealer.mac(table, rowid, {k: stored[k] for k in stored.keys()})))
+        return rowid
 
 
 def _scalar(value: Any) -> Any:

@@ -282,6 +282,8 @@ class StatusResult(_Result):
     finished: bool
     running_job: str | None
     drift: bool
+    ledger_findings: list[str] = Field(default_factory=list, description="ledger rows the server did not write "
+                                       "(ignored) or wrote and that were deleted")
     checklist: list[dict[str, str]] = Field(default_factory=list, description="the current stage's checklist: "
                                             "catalog_id, title, status (untried / tried / failed / "
                                             "not-applicable), reason")

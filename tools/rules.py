@@ -78,6 +78,13 @@ RULES: list[Rule] = [
          "values the server cannot evaluate pass as unchecked and are recorded so.",
          text_zh="每次修改都按领域规则 C 检查其影响到的每个 tile 调用、循环与 view 的实际取值（无论以结构化修改、diff 还是采纳外部修改提交）；"
          "服务器无法求值的取值记为“未检查”。"),
+    Rule(id="ledger-integrity", source="—", text_en="Every ledger row carries the server's seal; while rows "
+         "without one exist (or sealed rows are missing) nothing is run, changed or judged.", text_zh="账本每一行都带有"
+         "服务器的封印；只要存在无封印的行（或已封印的行缺失），就不运行、不修改、不裁决。"),
+    Rule(id="measure-once", source="R12", text_en="A round is measured once: the server decides how many samples "
+         "(repeats, and on the NPU the sequential rule); measuring the same code again until a number suits is "
+         "refused.", text_zh="每轮只测量一次：样本数由服务器决定（重复次数，NPU 上由序贯规则决定）；不允许为得到满意的数字"
+         "而重复测量同一代码。"),
     Rule(id="no-retry", source="R19", text_en="A change that failed, regressed or brought no gain is never tried again: "
          "the same code (by meaning), or the same knob and value from the same kept state, is refused with the round "
          "that tried it.", text_zh="失败、退化或无收益的修改不再重试：相同语义的代码，或在同一保留状态上的相同参数与取值，"

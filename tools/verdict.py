@@ -1,43 +1,163 @@
 """Judge a run of the test command: the precision gate R4 (domain D.2).
 
 R4 says: passed iff exit status 0, no timeout or signal, the output says "passed"/"success" and says none of
-"failed"/"error"/"timeout". Applied to the whole output that rule is wrong in this environment: every SIM run
-prints ``ModuleNotFoundError: No module named 'matplotlib'`` tracebacks from pypto's drawing helpers (A.2b). So the
-keywords are looked for only in **verdict lines**, chosen in this order (the first kind present wins):
+"failed"/"error"/"timeout". Applied to the whole output that rule is wrong here: every SIM run prints
+``ModuleNotFoundError: No module named 'matplotlib'`` tracebacks from pypto's drawing helpers (A.2b), and real tests
+print metrics such as ``max error: 1e-5``. So the keywords are looked for only in **verdict lines**, and every
+result names the lines that decided it (:attr:`VerdictResult.deciding_lines`).
 
-1. ``PRECISION: passed|failed|error ...`` — the line our fixture operators print.
-2. pytest's summary line (``==== 3 passed, 1 warning in 0.12s ====`` or ``-q``'s ``3 passed in 0.12s``).
-3. generic short lines that pair a subject (test, check, precision, result, compare...) with a verdict word
-   (``test passed``, ``Compare result: success``), or are only a verdict word (``success``, ``[PASS]``).
+Decision order (the first rule that applies decides):
 
-Lines inside a Python traceback are never verdict lines. In SIM the simulator does not compute outputs (A.8), so
-even a passed verdict has ``numerics_checked=False`` and says so.
+1. the run timed out → ``timeout``;
+2. the process was killed by a signal, ended without a status, or a shell reports 128+N for a crash signal → ``error``;
+3. a ``PRECISION: error`` line (our fixtures' protocol) → ``error``;
+4. exit status ≠ 0 → ``failed``. **Nothing printed can outweigh a non-zero exit**; pass lines are listed as
+   ignored so the agent sees why they did not count;
+5. exit 0 and a failure line → ``failed``. Failure lines are, in this order of authority: a structured summary
+   (``PRECISION: failed``, pytest's ``1 failed, 2 passed in 0.3s``, unittest's ``Ran 3 tests`` + ``FAILED (…)``,
+   or ``Ran 0 tests`` / every test skipped); then either the session's ``fail_pattern`` or, without one, the
+   built-in heuristics: explicit failure markers (``ERROR: …``, ``Error: …``, ``FAIL: …``, ``FAILED …``, ``✗ …``,
+   ``[FAIL]``), a Python traceback that is not known noise, and — only when no structured verdict line and no
+   ``pass_pattern`` line is present — chatty lines that pair a subject with a failure word (``Result mismatch``,
+   ``test failed: …``);
+6. exit 0 and a pass line → ``passed``. Pass lines are the session's ``pass_pattern`` matches when one is given
+   (then nothing else can pass), else the first kind present of: ``PRECISION: passed``, a pytest summary, a
+   unittest summary, generic lines (``✓ LayerNorm passed``, ``✓ … passed for the test case``, ``All softmax tests
+   passed!``, ``All examples completed successfully``, ``Compare result: success``, ``[PASS]``);
+7. exit 0 and none of the above → ``failed`` ("exit 0 but no verdict line"), with the last output lines shown.
+
+Never a pass line: a line inside a Python traceback (or inside the message lines right after its exception line),
+a CANN/pypto runtime log record (``[ERROR] RUNTIME(…)``), a Python ``logging`` record (``ERROR:root:…``), a line
+longer than 200 characters (generic recogniser), or a line about compiling, loading, building… ("Kernel compiled
+successfully" is not a precision verdict). In SIM the simulator computes no output values (A.8): even a passed
+verdict has ``numerics_checked=False`` and its reason says that numerics were not checked.
 """
 
 from __future__ import annotations
 
 import re
 import signal as _signal
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.runner import RunResult
 
 KEY_OUTPUT_MAX_CHARS = 2000
+#: At most this many lines are reported as deciding lines (the last ones of each side: the end of a run is what
+#: an agent needs; the first pass/fail line is also kept, see _pick).
+DECIDING_LINES_MAX = 8
+#: A deciding line's text is clipped to this many characters.
+LINE_TEXT_MAX = 300
+#: Session patterns are matched against the first this-many characters of a line: a verdict line is short, and a
+#: megabyte-long line (a dumped tensor) must not make a user's regex slow.
+PATTERN_LINE_MAX = 4096
+#: A session pattern longer than this is refused: it is meant to name one verdict line, not to parse the output.
+PATTERN_MAX_CHARS = 500
 
 SIM_NOTE = ("SIM: compiled and simulated only; the simulator does not compute output tensors, so numerics were not "
             "checked (domain A.8)")
 # For runs that did not pass, "compiled and simulated" may be false: say only what is always true in SIM.
 SIM_NOTE_NOT_PASSED = "SIM: the simulator does not compute output tensors; numerics are never checked in SIM (A.8)"
 
+Verdict = Literal["passed", "failed", "timeout", "error"]
+DecidedBy = Literal[
+    "timeout", "signal", "exit-status", "precision-error-line", "precision-line", "pytest-summary",
+    "unittest-summary", "session-pattern", "failure-marker", "traceback", "generic-line", "no-verdict-line",
+]
+LineRole = Literal["pass", "fail", "error", "exception", "ignored-pass", "last-output"]
+
+
+class VerdictLine(BaseModel):
+    """One output line that decided (or, for ``ignored-pass``, did not get to decide) the verdict."""
+
+    line_no: int = Field(description="1-based line number in the output as the server kept it (head, the "
+                                     "'[... N bytes of output omitted ...]' marker when the output was capped, tail)")
+    text: str = Field(description="the line, ANSI colours removed, clipped to 300 characters")
+    role: LineRole = Field(description="pass / fail / error: a verdict line; exception: the exception line of a "
+                                       "traceback; ignored-pass: a pass line that a non-zero exit or a failure "
+                                       "line overruled; last-output: the end of the output when no line decided")
+    recogniser: str = Field(description="which rule read the line: precision, pytest, unittest, session-pattern, "
+                                        "marker, traceback, argparse, generic, output")
+
 
 class VerdictResult(BaseModel):
-    verdict: Literal["passed", "failed", "timeout", "error"]
+    verdict: Verdict
     numerics_checked: bool = Field(description="the output values were compared; always False in SIM")
-    key_output: str = Field(description="the verdict line(s) and/or the key error lines, at most ~2000 chars")
-    reason: str = Field(description="one sentence: why this verdict")
+    key_output: str = Field(description="the deciding lines and the key error lines, at most ~2000 chars")
+    reason: str = Field(description="one sentence: why this verdict, naming the deciding line; in SIM it says that "
+                                    "numerics were not checked")
+    decided_by: DecidedBy = Field("no-verdict-line", description="the rule of the decision order that decided")
+    deciding_lines: list[VerdictLine] = Field(
+        default_factory=list, description="the output lines that decided, with line numbers; for 'exit 0 but no "
+                                          "verdict line' the last output lines, so the gap is visible")
 
+
+# --------------------------------------------------------------------------------------------- session patterns
+@dataclass(frozen=True)
+class VerdictPatterns:
+    """Validated session-level patterns (see :func:`compile_verdict_patterns`)."""
+
+    pass_re: re.Pattern[str] | None = None
+    fail_re: re.Pattern[str] | None = None
+
+
+def _compile_one(name: str, pattern: str | re.Pattern[str] | None) -> re.Pattern[str] | None:
+    if pattern is None:
+        return None
+    if isinstance(pattern, re.Pattern):
+        rx = pattern
+        source = str(pattern.pattern)
+    elif isinstance(pattern, str):
+        source = pattern
+        if not source.strip():
+            raise InputError(f"{name} is empty", hint=f"omit {name}, or give a regular expression that matches the "
+                             "test's own verdict line, e.g. '✓ .* passed'")
+        if len(source) > PATTERN_MAX_CHARS:
+            raise InputError(f"{name} is {len(source)} characters long (at most {PATTERN_MAX_CHARS})",
+                             hint="match one distinctive verdict line, not the whole output")
+        try:
+            rx = re.compile(source)
+        except re.error as exc:
+            where = f" at position {exc.pos}" if exc.pos is not None else ""
+            raise InputError(f"{name} is not a valid regular expression: {exc.msg}{where} in {source!r}",
+                             hint="use Python `re` syntax; escape literal brackets and dots, e.g. "
+                             r"'\[PASS\]' or 'max diff [0-9.e-]+ ok'") from None
+    else:
+        raise InputError(f"{name} must be a string, got {type(pattern).__name__}")
+    # A pattern that matches an empty line matches every line: as pass_pattern it would pass any run that
+    # printed anything, as fail_pattern it would fail every run.
+    if rx.search("") is not None:
+        raise InputError(f"{name} {source!r} matches an empty line, so it would match every line of every run",
+                         hint="make it require the verdict text itself, e.g. 'Softmax test passed' instead of '.*'")
+    return rx
+
+
+def compile_verdict_patterns(pass_pattern: str | re.Pattern[str] | None = None,
+                             fail_pattern: str | re.Pattern[str] | None = None) -> VerdictPatterns:
+    """Validate the session's optional verdict patterns; raise :class:`InputError` naming the bad one.
+
+    Both are Python regular expressions searched in each output line (``^``/``$`` anchor the line). When given,
+    ``pass_pattern`` is the only way a run can pass; ``fail_pattern`` replaces the heuristic failure recognisers
+    (markers, tracebacks, chatty lines) but not the structured summaries (``PRECISION: failed``, pytest, unittest)
+    nor the exit status, which always count. Call this at session start so a typo is refused before any run.
+    """
+    return VerdictPatterns(_compile_one("pass_pattern", pass_pattern), _compile_one("fail_pattern", fail_pattern))
+
+
+# ---------------------------------------------------------------------------------------------------- patterns
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TB_START_RE = re.compile(r"^\s*(?:\+\s*)?(?:Exception Group )?Traceback \(most recent call last\):\s*$")
+# Tracebacks that are known noise: pypto's PNG helpers without matplotlib/pandas (A.2b), or any crash of the
+# helper scripts pypto runs as separate processes after a SIM kernel — they cannot touch the test's exit status
+# or its numbers.
+_NOISE_EXC_RE = re.compile(r"ModuleNotFoundError: No module named '(matplotlib|pandas)(\.[\w.]+)?'")
+# The last line of a traceback: "RuntimeError: msg", "pkg.mod.RenderedParserError: Errcode…", "KeyboardInterrupt".
+_EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?::\s.*|:$|(?<=Error)$|(?<=Exception)$|(?<=Interrupt)$|"
+                          r"(?<=Exit)$|(?<=Iteration)$|(?<=Warning)$)")
+_HELPER_FRAME_RE = re.compile(r'^\s*File "[^"]*/pypto/lib/scripts/[^"/]+\.py", line \d+')
 
 _PRECISION_RE = re.compile(r"^\s*PRECISION:\s*(passed|failed|error|timeout)\b", re.IGNORECASE)
 # pytest's final summary: counts joined by commas, then "in 1.23s" (optionally " (0:00:01)"), maybe in "=" rules.
@@ -45,29 +165,52 @@ _PYTEST_RE = re.compile(
     r"^[=\s]*((?:\d+ (?:passed|failed|errors?|skipped|xfailed|xpassed|warnings?|deselected|rerun)(?:, )?)+)"
     r" in [\d.]+s\b.*?[=\s]*$")
 _PYTEST_NONE_RE = re.compile(r"^=+ (no tests ran|.*\bno tests ran\b).*=+$")
-_POS_RE = re.compile(r"\b(passed|pass|success|successful|successfully|succeeded|succeed)\b", re.IGNORECASE)
-_NEG_RE = re.compile(r"\b(failed|fail|failure|failures|error|errors|timeout|timed out)\b", re.IGNORECASE)
-# Not a verdict: "max error: 1e-3", "rel_error = 0.01", "0 failed", "0 errors" (metrics and zero counts).
+_UNITTEST_RAN_RE = re.compile(r"^Ran (\d+) tests? in [\d.]+s$")
+_UNITTEST_STATUS_RE = re.compile(r"^(OK|FAILED|NO TESTS RAN)\b(?:\s*\((.*)\))?\s*$")
+
+# Log records are the runtime's or a library's words, never the test's verdict: CANN / pypto records
+# ("[ERROR] RUNTIME(1234,python):…", "[INFO] TILE_FWK(…)") and Python logging's default format ("ERROR:root:…";
+# pypto calls logging.basicConfig(level=DEBUG), so any library's records reach the output).
+_RUNTIME_LOG_RE = re.compile(r"^\[(?:ERROR|WARNING|WARN|INFO|DEBUG|EVENT|TRACE)\]\s*[A-Z][\w-]*\(\d+")
+_PY_LOG_RE = re.compile(r"^(?:CRITICAL|ERROR|WARNING|INFO|DEBUG):[\w.<>-]*:")
+
+# Explicit failure markers at the start of a line: unittest "FAIL: test_x (…)" / "ERROR: test_x", pytest
+# "FAILED t.py::test - …" / "ERROR t.py", PyPTO examples "ERROR: Invalid example ID" and "Error: <exception>",
+# "✗ 3D LayerNorm FAILED", "[FAIL]". Not a marker: a metric ("Error: 0.0012") or a zero count ("FAILED: 0").
+_MARKER_RE = re.compile(
+    r"^(?:[✗✘❌]|\[\s*(?:FAIL|FAILED|FAILURE|ERROR)\s*\]|(?:FAIL|FAILED|FAILURE|ERROR)(?=[\s:(]|$)|"
+    r"(?:Error|Failed|Failure|Fail):)")
+_MARKER_EXEMPT_RE = re.compile(
+    r"^(?:(?:ERROR|Error)S?\s*[:=]?\s*[-+]?(?:\d|\.\d)|(?:FAIL|Fail)\w*\s*[:=]?\s*0+\b(?!\.\d))")
+
+_CHECK_MARK_RE = re.compile(r"^[✓✔☑✅]")
+_POS_RE = re.compile(r"\b(passed|pass|success|successful|successfully|succeeded|succeed)\b|通过|成功", re.IGNORECASE)
+_OK_RE = re.compile(r"\bOK\b")  # upper case only: "ok" in prose is not a verdict
+_NEG_RE = re.compile(r"\b(failed|fail|failure|failures|error|errors|timeout|timed out|mismatch(?:ed|es)?|incorrect|"
+                     r"not (?:equal|close|match(?:ed)?))\b|失败|错误|不通过|未通过", re.IGNORECASE)
+# Not a verdict: "max error: 1e-3", "rel_error = 0.01", "0 failed", "0 errors", "no errors" (metrics, zero counts).
 _NEG_EXEMPT_RE = re.compile(
-    r"\b(?:error|errors)\s*[:=]?\s*[-+]?(?:\d|\.\d)|\b0\s+(?:failed|failures?|errors?)\b|"
-    r"\bno\s+(?:errors?|failures?)\b",
+    r"\b(?:error|errors)\s*[:=]?\s*[-+]?(?:\d|\.\d)|\b0\s+(?:failed|failures?|errors?|mismatch\w*)\b|"
+    r"\bno\s+(?:errors?|failures?|mismatch\w*)\b",
     re.IGNORECASE)
 _SUBJECT_RE = re.compile(
     r"\b(tests?|checks?|precision|accuracy|compare|comparison|results?|verif\w*|cases?|golden|outputs?|allclose|"
-    r"all|correctness|numerics?|assert\w*|validation|status)\b", re.IGNORECASE)
+    r"correctness|numerics?|assert\w*|validation|examples?|status)\b|精度|测试|用例|结果|对比|比对|校验",
+    re.IGNORECASE)
+_ALL_OK_RE = re.compile(r"^[\W_]*all\s+(?:passed|pass|ok|good|succeeded)\b", re.IGNORECASE)
+# A line about getting something ready is progress, not a precision verdict: "Kernel compiled successfully",
+# "Model loaded successfully". Only positives are vetoed; a failure to compile is still a failure line.
+_NOT_A_VERDICT_RE = re.compile(
+    r"\b(compil\w*|build|built|load\w*|import\w*|install\w*|sav(?:e|ed|ing)|writ\w*|wrote|generat\w*|download\w*|"
+    r"connect\w*|initiali[sz]\w*|creat\w*|launch\w*|export\w*|dump\w*|warm\w*|setup|set up|registered)\b|编译",
+    re.IGNORECASE)
 # "10 passed, 0 failed": a count of cases is a subject too.
 _COUNT_RE = re.compile(r"\b\d+\s+(?:passed|failed|errors?|failures?)\b", re.IGNORECASE)
 _ONLY_WORD_RE = re.compile(r"^[\W_]*(passed|pass|success|successful|ok|failed|fail|failure|error)[\W_]*$",
                            re.IGNORECASE)
 _GENERIC_MAX_LEN = 200
-# CANN / pypto runtime log records ("[ERROR] RUNTIME(1234,python):2026-...", "[INFO] TILE_FWK(...)") talk about
-# the runtime, not the test's verdict: never generic verdict lines (they still show up as key error lines).
-_RUNTIME_LOG_RE = re.compile(r"^\[(?:ERROR|WARNING|WARN|INFO|DEBUG|EVENT|TRACE)\]\s*[A-Z][\w-]*\(\d+")
+_ARGPARSE_ERROR_RE = re.compile(r"^[\w.-]+: error: ")
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_TB_START = "Traceback (most recent call last):"
-# Traceback blocks that are known noise: pypto's PNG helpers without matplotlib/pandas (A.2b).
-_NOISE_EXC_RE = re.compile(r"ModuleNotFoundError: No module named '(matplotlib|pandas)(\.[\w.]+)?'")
 # Error lines worth showing an agent: pypto/CANN error codes (FC4000, F21004, EZ9999...), "Run pass failed",
 # log lines at ERROR level, assertion and exception lines.
 _KEY_ERROR_RE = re.compile(
@@ -75,106 +218,143 @@ _KEY_ERROR_RE = re.compile(
     r"\bfailed\b|\berror\b", re.IGNORECASE)
 
 
-def _split_tracebacks(lines: list[str]) -> tuple[list[int], list[list[int]]]:
-    """Indices of lines outside tracebacks, and the index lists of each traceback block (start..exception line).
+# ------------------------------------------------------------------------------------------------- the scan
+@dataclass
+class _Hit:
+    idx: int  # 0-based line index
+    polarity: Literal["pass", "fail", "error"]
+    recogniser: str
 
-    Chained tracebacks ("During handling of the above exception...") come out as several blocks; the chain
-    sentence between them is outside but contains no verdict word."""
-    outside: list[int] = []
-    blocks: list[list[int]] = []
-    i, n = 0, len(lines)
-    while i < n:
-        if lines[i].strip() == _TB_START:
-            block = [i]
-            i += 1
-            # Frames are indented; the block ends at the first non-indented line: the exception line (or, for an
-            # unusual format, whatever the process printed next — better to drop one line than read frames).
-            while i < n:
-                block.append(i)
-                s = lines[i]
+
+class _Scan:
+    """The output split into lines, with traceback blocks located once."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        n = len(self.lines)
+        self.hidden = [False] * n  # inside a traceback or its message: never a pass line
+        self.in_block = [False] * n  # a traceback's header or frames (its message lines are not)
+        self.noise = [False] * n  # inside a known-noise traceback: never anything
+        self.real_exc: list[int] = []  # exception line of each traceback that is not noise
+        i = 0
+        while i < n:
+            if not _TB_START_RE.match(self.lines[i]):
                 i += 1
-                if s.strip() and not s.startswith((" ", "\t")):
-                    break
-            blocks.append(block)
-        else:
-            outside.append(i)
+                continue
+            start = i
             i += 1
-    return outside, blocks
+            # Frames are indented; the block ends at the first non-indented line, which is its exception line
+            # when it looks like one. Another traceback header or an ordinary line there means the block was cut
+            # (two processes writing at once): the block then has no exception line, and the line stays visible.
+            exc_line: int | None = None
+            while i < n:
+                s = self.lines[i]
+                if s.strip() and not s.startswith((" ", "\t")):
+                    if not _TB_START_RE.match(s) and _EXC_LINE_RE.match(s):
+                        exc_line = i
+                        i += 1
+                    break
+                i += 1
+            end = i  # exclusive
+            block = range(start, end)
+            helper = any(_HELPER_FRAME_RE.match(self.lines[j]) for j in range(start + 1, min(start + 3, end)))
+            # "Exception ignored in: <function X.__del__>" is Python reporting an error it swallowed during
+            # clean-up (typically at interpreter exit); it says so itself and the exit status stays the test's.
+            ignored = start > 0 and self.lines[start - 1].startswith("Exception ignored in")
+            noise = exc_line is not None and bool(_NOISE_EXC_RE.search(self.lines[exc_line]))
+            for j in block:
+                self.hidden[j] = self.in_block[j] = True
+                self.noise[j] = helper or ignored or noise
+            if exc_line is None or helper or ignored or noise:
+                continue
+            self.real_exc.append(exc_line)
+            # A multi-line exception message ("RuntimeError: Errcode…\nRun pass failed…") continues up to the
+            # next blank line: it is the exception's text, so a "passed" in it is not the test speaking.
+            while i < n and self.lines[i].strip() and not _TB_START_RE.match(self.lines[i]):
+                self.hidden[i] = True
+                i += 1
+
+    def visible(self) -> list[int]:
+        return [i for i, h in enumerate(self.hidden) if not h]
 
 
-def _is_noise_block(lines: list[str], block: list[int]) -> bool:
-    return any(_NOISE_EXC_RE.search(lines[j]) for j in block[-2:])
-
-
-def _generic_kind(text: str) -> str | None:
-    """'pos' / 'neg' / None for a line that is not a precision or pytest verdict line."""
-    s = text.strip()
-    if not s or len(s) > _GENERIC_MAX_LEN or _RUNTIME_LOG_RE.match(s):
-        return None
-    if _ONLY_WORD_RE.match(s):
-        word = _ONLY_WORD_RE.match(s).group(1).lower()  # type: ignore[union-attr]
-        return "pos" if word in ("passed", "pass", "success", "successful", "ok") else "neg"
-    if not _SUBJECT_RE.search(s) and not _COUNT_RE.search(s):
-        return None
-    neg = _NEG_RE.search(_NEG_EXEMPT_RE.sub(" ", s))
-    if neg:
-        return "neg"
-    if _POS_RE.search(s):
-        return "pos"
-    return None
-
-
-def _find_verdict_lines(lines: list[str], outside: list[int]) -> tuple[str, list[tuple[int, str]]]:
-    """(source, [(index, 'pos'|'neg')]) for the first kind of verdict line present (see module docstring)."""
-    prec = []
-    for i in outside:
-        m = _PRECISION_RE.match(lines[i])
-        if m:
-            prec.append((i, "pos" if m.group(1).lower() == "passed" else "neg"))
-    if prec:
-        return "precision", prec
-    py = []
-    for i in outside:
+def _structured(scan: _Scan, vis: list[int]) -> dict[str, list[_Hit]]:
+    """Structured verdict lines by kind: precision, pytest, unittest."""
+    lines = scan.lines
+    out: dict[str, list[_Hit]] = {"precision": [], "pytest": [], "unittest": []}
+    for i in vis:
         s = lines[i].strip()
+        if not s:
+            continue
+        m = _PRECISION_RE.match(s)
+        if m:
+            word = m.group(1).lower()
+            out["precision"].append(_Hit(i, "pass" if word == "passed" else "error" if word == "error" else "fail",
+                                         "precision"))
+            continue
         m = _PYTEST_RE.match(s)
         if m:
             counts = m.group(1)
             bad = re.search(r"\b[1-9]\d* (failed|errors?)\b", counts)
             good = re.search(r"\b[1-9]\d* passed\b", counts)
-            py.append((i, "neg" if bad or not good else "pos"))
-        elif _PYTEST_NONE_RE.match(s):
-            py.append((i, "neg"))
-    if py:
-        return "pytest", py
-    gen = [(i, k) for i in outside if (k := _generic_kind(lines[i])) is not None]
-    return "generic", gen
-
-
-def _key_error_lines(lines: list[str], outside: list[int], blocks: list[list[int]]) -> list[str]:
-    """The lines an agent needs to see for a failure: the last real traceback's tail and error-looking lines."""
-    out: list[str] = []
-    real_blocks = [b for b in blocks if not _is_noise_block(lines, b)]
-    errs = [lines[i].rstrip() for i in outside if _KEY_ERROR_RE.search(lines[i])
-            and not _NOISE_EXC_RE.search(lines[i])]
-    out.extend(errs[-12:])
-    if real_blocks:
-        last = real_blocks[-1]
-        out.append("...")
-        out.extend(lines[j].rstrip() for j in last[-8:])
+            out["pytest"].append(_Hit(i, "fail" if bad or not good else "pass", "pytest"))
+            continue
+        if _PYTEST_NONE_RE.match(s):
+            out["pytest"].append(_Hit(i, "fail", "pytest"))
+            continue
+        m = _UNITTEST_RAN_RE.match(s)
+        if m:
+            ran = int(m.group(1))
+            status = next((j for j in vis if j > i and lines[j].strip()), None)
+            sm = _UNITTEST_STATUS_RE.match(lines[status].strip()) if status is not None else None
+            if sm is None:
+                continue  # "Ran N tests" without unittest's status line: some other tool's words
+            skipped = re.search(r"skipped=(\d+)", sm.group(2) or "")
+            ok = sm.group(1) == "OK" and ran > 0 and not (skipped and int(skipped.group(1)) >= ran)
+            out["unittest"].append(_Hit(i, "pass" if ok else "fail", "unittest"))
+            out["unittest"].append(_Hit(status, "pass" if ok else "fail", "unittest"))
     return out
 
 
-def _clip(parts: list[str]) -> str:
-    seen: set[str] = set()
-    kept = []
-    for p in parts:  # a verdict line is often also an error line: show it once
-        if p == "..." or p not in seen:
-            kept.append(p)
-            seen.add(p)
-    text = "\n".join(kept).strip("\n")
-    if len(text) <= KEY_OUTPUT_MAX_CHARS:
-        return text
-    return "...\n" + text[-(KEY_OUTPUT_MAX_CHARS - 4):]  # the end holds the exception line: keep it
+def _is_log_record(s: str) -> bool:
+    return bool(_RUNTIME_LOG_RE.match(s) or _PY_LOG_RE.match(s))
+
+
+def _marker(s: str) -> bool:
+    return bool(_MARKER_RE.match(s)) and not _MARKER_EXEMPT_RE.match(s) and not _is_log_record(s)
+
+
+def _generic_kind(s: str) -> Literal["pass", "fail"] | None:
+    """'pass' / 'fail' / None for a stripped line that is not a structured verdict line."""
+    if not s or len(s) > _GENERIC_MAX_LEN or _is_log_record(s):
+        return None
+    m = _ONLY_WORD_RE.match(s)
+    if m:
+        return "pass" if m.group(1).lower() in ("passed", "pass", "success", "successful", "ok") else "fail"
+    neg = _NEG_RE.search(_NEG_EXEMPT_RE.sub(" ", s))
+    checked = bool(_CHECK_MARK_RE.match(s))
+    if not checked and not _SUBJECT_RE.search(s) and not _COUNT_RE.search(s) and not _ALL_OK_RE.match(s):
+        return None
+    if neg:
+        return "fail"
+    if _NOT_A_VERDICT_RE.search(s):
+        return None
+    if _POS_RE.search(s) or _ALL_OK_RE.match(s) or (_OK_RE.search(s) and _SUBJECT_RE.search(s)):
+        return "pass"
+    return None
+
+
+def _clip_line(s: str) -> str:
+    s = s.strip()
+    return s if len(s) <= LINE_TEXT_MAX else s[:LINE_TEXT_MAX - 1] + "…"
+
+
+def _pick(hits: list[_Hit]) -> list[_Hit]:
+    """The first hit and the last ones, at most DECIDING_LINES_MAX: the first pass/fail line is often the one a
+    reader looks for, the last ones are where a run ends."""
+    if len(hits) <= DECIDING_LINES_MAX:
+        return hits
+    return [hits[0], *hits[-(DECIDING_LINES_MAX - 1):]]
 
 
 def _signal_name(sig: int) -> str:
@@ -189,74 +369,201 @@ _SHELL_SIGNAL_EXITS = {128 + s: s for s in (_signal.SIGILL, _signal.SIGABRT, _si
                                             _signal.SIGKILL, _signal.SIGSEGV)}
 
 
-def judge_precision(result: RunResult, run_mode: str) -> VerdictResult:
-    """Apply R4 to one run. Pure: reads only ``result``.
+# ------------------------------------------------------------------------------------------------ the verdict
+def judge_precision(result: RunResult, run_mode: str, *, pass_pattern: str | re.Pattern[str] | None = None,
+                    fail_pattern: str | re.Pattern[str] | None = None) -> VerdictResult:
+    """Apply R4 to one run, in the decision order of the module docstring. Pure: reads only its arguments.
 
-    * timeout → ``timeout``; killed by a signal (or a shell's 128+N crash status) → ``error``;
-    * ``PRECISION: error`` → ``error``; non-zero exit → ``failed`` with the key error lines;
-    * exit 0: any negative verdict line → ``failed``; a positive one → ``passed``; none → ``failed``
-      ("no verdict line").
-    * SIM: ``numerics_checked`` is always False and the key output / reason say why (A.8).
+    ``pass_pattern`` / ``fail_pattern`` are the session's optional verdict patterns (validated with
+    :func:`compile_verdict_patterns`; a bad one raises :class:`InputError`). The result carries the rule that
+    decided (``decided_by``) and the lines that decided with their line numbers (``deciding_lines``). In SIM,
+    ``numerics_checked`` is always False and the reason says that numerics were not checked (A.8).
     """
+    pats = compile_verdict_patterns(pass_pattern, fail_pattern)
     sim = run_mode.lower() == "sim"
     # pypto colours its diagnostics (ESC[1m...): strip the escapes so patterns and the agent see plain text.
-    lines = _ANSI_RE.sub("", result.output).splitlines()
-    outside, blocks = _split_tracebacks(lines)
-    source, found = _find_verdict_lines(lines, outside)
-    vlines = [lines[i].strip() for i, _ in found][-6:]
-    errors = _key_error_lines(lines, outside, blocks)
-    exc = _last_exception_line(lines, blocks)
+    scan = _Scan(_ANSI_RE.sub("", result.output))
+    lines = scan.lines
+    vis = scan.visible()
+    stripped = {i: lines[i].strip() for i in vis}
+    errors = _key_error_lines(scan)
+    exc = lines[scan.real_exc[-1]].strip()[:LINE_TEXT_MAX] if scan.real_exc else ""
+    truncated_note = ("; note: the output was capped and its middle was not kept, so a verdict line there could "
+                      "not be read" if result.output_truncated else "")
 
-    def make(verdict: str, reason: str, key: list[str], checked: bool = False) -> VerdictResult:
+    def vline(h: _Hit, role: LineRole | None = None) -> VerdictLine:
+        return VerdictLine(line_no=h.idx + 1, text=_clip_line(lines[h.idx]), role=role or h.polarity,
+                           recogniser=h.recogniser)
+
+    def last_output(k: int = 3) -> list[VerdictLine]:
+        idx = [i for i in range(len(lines)) if lines[i].strip() and not scan.noise[i]][-k:]
+        return [VerdictLine(line_no=i + 1, text=_clip_line(lines[i]), role="last-output", recogniser="output")
+                for i in idx]
+
+    def make(verdict: Verdict, decided_by: DecidedBy, reason: str, deciding: list[VerdictLine],
+             checked: bool = False) -> VerdictResult:
+        shown = {d.text for d in deciding}
+        key = [f"L{d.line_no}: {d.text}" for d in deciding] + [e for e in errors if _clip_line(e) not in shown]
         if sim:
             note = SIM_NOTE if verdict == "passed" else SIM_NOTE_NOT_PASSED
             key = [*key, note]
             reason = f"{reason}; {note}"
         return VerdictResult(verdict=verdict, numerics_checked=checked and not sim, key_output=_clip(key),
-                             reason=reason)
+                             reason=reason, decided_by=decided_by, deciding_lines=deciding)
 
+    # 1-2. the process did not end on its own terms: nothing it printed is a verdict.
     if result.timed_out:
-        return make("timeout", f"the test command did not finish within its time limit ({result.duration_s:.0f} s "
-                    "elapsed) and was killed", [*vlines, *errors, "last output: " + _last_nonblank(lines)])
+        return make("timeout", "timeout", f"the test command did not finish within its time limit "
+                    f"({result.duration_s:.0f} s elapsed) and was killed; whatever it printed is not a verdict",
+                    last_output())
     if result.signal is not None:
-        return make("error", f"the test process was killed by {_signal_name(result.signal)} (a crash, not a "
-                    "precision verdict)", [*errors, "last output: " + _last_nonblank(lines)])
+        return make("error", "signal", f"the test process was killed by {_signal_name(result.signal)} (a crash, not "
+                    "a precision verdict; lines it printed before do not count)", last_output())
     if result.exit_code is None:
-        return make("error", "the test process ended without an exit status", errors)
+        return make("error", "signal", "the test process ended without an exit status", last_output())
     if result.exit_code in _SHELL_SIGNAL_EXITS:
         sig = _SHELL_SIGNAL_EXITS[result.exit_code]
-        return make("error", f"exit status {result.exit_code} means a process was killed by {_signal_name(sig)} "
-                    "(reported through a shell)", [*errors, "last output: " + _last_nonblank(lines)])
-    prec_error = [lines[i].strip() for i in outside if re.match(r"^\s*PRECISION:\s*error\b", lines[i], re.I)]
-    if prec_error:
-        return make("error", f"the test reported an error instead of a verdict (exit {result.exit_code})",
-                    [*prec_error[-3:], *errors])
-    neg = [lines[i].strip() for i, k in found if k == "neg"]
-    pos = [lines[i].strip() for i, k in found if k == "pos"]
+        return make("error", "signal", f"exit status {result.exit_code} means a process was killed by "
+                    f"{_signal_name(sig)} (reported through a shell)", last_output())
+
+    kinds = _structured(scan, vis)
+    # 3. our fixtures' protocol for "could not judge" (missing golden file, exception caught by the test).
+    prec_errors = [h for h in kinds["precision"] if h.polarity == "error"]
+    if prec_errors:
+        return make("error", "precision-error-line", f"the test reported an error instead of a verdict (exit "
+                    f"{result.exit_code}): {stripped[prec_errors[-1].idx]!r}", [vline(h) for h in _pick(prec_errors)])
+
+    # Pass lines: the session pattern alone when given, else the first structured kind present, else generic.
+    builtin_pass: list[_Hit] = []
+    pass_kind = ""
+    for kind in ("precision", "pytest", "unittest"):
+        if kinds[kind]:
+            pass_kind = kind
+            builtin_pass = [h for h in kinds[kind] if h.polarity == "pass"]
+            break
+    if not pass_kind:
+        builtin_pass = [_Hit(i, "pass", "generic") for i in vis if _generic_kind(stripped[i]) == "pass"]
+    if pats.pass_re is not None:
+        passes = [_Hit(i, "pass", "session-pattern") for i in vis
+                  if pats.pass_re.search(lines[i][:PATTERN_LINE_MAX])]
+    else:
+        passes = builtin_pass
+
+    # 4. a non-zero exit fails whatever was printed.
     if result.exit_code != 0:
-        return make("failed", f"the test command exited with status {result.exit_code}"
-                    + (f"; verdict line: {neg[-1]!r}" if neg else "")
-                    + (f"; last exception: {exc}" if exc else ""), [*vlines, *errors],
-                    checked=bool(found))
-    if neg:
-        return make("failed", f"a {source} verdict line reports failure: {neg[-1]!r}", [*vlines, *errors],
-                    checked=True)
-    if pos:
-        checked = not any("numerics not checked" in v.lower() for v in pos)
-        return make("passed", f"exit 0 and the {source} verdict line says passed: {pos[-1]!r}", vlines,
-                    checked=checked)
-    return make("failed", "exit 0 but the test printed no verdict line (none of 'PRECISION: passed', a pytest "
-                "summary, or a 'test passed'/'success' line); make the test print its verdict",
-                ["last output: " + _last_nonblank(lines), *errors])
+        fails = [h for k in ("precision", "pytest", "unittest") for h in kinds[k] if h.polarity == "fail"]
+        markers = [_Hit(i, "fail", "marker") for i in vis if _marker(stripped[i])]
+        argparse_errors = [_Hit(i, "fail", "argparse") for i in vis if _ARGPARSE_ERROR_RE.match(stripped[i])]
+        deciding = [vline(h) for h in _pick(fails or markers or argparse_errors)]
+        if scan.real_exc:
+            deciding.append(VerdictLine(line_no=scan.real_exc[-1] + 1, text=_clip_line(exc), role="exception",
+                                        recogniser="traceback"))
+        deciding += [vline(h, "ignored-pass") for h in passes[-2:]]
+        if not deciding:
+            deciding = last_output()
+        what = ""
+        if argparse_errors:
+            what = (f"; the script rejected its command-line arguments: {stripped[argparse_errors[-1].idx]!r} (check "
+                    "the test command's flags against the script's --help)")
+        elif fails or markers:
+            what = f"; failure line: {stripped[(fails or markers)[-1].idx]!r}"
+        if exc:
+            what += f"; last exception: {exc}"
+        if passes:
+            what += (f"; {len(passes)} pass line(s) were printed but a non-zero exit status overrides them "
+                     f"(last: {stripped[passes[-1].idx]!r})")
+        return make("failed", "exit-status", f"the test command exited with status {result.exit_code}{what}",
+                    deciding, checked=bool(fails))
+
+    # 5. exit 0: any failure line fails the run.
+    structured_fails = [(k, h) for k in ("precision", "pytest", "unittest") for h in kinds[k] if h.polarity == "fail"]
+    heuristic: list[_Hit] = []
+    heuristic_by: DecidedBy = "failure-marker"
+    if pats.fail_re is not None:
+        heuristic = [_Hit(i, "fail", "session-pattern") for i in range(len(lines))
+                     if not scan.noise[i] and pats.fail_re.search(lines[i][:PATTERN_LINE_MAX])]
+        heuristic_by = "session-pattern"
+    else:
+        heuristic = [_Hit(i, "fail", "marker") for i in vis if _marker(stripped[i])]
+        if not heuristic and scan.real_exc:
+            heuristic = [_Hit(i, "fail", "traceback") for i in scan.real_exc]
+            heuristic_by = "traceback"
+        # Chatty lines ("case 2 failed") count only when the test printed no verdict line of its own: a structured
+        # line or the session's pass line is authoritative over "[INFO] retry of stream 2 failed, retrying".
+        if not heuristic and not pass_kind and not (pats.pass_re is not None and passes):
+            heuristic = [_Hit(i, "fail", "generic") for i in vis if _generic_kind(stripped[i]) == "fail"]
+            heuristic_by = "generic-line"
+    if structured_fails or heuristic:
+        if structured_fails:
+            kind, _ = structured_fails[0]
+            fail_hits = [h for _, h in structured_fails]
+            by: DecidedBy = {"precision": "precision-line", "pytest": "pytest-summary",
+                             "unittest": "unittest-summary"}[kind]  # type: ignore[assignment]
+            what = f"a {kind} verdict line reports failure"
+        else:
+            fail_hits, by = heuristic, heuristic_by
+            what = {"session-pattern": "a line matches the session's fail_pattern",
+                    "failure-marker": "an explicit failure line",
+                    "traceback": "a Python traceback (not known noise) was printed, so a pass line cannot be "
+                                 "trusted; if it is expected, give the session a fail_pattern",
+                    "generic-line": "a result line reports failure"}[by]
+        deciding = [vline(h, "exception" if by == "traceback" else None) for h in _pick(fail_hits)]
+        deciding += [vline(h, "ignored-pass") for h in passes[-2:]]
+        last_fail = lines[fail_hits[-1].idx].strip()
+        tail = f" ({len(passes)} pass line(s) were printed too)" if passes else ""
+        # A failure line that reports a comparison means the numbers were compared; a marker or a traceback does not.
+        compared = by in ("precision-line", "pytest-summary", "unittest-summary", "generic-line", "session-pattern")
+        return make("failed", by, f"exit 0 but {what}: {last_fail!r}{tail}", deciding, checked=compared)
+
+    # 6. exit 0 and a pass line.
+    if passes:
+        by = ("session-pattern" if pats.pass_re is not None else
+              {"precision": "precision-line", "pytest": "pytest-summary", "unittest": "unittest-summary",
+               "": "generic-line"}[pass_kind])  # type: ignore[assignment]
+        what = ("the session's pass_pattern matches" if pats.pass_re is not None else
+                f"the {pass_kind or 'generic'} verdict line says passed")
+        checked = not any("numerics not checked" in stripped[h.idx].lower() for h in passes)
+        return make("passed", by, f"exit 0 and {what}: {stripped[passes[-1].idx]!r}{truncated_note}",
+                    [vline(h) for h in _pick(passes)], checked=checked)
+
+    # 7. exit 0 and nothing decided.
+    extra = ""
+    if pats.pass_re is not None and builtin_pass:
+        extra = (f"; the session's pass_pattern {pats.pass_re.pattern!r} matched no line (a built-in recogniser "
+                 f"read {stripped[builtin_pass[-1].idx]!r}, but the session pattern takes precedence)")
+    elif pats.pass_re is not None:
+        extra = f"; the session's pass_pattern {pats.pass_re.pattern!r} matched no line"
+    return make("failed", "no-verdict-line", "exit 0 but the test printed no verdict line (none of 'PRECISION: "
+                "passed', a pytest or unittest summary, '✓ … passed', '… test passed', 'All … tests passed', "
+                f"'completed successfully'){extra}{truncated_note}; make the test print its verdict, or start the "
+                "session with a pass_pattern that matches the line it prints", last_output())
 
 
-def _last_exception_line(lines: list[str], blocks: list[list[int]]) -> str:
-    real = [b for b in blocks if not _is_noise_block(lines, b)]
-    return lines[real[-1][-1]].strip()[:300] if real else ""
+def _key_error_lines(scan: _Scan) -> list[str]:
+    """The lines an agent needs to see for a failure: error-looking lines and the last real traceback's tail."""
+    lines = scan.lines
+    errs: list[str] = []
+    for i in range(len(lines) - 1, -1, -1):  # from the end: only the last 12 are kept, and the regex is not cheap
+        if not scan.in_block[i] and _KEY_ERROR_RE.search(lines[i]) and not _NOISE_EXC_RE.search(lines[i]):
+            errs.append(lines[i].rstrip())
+            if len(errs) == 12:
+                break
+    out = errs[::-1]
+    if scan.real_exc:
+        last = scan.real_exc[-1]
+        out.append("...")
+        out.extend(lines[j].rstrip() for j in range(max(0, last - 7), last + 1) if not scan.noise[j])
+    return out
 
 
-def _last_nonblank(lines: list[str]) -> str:
-    for s in reversed(lines):
-        if s.strip():
-            return s.strip()[-300:]
-    return "(no output)"
+def _clip(parts: list[str]) -> str:
+    seen: set[str] = set()
+    kept = []
+    for p in parts:  # a verdict line is often also an error line: show it once
+        if p == "..." or p not in seen:
+            kept.append(p)
+            seen.add(p)
+    text = "\n".join(kept).strip("\n")
+    if len(text) <= KEY_OUTPUT_MAX_CHARS:
+        return text
+    return "...\n" + text[-(KEY_OUTPUT_MAX_CHARS - 4):]  # the end holds the exception line: keep it

@@ -142,7 +142,8 @@ HARNESS_USING_ROWS = "import torch\nimport kernel\n\nx = torch.randn(kernel.ROWS
 def test_the_harness_decides_that_a_shared_constant_is_a_problem_size() -> None:
     """ROWS reaches the problem only through the harness file: without it as context it would look tunable."""
     before = {"kernel.py": KERNEL_ONLY}
-    after = {"kernel.py": KERNEL_ONLY.replace("ROWS = 64", "ROWS = 32")}
+    # (64 → 32 would also be refused as computing half the rows: the loop must cover the tensor)
+    after = {"kernel.py": KERNEL_ONLY.replace("ROWS = 64", "ROWS = 128")}
     assert _judge(before, after, {}) == ("admitted", "kernel.py:ROWS")
     try:
         admit(before, after, context={"harness.py": HARNESS_USING_ROWS})

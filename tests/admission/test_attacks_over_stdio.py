@@ -13,6 +13,10 @@ Attack → where it is closed:
 8 self-served confirmations ..................... gates (baseline-retry) + server/confirm.py (a TTY, a person)
 9 the agent picks its own luck .................. state.kept_samples (median of all) + the NPU repeats floor
 (9's noise half runs on the emulated NPU box: tests/npu/.)
+Second red-team pass (tests/admission/test_redteam_findings.py has each at library level):
+10 a .pth in the interpreter's site-packages ... tools/interpreter_files.py (fingerprint before the baseline)
+11 outputs rewritten as they appear ............. execution.dir_digest + the log/trace cross-check (analysis)
+12 rows written into the ledger with sqlite3 .... tools/ledger_seal.py (seals) + the ledger-integrity gate
 """
 
 from __future__ import annotations
@@ -392,5 +396,98 @@ def test_a_person_answering_in_the_client_is_recorded_as_theirs(tmp_path: Path) 
             assert len(asked) == 2 and again["verdict"] != "passed" and again["attempts_left"] == 2
             ledger = (await client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
             assert '"source": "elicitation"' in ledger and '"kind": "declined"' in ledger
+
+    anyio.run(scenario)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Forgeries from outside the server process (red team, second pass): nothing here goes through a tool call.
+# ------------------------------------------------------------------------------------------------------------
+
+_WATCHER = r'''
+import pathlib, re, sys, time
+root, stop = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+seen = set()
+while not stop.exists():
+    for log in root.rglob("bubble_analysis.log"):
+        if log in seen:
+            continue
+        try:
+            text = log.read_text()
+            log.write_text(re.sub(r"(Time: )([0-9.]+)", lambda m: m.group(1) + repr(float(m.group(2)) / 100), text))
+            seen.add(log)
+        except OSError:
+            pass
+    time.sleep(0.005)
+'''
+
+
+def test_forgeries_outside_the_tool_calls_never_become_a_kept_number(tmp_path: Path) -> None:
+    """(a) a .pth file added to the test interpreter's site-packages after the baseline; (b) a process rewriting
+    every bubble_analysis.log under the workspace the moment it appears; (c) rows written into the ledger with
+    sqlite3 (a measurement of 1 µs for the open round). Each is caught by a different check: the interpreter
+    fingerprint, the digests and the log/trace cross-check, the seals."""
+    import sqlite3
+    import sysconfig
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    # an interpreter of its own whose site-packages reaches the project's (so pypto imports) and can be attacked
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    cmd = [python, "softmax.py", "--run-mode", "sim"]
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["softmax.py"], cmd)
+            kept = (await s.ok("get_status", session_id=sid))["best_us"]
+
+            # (b) a live watcher: whichever moment it wins, the round is not kept on its number
+            stop = tmp_path / "stop-watcher"
+            watcher = subprocess.Popen([sys.executable, "-c", _WATCHER, str(ws), str(stop)])
+            try:
+                await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 2, 256], catalog_id="F-10",
+                           rationale="smaller tile, measured while a watcher rewrites logs")
+                assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+                got = await s.ok("collect_swimlane", session_id=sid)
+                rec = await s.ok("record_round", session_id=sid)
+            finally:
+                stop.touch()
+                watcher.wait(timeout=10)
+            assert not got["valid"] and any("changed after the run ended" in r or "disagree" in r
+                                            for r in got["invalid_reasons"]), got["invalid_reasons"]
+            assert rec["decision"] == "failed"
+            assert (await s.ok("get_status", session_id=sid))["best_us"] == kept
+
+            # (a) a .pth added behind the server's back: the next run is discarded, naming the file
+            (site / "zz_agent.pth").write_text("import sys\n")
+            await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=8, catalog_id="F-3",
+                       rationale="measured with a planted .pth")
+            prec = await s.ok("run_precision_check", session_id=sid)
+            assert prec["verdict"] == "error" and f"added: {site / 'zz_agent.pth'}" in prec["reason"]
+            (site / "zz_agent.pth").unlink()  # putting it back does not help: the folder's ctime moved
+            prec = await s.ok("run_precision_check", session_id=sid)
+            assert prec["verdict"] == "error" and "interpreter's files changed" in prec["reason"]
+
+            # (c) a measurement written with sqlite3 for the open round: ignored, and nothing runs any more
+            st = (await s.ok("get_status", session_id=sid))
+            con = sqlite3.connect(ws / ".pypto-tune" / "ledger.sqlite3")
+            row = con.execute("SELECT code_hash, round FROM precision_records WHERE session_id = ? ORDER BY id DESC "
+                              "LIMIT 1", (sid,)).fetchone()
+            con.execute("INSERT INTO measurements(session_id, at, round, code_hash, valid, invalid_reasons, "
+                        "operator_time_us, e2e_us, samples, analysis, archive, run_ids, stage) VALUES "
+                        "(?, '2026-12-03T00:00:00', ?, ?, 1, '[]', 1.0, 1.0, '[1.0]', '{}', '', '[]', ?)",
+                        (sid, row[1], row[0], st["stage"]))
+            con.commit()
+            con.close()
+            msg = await s.refused("record_round", session_id=sid)
+            assert "GATE ledger-integrity:" in msg and "measurements row" in msg
+            status = await s.ok("get_status", session_id=sid)
+            assert status["best_us"] == kept and any("measurements row" in f for f in status["ledger_findings"])
 
     anyio.run(scenario)

@@ -1,5 +1,6 @@
-"""Red-team findings: ways past the gates that still work. Each test is ``xfail(strict=True)``: it fails today for
-the reason given and passes once the gap is closed (then remove the marker).
+"""Red-team findings (an independent pass over the gates): each test is one way past them that worked, and now
+states how it is stopped. They were written as ``xfail(strict=True)`` against the code of the day and lost the
+marker as each gap was closed; a new finding starts that way again.
 
 Most tests work at the library level (``tools/admission.admit``, ``TuningService`` on a temp workspace). The session
 tests use a stand-in operator (``_FAKEOP``): a file with a real-looking PyPTO kernel that the role analysis and the
@@ -57,8 +58,6 @@ def _diff(path: str, old: str, new: str) -> str:
 # ============================================================================================================
 
 
-@pytest.mark.xfail(strict=True, reason="set_cube_tile_shapes: the masker hides ALL its arguments but the knob value "
-                   "holds only m/k/n/enable_split_k, so *args / **kwargs / extra keywords carry arbitrary code")
 @pytest.mark.parametrize("extra", ["**(print('PAYLOAD RAN') or {})", "*(print('PAYLOAD RAN') or [])",
                                    "bogus=__import__('os').system('true')"], ids=["kwargs", "args", "keyword"])
 def test_cube_tile_call_carries_code_beside_a_legal_knob_change(extra: str) -> None:
@@ -68,8 +67,6 @@ def test_cube_tile_call_carries_code_beside_a_legal_knob_change(extra: str) -> N
     assert _refused(result), f"admitted: {result.describe() if hasattr(result, 'describe') else result}"
 
 
-@pytest.mark.xfail(strict=True, reason="a duplicated option-dict key: both entries are masked, the second is never a "
-                   "knob (same id, dropped by the extractor), so its value is code nobody checks")
 def test_duplicate_option_key_carries_code_beside_a_legal_knob_change() -> None:
     after = SOFTMAX.replace("\nTILE_B = 4\n", "\nTILE_B = 8\n").replace(
         SOFTMAX_JIT, SOFTMAX_JIT.replace('"stitch_function_max_num": 128}',
@@ -78,8 +75,6 @@ def test_duplicate_option_key_carries_code_beside_a_legal_knob_change() -> None:
     assert _refused(result), f"admitted: {result.describe() if hasattr(result, 'describe') else result}"
 
 
-@pytest.mark.xfail(strict=True, reason="runtime_debug_mode's value is stripped by functional_sources before "
-                   "comparison and excluded from the knob delta: any expression there is neither compared nor checked")
 def test_runtime_debug_mode_value_carries_code_beside_a_legal_knob_change() -> None:
     with_debug = SOFTMAX.replace(SOFTMAX_JIT, SOFTMAX_JIT + ', debug_options={"runtime_debug_mode": 1}')
     after = with_debug.replace("\nTILE_B = 4\n", "\nTILE_B = 8\n").replace(
@@ -88,8 +83,6 @@ def test_runtime_debug_mode_value_carries_code_beside_a_legal_knob_change() -> N
     assert _refused(result), f"admitted: {result.describe() if hasattr(result, 'describe') else result}"
 
 
-@pytest.mark.xfail(strict=True, reason="comments are 'formatting' to the server (it parses the UTF-8 text), but an "
-                   "added coding cookie makes Python decode \\n / \\u000a inside a comment as a newline: hidden code")
 @pytest.mark.parametrize(("codec", "newline"), [("unicode_escape", "\\n"), ("raw_unicode_escape", "\\u000a")])
 def test_an_encoding_declaration_cannot_turn_a_comment_into_code(codec: str, newline: str) -> None:
     after = f"# -*- coding: {codec} -*-\n" + SOFTMAX.replace(
@@ -120,8 +113,6 @@ def k(x: pypto.Tensor([ROWS, COLS], pypto.DT_FP32), y: pypto.Tensor([ROWS, COLS]
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="a literal loop trip count and the block size it goes with are separate knobs; "
-                   "no check ties trips x block to the axis, so rows are silently dropped")
 @pytest.mark.parametrize(("old", "new"), [("NBLK = 8", "NBLK = 1"),  # 1 of 8 blocks computed
                                           ("TILE = 8\n", "TILE = 4\n")],  # 8 blocks of 4 rows: half the rows
                          ids=["trips-8-to-1", "block-8-to-4"])
@@ -130,16 +121,12 @@ def test_loop_trips_times_block_must_cover_the_axis(old: str, new: str) -> None:
     assert _refused(result), f"admitted: {result.describe() if hasattr(result, 'describe') else result}"
 
 
-@pytest.mark.xfail(strict=True, reason="valid_shape is tunable with no bound against the view it belongs to: "
-                   "[TILE, COLS] -> [1, 32] computes 1/128 of every block")
 def test_valid_shape_cannot_shrink_what_is_computed() -> None:
     after = LITERAL_TRIPS.replace("valid_shape=[TILE, COLS]", "valid_shape=[1, 32]")
     result = _verdict({"op.py": LITERAL_TRIPS}, {"op.py": after})
     assert _refused(result), f"admitted: {result.describe() if hasattr(result, 'describe') else result}"
 
 
-@pytest.mark.xfail(strict=True, reason="upstream (factory) style: `batch // tile_b` has a closure bound the server "
-                   "cannot evaluate, and the floor-division check silently skips it (not even 'unchecked')")
 @pytest.mark.parametrize("value", ["3", "64"])  # 32 // 3 drops 2 rows; 32 // 64 = 0 iterations
 def test_upstream_block_that_drops_rows_is_refused_or_flagged(value: str) -> None:
     after = UPSTREAM.replace("tile_b = 4 ", f"tile_b = {value} ")
@@ -148,8 +135,6 @@ def test_upstream_block_that_drops_rows_is_refused_or_flagged(value: str) -> Non
         f"admitted, checked={result.checked}, unchecked={result.unchecked}")
 
 
-@pytest.mark.xfail(strict=True, reason="upstream style: tensor shapes are closure tuples, so the reduce-axis and "
-                   "dim checks are skipped, yet the site is reported as 'checked'")
 def test_upstream_vec_tile_that_splits_the_reduce_axis_is_refused_or_flagged() -> None:
     # softmax over dim = 256 (the test builds shape (32, 32, 256)); the shipped (1, 4, 64) already splits it and
     # (1, 4, 32) cuts it finer, which the same rule refuses on softmax.py ("never cut it finer")
@@ -159,8 +144,6 @@ def test_upstream_vec_tile_that_splits_the_reduce_axis_is_refused_or_flagged() -
         f"admitted as checked: {result.checked}")
 
 
-@pytest.mark.xfail(strict=True, reason="in the ALGORITHM stage any structural edit of an operator file is admitted, "
-                   "including the harness half of a single-file operator: its inputs, tolerances and verdict")
 @pytest.mark.parametrize(("old", "new"), [
     ("torch.allclose(got, expected, rtol=1e-3, atol=1e-5)", "torch.allclose(got, expected, rtol=1e3, atol=1e3)"),
     ('print(f"PRECISION: failed (max abs diff {diff:.3e}, rtol=1e-3, atol=1e-5)")\n        return 1',
@@ -208,8 +191,6 @@ HARNESSES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="ROWS builds the harness's input tensor, but this import form is not followed, "
-                   "so the problem size is listed as a tunable knob")
 @pytest.mark.parametrize("form", sorted(HARNESSES))
 def test_a_problem_size_used_by_the_harness_is_not_a_knob(form: str) -> None:
     kpath, hpath, harness = HARNESSES[form]
@@ -226,8 +207,6 @@ IN_FILE_USES = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="class bodies are read as module scope and Cls.attr is never followed; str()/"
-                   "format() are 'harmless' like print, so a value passed through them vanishes")
 @pytest.mark.parametrize("form", sorted(IN_FILE_USES))
 def test_a_problem_size_used_in_the_same_file_is_not_a_knob(form: str) -> None:
     src = KERNEL_ONLY.replace("import pypto\n", "import pypto\nimport torch\n") + "\n\n" + IN_FILE_USES[form]
@@ -336,8 +315,6 @@ def test_stand_in_operator_works(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------ retries (R19)
 
 
-@pytest.mark.xfail(strict=True, reason="_tried compares the semantic hash (AST) and the spelled value: a failed "
-                   "value re-spelled as an equal expression (+2, 2 * 4) is 'new' and admitted again")
 @pytest.mark.parametrize(("knob", "first", "old", "new", "cid"), [
     (TILE_B, 2, "\nTILE_B = 4\n", "\nTILE_B = +2\n", "F-3"),
     (VEC, [1, 8, 256], "set_vec_tile_shapes(1, 4, 256)", "set_vec_tile_shapes(1, 2 * 4, 256)", "F-10"),
@@ -363,8 +340,6 @@ def test_a_failed_value_respelled_is_not_retried(tmp_path: Path, knob: str, firs
 # ------------------------------------------------------------------------------------------------ stages (R14)
 
 
-@pytest.mark.xfail(strict=True, reason="a round closed by revert_patch before any run marks its catalogue item "
-                   "'tried', so apply+revert per item empties the checklist and advance_stage leaves with 0 runs")
 def test_a_stage_cannot_be_left_without_running_anything(tmp_path: Path) -> None:
     ws = _fake_ws(tmp_path)
 
@@ -393,11 +368,7 @@ def test_a_stage_cannot_be_left_without_running_anything(tmp_path: Path) -> None
 # ------------------------------------------------------------------------------------------------ the numbers
 
 
-@pytest.mark.xfail(strict=True, reason="collect_swimlane may be called again in an open round after its measurement, "
-                   "and record_round judges only the LAST measurement: an agent re-rolls until the number suits it")
 def test_a_round_cannot_be_remeasured_until_the_number_suits(tmp_path: Path) -> None:
-    import statistics
-
     ws = _fake_ws(tmp_path, counter=tmp_path / "runs-of-the-candidate")
 
     async def scenario() -> None:
@@ -407,15 +378,10 @@ def test_a_round_cannot_be_remeasured_until_the_number_suits(tmp_path: Path) -> 
         assert (await svc.run_precision_check(sid)).verdict == "passed"
         first = await svc.collect_swimlane(sid)
         assert first.operator_time_us == pytest.approx(HONEST_US, abs=1e-3)  # no gain: the agent does not record
-        try:
+        with pytest.raises(GateRefusal, match="measure-once"):
             await svc.collect_swimlane(sid)  # ... it measures again
-        except GateRefusal:
-            return  # closed: one measurement per round (or the sequential rule decides how many)
         rec = svc.record_round(sid)
-        st = svc._state(svc._find(sid), sid)
-        samples = [x for m in st.rows["measurements"] if m["round"] == rec.round for x in m["samples"]]
-        assert rec.after_us == pytest.approx(statistics.median(samples)), (
-            f"judged on the last measurement only: {rec.after_us} µs ({rec.decision}); all samples {samples}")
+        assert rec.decision == "reverted" and rec.after_us == pytest.approx(HONEST_US, abs=1e-3)
 
     anyio.run(scenario)
 
@@ -438,8 +404,6 @@ def _scale_logs(root: Path, factor: float = 100.0) -> int:
     return n
 
 
-@pytest.mark.xfail(strict=True, reason="run folders are moved into WORKSPACE/output/ (excluded from the recorded tree, "
-                   "writable by the agent) and only then validated and parsed: a concurrent writer forges the number")
 def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher process polling output/ wins this race in practice (tried: first attempt, -99 %); here the write
@@ -450,8 +414,8 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
     armed = {"on": False}
     real_adopt = execution.adopt_outputs
 
-    def adopt_then_agent_writes(copy: Path, workspace: Path) -> list[Path]:
-        moved = real_adopt(copy, workspace)
+    def adopt_then_agent_writes(copy: Path, workspace: Path, digests: Any = None) -> list[Path]:
+        moved = real_adopt(copy, workspace, digests)
         if armed["on"]:
             for d in moved:
                 _scale_logs(d)
@@ -463,18 +427,48 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
         svc = _service(ws)
         sid = await _frontend(svc, ws)
         armed["on"] = True
-        try:
-            decision, after = await _forged_round(svc, sid)
-        except PyptoTuneError:
-            return  # refused or invalid: the forged figure never became a number
-        assert not (decision == "kept" and after is not None and after < HONEST_US / 2), (
-            f"forged figure kept: {after} µs (honest {HONEST_US} µs)")
+        svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
+        assert (await svc.run_precision_check(sid)).verdict == "passed"
+        collected = await svc.collect_swimlane(sid)
+        assert not collected.valid and collected.operator_time_us is None
+        assert any("changed after the run ended" in r for r in collected.invalid_reasons), collected.invalid_reasons
+        assert svc.record_round(sid).decision != "kept"
 
     anyio.run(scenario)
 
 
-@pytest.mark.xfail(strict=True, reason="the private copy lives in WORKSPACE/.pypto-tune/exec/ and is hashed only "
-                   "after the run: bytes swapped in after materialising and put back before the end are never seen")
+def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_trace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewritten while the run still executes (so the digest taken as the folder leaves the copy already holds the
+    forged log): the log's figures no longer match the ones recomputed from merged_swimlane.json (B.9)."""
+    from pypto_tune.tools import execution
+
+    ws = _fake_ws(tmp_path)
+    armed = {"on": False}
+    real_run = execution.run_command
+
+    async def run_then_rewrite(argv: list[str], *, cwd: Path, **kw: Any) -> Any:
+        result = await real_run(argv, cwd=cwd, **kw)
+        if armed["on"]:
+            assert _scale_logs(Path(cwd) / "output") > 0
+        return result
+
+    monkeypatch.setattr(execution, "run_command", run_then_rewrite)
+
+    async def scenario() -> None:
+        svc = _service(ws)
+        sid = await _frontend(svc, ws)
+        armed["on"] = True
+        svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
+        assert (await svc.run_precision_check(sid)).verdict == "passed"
+        collected = await svc.collect_swimlane(sid)
+        assert not collected.valid
+        assert any("disagree" in r for r in collected.invalid_reasons), collected.invalid_reasons
+        assert svc.record_round(sid).decision != "kept"
+
+    anyio.run(scenario)
+
+
 def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher polling .pypto-tune/exec/ does this for real (tried on a kernel module imported after torch: swap
     when the copy appears, restore when its output/ appears: kept at -92.5 %); here the swap and the restore happen
@@ -493,7 +487,8 @@ def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monke
         try:
             return await real_run(argv, cwd=cwd, **kw)
         finally:
-            target.write_bytes(original)  # put back before the server hashes the copy
+            if armed["on"]:
+                target.write_bytes(original)  # put back before the server hashes the copy
 
     monkeypatch.setattr(execution, "run_command", swap_during_run)
 
@@ -501,19 +496,20 @@ def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monke
         svc = _service(ws)
         sid = await _frontend(svc, ws)
         armed["on"] = True
-        try:
-            decision, after = await _forged_round(svc, sid)
-        except PyptoTuneError:
-            return
-        assert not (decision == "kept" and after is not None and after < HONEST_US / 2), (
-            f"bytes other than the recorded ones were measured and kept: {after} µs (honest {HONEST_US} µs)")
+        svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
+        result = await svc.run_precision_check(sid)
+        # the swap was put back before the run ended, so only the watch over the copy can see it
+        assert result.verdict == "error", f"a run whose copy was swapped mid-run was accepted: {result.verdict}"
+        assert svc._find(sid).ledger.rows("runs", sid)[-1]["tampered"] == ["fakeop.py"]
 
     anyio.run(scenario)
 
 
-@pytest.mark.xfail(strict=True, reason="the interpreter's site-packages are outside the recorded tree and never "
-                   "fingerprinted: a .pth file added mid-session runs in every later run and rewrites its artifacts")
-def test_the_interpreter_environment_is_part_of_the_code_state(tmp_path: Path) -> None:
+@pytest.mark.parametrize("put_back", [False, True], ids=["left-in-place", "removed-before-the-run"])
+def test_the_interpreter_environment_is_part_of_the_code_state(tmp_path: Path, put_back: bool) -> None:
+    """A .pth file in the test interpreter's site-packages runs in every later run (here: it rewrites the log's
+    figures at exit). The server scanned the interpreter's folders before the baseline, so the run is discarded —
+    also when the file was removed again before the run (the folder's ctime cannot be put back)."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
@@ -523,18 +519,21 @@ def test_the_interpreter_environment_is_part_of_the_code_state(tmp_path: Path) -
 
     async def scenario() -> None:
         svc = _service(ws)
-        sid = await _frontend(svc, ws, python=python)
+        sid = await _frontend(svc, ws, python=python)  # its runs add __pycache__ files: not a change
         # the agent, behind the server's back, outside the workspace:
-        (site / "zz_agent.pth").write_text(
+        pth = site / "zz_agent.pth"
+        pth.write_text(
             "import atexit; atexit.register(lambda: [p.write_text(__import__('re').sub(r'(Time: )([0-9.]+)', "
             "lambda m: m.group(1) + repr(float(m.group(2)) / 100), p.read_text())) "
             "for p in __import__('pathlib').Path('output').rglob('bubble_analysis.log')])\n")
-        try:
-            decision, after = await _forged_round(svc, sid)
-        except PyptoTuneError:
-            return
-        assert not (decision == "kept" and after is not None and after < HONEST_US / 2), (
-            f"forged figure kept: {after} µs (honest {HONEST_US} µs)")
+        if put_back:
+            pth.unlink()
+        svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
+        result = await svc.run_precision_check(sid)
+        assert result.verdict == "error"
+        assert "interpreter's files changed" in result.reason
+        expected = f"changed: {site}" if put_back else f"added: {pth}"
+        assert expected in result.reason, result.reason
 
     anyio.run(scenario)
 
@@ -542,8 +541,6 @@ def test_the_interpreter_environment_is_part_of_the_code_state(tmp_path: Path) -
 # ------------------------------------------------------------------------------------------------ the ledger
 
 
-@pytest.mark.xfail(strict=True, reason="the ledger refuses UPDATE/DELETE but accepts any INSERT: a confirmations row "
-                   "written with sqlite3 is taken as a person's answer (R5)")
 def test_a_confirmation_inserted_into_the_ledger_is_not_a_persons_answer(tmp_path: Path) -> None:
     ws = _fake_ws(tmp_path, tile_b=2)  # the stand-in's baseline fails
 
@@ -565,8 +562,39 @@ def test_a_confirmation_inserted_into_the_ledger_is_not_a_persons_answer(tmp_pat
                                                                                          int(question["id"])))
         con.commit()
         con.close()
-        with pytest.raises(GateRefusal, match="baseline-retry"):
+        with pytest.raises(GateRefusal, match="ledger-integrity"):
             await svc.run_precision_check(sid)
+        findings = svc.get_status(sid).ledger_findings
+        assert any(f.startswith("confirmations row") and "not written by this server" in f for f in findings)
+
+    anyio.run(scenario)
+
+
+def test_a_deleted_or_rewritten_ledger_row_is_found(tmp_path: Path) -> None:
+    """With the triggers dropped, a failed round's decision deleted (to try the value again) and a measurement's
+    figure rewritten: the rewritten row is left out, the deleted one is reported."""
+    ws = _fake_ws(tmp_path)
+
+    async def scenario() -> None:
+        svc = _service(ws)
+        sid = await _frontend(svc, ws)
+        svc.apply_tuning_patch(sid, knob=TILE_B, value=2, catalog_id="F-3", rationale="t")
+        assert (await svc.run_precision_check(sid)).verdict == "failed"
+        assert svc.record_round(sid).decision == "failed"
+        con = sqlite3.connect(ws / ".pypto-tune" / "ledger.sqlite3")
+        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
+            con.execute(f"DROP TRIGGER {name}")
+        con.execute("DELETE FROM round_decisions WHERE session_id = ?", (sid,))
+        con.execute("UPDATE measurements SET operator_time_us = 1.0 WHERE session_id = ?", (sid,))
+        con.commit()
+        con.close()
+        svc2 = _service(ws)  # a fresh server reading the same ledger
+        findings = svc2.get_status(sid).ledger_findings
+        assert any("round_decisions row" in f and "deleted" in f for f in findings), findings
+        assert any("measurements row" in f and "seal does not match" in f for f in findings), findings
+        assert svc2.get_status(sid).baseline_us is None  # the rewritten baseline measurement is not evidence
+        with pytest.raises(GateRefusal, match="ledger-integrity"):  # nor is the round, reopened by the deletion
+            svc.apply_tuning_patch(sid, knob=TILE_B, value=2, catalog_id="F-3", rationale="again")
 
     anyio.run(scenario)
 
@@ -581,8 +609,6 @@ FORGE = ('(__import__("atexit").register(lambda: [f.write_text(__import__("re").
 
 
 @pytest.mark.sim
-@pytest.mark.xfail(strict=True, reason="a duplicated runtime_options key carries an atexit hook that rewrites "
-                   "bubble_analysis.log: admitted as 'TILE_B 4 -> 8', kept at -99.99 %, session 'target reached'")
 def test_over_stdio_code_in_a_knob_change_forges_the_number(tmp_path: Path) -> None:
     from tests.conftest import sim_command
     from tests.server.mcp_client import connect

@@ -17,7 +17,7 @@ import pytest
 
 from pypto_tune.tools.errors import GateRefusal, LedgerError, PyptoTuneError
 from pypto_tune.tools.service import TuningService
-from tests.conftest import OPERATORS, sim_command
+from tests.conftest import OPERATORS, require_real, sim_command
 from tests.reliability.crash_harness import processes_in
 
 NO_PYPTO_PYTHON = "/usr/bin/python3"
@@ -37,8 +37,8 @@ def tmpfs(tmp_path: Path):
     mnt = tmp_path / "tmpfs"
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.decode().strip()}): needs root / CAP_SYS_ADMIN")
+    require_real(r.returncode == 0,
+                 f"cannot mount a tmpfs here ({r.stderr.decode().strip()}): needs root / CAP_SYS_ADMIN")
     try:
         yield mnt
     finally:
@@ -106,9 +106,10 @@ def test_read_only_workspace_gives_a_clear_error_not_an_internal_one(tmpfs: Path
     assert not (ws / ".pypto-tune" / "ledger.sqlite3").exists()
 
 
-@pytest.mark.skipif(subprocess.run([NO_PYPTO_PYTHON, "-c", "import pypto"], capture_output=True).returncode == 0,
-                    reason=f"{NO_PYPTO_PYTHON} has pypto: no interpreter without it")
 def test_python_without_pypto_fails_env_check_naming_import_pypto(tmp_path: Path) -> None:
+    require_real(Path(NO_PYPTO_PYTHON).exists() and subprocess.run(
+        [NO_PYPTO_PYTHON, "-c", "import pypto"], capture_output=True).returncode != 0,
+        f"{NO_PYPTO_PYTHON} is missing or has pypto: no interpreter without it")
     ws = tmp_path / "ws"
     ws.mkdir()
     shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")

@@ -78,3 +78,96 @@ def test_byte_compile_reports_missing_files_and_bad_bytes(tmp_path: Path) -> Non
     assert not byte_compile_check(tmp_path, "absent.py").ok
     (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
     assert not byte_compile_check(tmp_path, "nul.py").ok
+
+
+# ------------------------------------------------------------------------------------------- the emulated Ascend box
+# The server builds the child's environment itself (build_child_env drops PYPTO_NPU_EMU_CONFIG): the box is found
+# through the npu-smi on PATH and the stand-ins through PYTHONPATH, exactly as CANN's set_env.sh exposes torch_npu.
+R3_NPU = ["npu-smi info", "torch_npu devices", "TILE_FWK_DEVICE_ID", "PTO-ISA DivAlgorithm", "import pypto",
+          "python3 on PATH", "matplotlib absent", "byte-compile op.py"]
+
+
+async def box_checks(tmp_path: Path, *, python: str = sys.executable, keep_config_var: bool = False,
+                     **box) -> dict:
+    from tests.npu_emulator.box import emulated_box
+
+    (tmp_path / "op.py").write_text("import pypto\nX = 1\n")
+    base = emulated_box(tmp_path, **box)
+    extra = {"PYPTO_NPU_EMU_CONFIG": base["PYPTO_NPU_EMU_CONFIG"]} if keep_config_var else None
+    env = build_child_env(run_mode="npu", base=base, extra=extra)
+    checks = await check_environment(run_mode="npu", workspace=tmp_path, operator_files=["op.py"], env=env,
+                                     python=python, timeout_s=180)
+    assert [c.name for c in checks] == R3_NPU
+    return by_name(checks)
+
+
+@pytest.mark.sim
+async def test_every_r3_check_passes_on_the_emulated_box(tmp_path: Path) -> None:
+    c = await box_checks(tmp_path, chips=8, device_id=3)
+    assert all(x.ok for x in c.values()), {k: x.detail for k, x in c.items() if not x.ok}
+    assert c["torch_npu devices"].detail == "device_count 8, torch.npu.is_available() True"
+    assert c["TILE_FWK_DEVICE_ID"].detail == "TILE_FWK_DEVICE_ID=3 (of 8 devices), idle, health OK (npu-smi)"
+    assert c["PTO-ISA DivAlgorithm"].detail.endswith("include/pto/common/div_algorithm.hpp")
+    assert "pypto 0.2.0" in c["import pypto"].detail
+
+
+def _base_python_without_pypto() -> str:
+    import subprocess
+
+    base = getattr(sys, "_base_executable", "") or ""
+    if not base or base == sys.executable:
+        pytest.skip("no base interpreter outside the venv to stand for a host without pypto")
+    has = subprocess.run([base, "-c", "import pypto"], capture_output=True, timeout=120).returncode == 0
+    if has:
+        pytest.skip(f"{base} can import pypto itself")
+    return base
+
+
+@pytest.mark.sim
+@pytest.mark.parametrize(("removed", "box", "failing"), [
+    ("npu-smi and a current PTO-ISA", {"npu_smi": False, "pto_isa": "old", "keep_config_var": True},
+     {"npu-smi info": "npu-smi is not on the child's PATH",
+      "PTO-ISA DivAlgorithm": "no file under"}),
+    ("torch_npu and TILE_FWK_DEVICE_ID", {"torch_npu": False, "device_id": None},
+     {"torch_npu devices": "No module named 'torch_npu'",
+      "TILE_FWK_DEVICE_ID": "TILE_FWK_DEVICE_ID must be set to a chip number, got None"}),
+    ("every chip", {"chips": 0},
+     {"torch_npu devices": "torch_npu.npu.device_count() = 0, torch.npu.is_available() = False: no usable NPU",
+      "TILE_FWK_DEVICE_ID": "TILE_FWK_DEVICE_ID=0 but only 0 device(s)"}),
+    ("an idle chip", {"faults": {0: {"busy": True, "busy_pid": 777, "busy_process": "train.py"}}},
+     {"TILE_FWK_DEVICE_ID": "chip 0 is busy — npu-smi shows pid 777 (train.py, 3000 MB) on NPU 0"}),
+    ("pypto", {"python": "base"},
+     {"import pypto": "No module named 'pypto'", "torch_npu devices": "No module named 'torch'"}),
+])
+async def test_each_r3_check_fails_cleanly_without_its_part(tmp_path: Path, removed, box, failing) -> None:
+    if box.get("python") == "base":
+        box = {**box, "python": _base_python_without_pypto()}
+    c = await box_checks(tmp_path, **box)
+    assert {k for k, x in c.items() if not x.ok} == set(failing), f"removed {removed}: " + str(
+        {k: x.detail for k, x in c.items()})
+    for name, text in failing.items():
+        assert text in c[name].detail, (name, c[name].detail)
+
+
+def test_the_idle_chip_check_reads_health_and_processes_from_npu_smi(tmp_path: Path) -> None:
+    import subprocess
+
+    from pypto_tune.tools.environment import _idle_chip_check
+    from tests.npu_emulator.box import emulated_box
+
+    env = emulated_box(tmp_path, chips=4, faults={1: {"health": "Warning"}, 2: {"health": "Alarm"},
+                                                  3: {"busy": True}})
+    table = subprocess.run(["npu-smi", "info"], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert _idle_chip_check("0", table) == (True, ", idle, health OK (npu-smi)")
+    assert _idle_chip_check("1", table) == (True, ", idle; warning: npu-smi reports health Warning for NPU 1")
+    ok, note = _idle_chip_check("2", table)
+    assert not ok and "health Alarm for NPU 2; pick a healthy chip" in note
+    ok, note = _idle_chip_check("3", table)
+    assert not ok and "chip 3 is busy" in note
+    assert _idle_chip_check("5", table)[0] and "not verified" in _idle_chip_check("5", table)[1]
+    assert _idle_chip_check("0", None) == (True, "; warning: idle state not verified (npu-smi info did not run)")
+    # two chips per NPU (310P / 910 layouts): the NPU column is no device id, so nothing is claimed
+    lines = table.splitlines()
+    bus = next(k for k, ln in enumerate(lines) if "0000:C1:00.0" in ln)  # NPU 0's second row, chip 0
+    lines[bus + 1:bus + 1] = [lines[bus - 1], lines[bus].replace("| 0 ", "| 1 ", 1)]
+    assert "several chips per NPU" in _idle_chip_check("0", "\n".join(lines))[1]

@@ -221,14 +221,32 @@ def test_split_command_checks_paths_against_cwd(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- build_child_env
 def test_child_env_is_explicit_and_puts_the_interpreter_dir_first() -> None:
     base = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SECRET_TOKEN": "x", "ASCEND_HOME_PATH": "/a",
-            "PTO_TILE_LIB_CODE_PATH": "/p", "LD_LIBRARY_PATH": "/l", "TILE_FWK_DEVICE_ID": "5", "PYTHONPATH": "/q"}
+            "PTO_TILE_LIB_CODE_PATH": "/p", "LD_LIBRARY_PATH": "/l", "TILE_FWK_DEVICE_ID": "5", "PYTHONPATH": "/q",
+            "VIRTUAL_ENV": "/v"}
     e = build_child_env(run_mode="sim", base=base)
     assert e["PATH"].split(":") == [os.path.dirname(sys.executable), "/usr/bin", "/bin"]
     assert e["HOME"] == "/home/u" and e["LANG"] == e["LC_ALL"] == "C.UTF-8"
     assert e["PYTHONUNBUFFERED"] == "1" and e["PYTHONDONTWRITEBYTECODE"] == "1"
     assert e["ASCEND_HOME_PATH"] == "/a" and e["PTO_TILE_LIB_CODE_PATH"] == "/p" and e["LD_LIBRARY_PATH"] == "/l"
-    assert "SECRET_TOKEN" not in e and "PYTHONPATH" not in e
+    assert "SECRET_TOKEN" not in e and "VIRTUAL_ENV" not in e
     assert "TILE_FWK_DEVICE_ID" not in e  # SIM does not pick a chip
+
+
+def test_child_env_keeps_what_cann_set_env_exports() -> None:
+    # CANN's set_env.sh exports these; PYTHONPATH carries CANN's packages and often torch_npu (R3 import check).
+    cann = {"ASCEND_TOOLKIT_HOME": "/t", "ASCEND_HOME_PATH": "/t", "ASCEND_OPP_PATH": "/t/opp",
+            "ASCEND_AICPU_PATH": "/t", "TOOLCHAIN_HOME": "/t/toolkit", "LD_LIBRARY_PATH": "/t/lib64",
+            "PYTHONPATH": "/t/python/site-packages:/t/opp/built-in/op_impl/ai_core/tbe"}
+    base = {"PATH": "/t/bin:/usr/bin", "HOME": "/h", "PTO_TILE_LIB_CODE_PATH": "/pto",
+            "TILE_FWK_DEVICE_ID": "5", "TILE_FWK_STITCH_DEBUG": "1", **cann}
+    for mode in ("sim", "npu"):
+        e = build_child_env(run_mode=mode, device_id="2" if mode == "npu" else None, base=base)
+        assert {k: e[k] for k in cann} == cann
+        assert e["PTO_TILE_LIB_CODE_PATH"] == "/pto" and e["TILE_FWK_STITCH_DEBUG"] == "1"
+        assert "/t/bin" in e["PATH"].split(":")
+    assert build_child_env(run_mode="npu", device_id="2", base=base)["TILE_FWK_DEVICE_ID"] == "2"
+    assert build_child_env(run_mode="npu", base=base)["TILE_FWK_DEVICE_ID"] == "5"  # no device_id: the base's
+    assert "TILE_FWK_DEVICE_ID" not in build_child_env(run_mode="sim", base=base)
 
 
 def test_child_env_on_npu_sets_the_device_and_extra_wins() -> None:

@@ -13,17 +13,18 @@ from pathlib import Path
 
 from pypto_tune.tools.analysis.models import AivChains, ChainGroup, ScopeCandidate
 from pypto_tune.tools.analysis.topo import CORE_AIC, CORE_AIV, Topo, TopoLite, scan_topo
-
-MAX_GROUPS_KEPT = 26  # labels A…Z; more distinct shapes are summarised by count only
-MAX_LEVELS_KEPT = 16  # the analysis lands in the ledger: long chains keep their depth, not every level
+from pypto_tune.tools.analysis.topo_columns import (
+    MAX_GROUPS_KEPT,
+    MAX_LEVELS_KEPT,
+    TopoColumns,
+    chains_of,
+    group_label,
+    read_columns,
+)
 
 
 def empty() -> AivChains:
     return AivChains()
-
-
-def _label(i: int) -> str:
-    return chr(ord("A") + i) if i < 26 else f"Z{i - 25}"
 
 
 def lite_of(topo: Topo) -> TopoLite:
@@ -127,7 +128,7 @@ def aiv_chains(topo: Topo | TopoLite) -> AivChains:
         by_sig: dict[tuple, ChainGroup] = {}
         for rank, (sig, count) in enumerate(sorted(counts.items(), key=lambda kv: -kv[1])):
             nodes = [k for lv in example[sig] for k in lv]
-            out.append(ChainGroup(label=_label(rank), count=count, levels=[list(lv) for lv in sig[:MAX_LEVELS_KEPT]],
+            out.append(ChainGroup(label=group_label(rank), count=count, levels=[list(lv) for lv in sig[:MAX_LEVELS_KEPT]],
                                   depth=len(sig),
                                   distinct_leaves=len({leaf[k] for k in nodes}),
                                   distinct_psg=len({psg[k] for k in nodes})))
@@ -149,6 +150,11 @@ def aiv_chains(topo: Topo | TopoLite) -> AivChains:
         groups=full[:MAX_GROUPS_KEPT], truncated_groups=trunc[:MAX_GROUPS_KEPT],
         scope_candidates=sorted(cands, key=lambda c: c.group),
     )
+
+
+def column_chains(t: TopoColumns) -> AivChains:
+    """``aiv_chains`` on the numeric columns of ``topo_columns`` (same groups, counts, order and candidates)."""
+    return AivChains.model_validate(chains_of(t, MAX_GROUPS_KEPT, MAX_LEVELS_KEPT))
 
 
 # ---------------------------------------------------------------------------------------------- outer loops
@@ -256,10 +262,18 @@ def infer_outer_loops(source_root: Path | None) -> int | None:
 
 # ---------------------------------------------------------------------------------------------- summary
 def topo_summary(path: Path) -> dict:
-    """psgIds per leafHash and the AIV chains of one dyn_topo.txt (fast text reader).
+    """psgIds per leafHash and the AIV chains of one dyn_topo.txt.
 
-    A child process for this was tried and dropped: on the 2-vCPU test machine two busy processes ran only
-    1.14× faster than one, and the spawn cost ate the rest (measured 11.5 s vs 10.2 s at 500k tasks).
+    Read into numpy columns (``topo_columns``); a file those do not cover (non-canonical numbers, malformed rows)
+    goes through the text reader, which gives the same answer and words the errors.
     """
+    cols = read_columns(Path(path))
+    if cols is not None:
+        return {"psg": cols.leaf_psg, "chains": column_chains(cols), "layout": cols.layout}
+    return text_summary(path)
+
+
+def text_summary(path: Path) -> dict:
+    """``topo_summary`` with the text reader only (any file; its errors name the line)."""
     lite = scan_topo(Path(path))
     return {"psg": lite.leaf_psg, "chains": aiv_chains(lite), "layout": lite.layout}

@@ -45,7 +45,8 @@ def summary_text(a: RunAnalysis, report: Path | None, note: str) -> str:
     r = a.ratings
     lines = [note,
              f"operator time (max_work_time): {a.operator_time_us:.3f} µs   AICore E2E: {a.e2e_us:.3f} µs   "
-             f"tasks: {a.task_count}",
+             + (f"AICPU-side E2E: {a.aicpu_e2e_us:.3f} µs   " if a.aicpu_e2e_us is not None else "")
+             + f"tasks: {a.task_count}",
              f"reference  util {a.avg_core_utilization_pct:6.2f} %  bubble {a.avg_bubble_rate_pct:6.2f} %  "
              f"load balance {a.load_balance_pct:7.2f} %  stars {r.get('utilization')}/{r.get('bubble')}/"
              f"{r.get('load_balance')} overall {r.get('overall')}",

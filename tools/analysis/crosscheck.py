@@ -43,16 +43,17 @@ def _probe(keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
     return found
 
 
-def _flow_columns(tr: Trace) -> tuple[list, list, list, list]:
+def _flow_columns(tr: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(pred lane, 's' ts, succ lane, 'f' ts) of every flow edge."""
-    if tr.s_id == tr.f_id:
+    if np.array_equal(tr.s_id, tr.f_id):
         # the writer emits each edge's 's' and 'f' in the same order: pair by position, no id table
         return tr.s_tid, tr.s_ts, tr.f_tid, tr.f_ts
-    f_at = dict(zip(tr.f_id, range(len(tr.f_id))))  # the last 'f' of an id wins
-    js = [f_at.get(i) for i in tr.s_id]
-    keep = [k for k, j in enumerate(js) if j is not None]
-    return ([tr.s_tid[k] for k in keep], [tr.s_ts[k] for k in keep],
-            [tr.f_tid[js[k]] for k in keep], [tr.f_ts[js[k]] for k in keep])
+    f_ids = tr.f_id.tolist()
+    f_at = dict(zip(f_ids, range(len(f_ids))))  # the last 'f' of an id wins
+    js = [f_at.get(i) for i in tr.s_id.tolist()]
+    keep = np.asarray([k for k, j in enumerate(js) if j is not None], dtype=np.int64)
+    at = np.asarray([js[k] for k in keep.tolist()], dtype=np.int64)
+    return tr.s_tid[keep], tr.s_ts[keep], tr.f_tid[at], tr.f_ts[at]
 
 
 def pair_flows(tr: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -63,7 +64,7 @@ def pair_flows(tr: Trace) -> tuple[np.ndarray, np.ndarray]:
     """
     empty = np.empty(0, dtype=np.int64)
     s_tid, s_ts, c_tid, c_ts = _flow_columns(tr)
-    if not len(tr) or not s_tid:
+    if not len(tr) or not len(s_tid):
         return empty, empty
     a = tr.arrays()
     lanes = np.unique(a.tid)
@@ -159,12 +160,12 @@ def recompute_log(tr: Trace) -> tuple[BubbleLog, np.ndarray]:
             name=lane, core_type=core_type_of(lane), index=c, n_real=0 if fake else e - b,
             n_fake=e - b if fake else 0, work_us=work, wait_total_us=total_wait, wait_schedule_us=sched,
             wait_predecessor_us=total_wait - sched, line=0,
-            top3=[LogTask(key=tr.key[k], label=tr.labels[k], wait_us=float(wait[k])) for k in top],
+            top3=[LogTask(key=int(tr.key[k]), label=tr.labels[k], wait_us=float(wait[k])) for k in top],
         ))
     # the writer ranks every task and then leaves out the fake ones, so a fake task can take a slot (kept as is)
     top10 = [k for k in _top(wait, np.arange(n), 10) if real[k]]
     log = BubbleLog(path=tr.path + " (recomputed)", cores=cores,
-                    top10=[LogTask(key=tr.key[k], label=tr.labels[k], wait_us=float(wait[k])) for k in top10])
+                    top10=[LogTask(key=int(tr.key[k]), label=tr.labels[k], wait_us=float(wait[k])) for k in top10])
     return log, wait
 
 

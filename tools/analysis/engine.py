@@ -9,7 +9,7 @@ import numpy as np
 
 from pypto_tune.tools.analysis import chains as chains_mod
 from pypto_tune.tools.analysis import leaves as leaves_mod
-from pypto_tune.tools.analysis import metrics
+from pypto_tune.tools.analysis import metrics, npu_extras
 from pypto_tune.tools.analysis.bubble_log import read_bubble_log
 from pypto_tune.tools.analysis.crosscheck import compare, recompute_log
 from pypto_tune.tools.analysis.layout import RunFiles, locate
@@ -244,9 +244,12 @@ def analyze_runs(run_dirs: list[Path], *, run_mode: str | None = None, outer_loo
         e2e, wutil, span = _aicore_e2e(d.trace)
         reasons = [f"{d.files.run_dir.name}: {r}" for r in log_reasons(d.log, mode_eff)]
         if d.crosscheck is not None and not d.crosscheck.agrees:
-            warnings.append(f"{d.files.run_dir.name}: bubble_analysis.log and merged_swimlane.json disagree "
-                            f"(max Δ work {d.crosscheck.max_delta_work_us:.6g} µs, schedule "
-                            f"{d.crosscheck.max_delta_schedule_us:.6g} µs): " + "; ".join(d.crosscheck.disagreements[:3]))
+            # The log's figures are recomputed from the trace (B.9): a disagreement means the run was split into
+            # device tasks whose records collide, or one of the two files was rewritten after the run. Either
+            # way its operator time is not a number to judge a round by.
+            reasons.append(f"{d.files.run_dir.name}: bubble_analysis.log and merged_swimlane.json disagree "
+                           f"(max Δ work {d.crosscheck.max_delta_work_us:.6g} µs, schedule "
+                           f"{d.crosscheck.max_delta_schedule_us:.6g} µs): " + "; ".join(d.crosscheck.disagreements[:3]))
         invalid.extend(reasons)
         n_fake = int(np.count_nonzero(d.trace.arrays().tid < 1002))
         per_dir.append(DirAnalysis(
@@ -259,6 +262,7 @@ def analyze_runs(run_dirs: list[Path], *, run_mode: str | None = None, outer_loo
             task_count=len(d.trace) - n_fake, fake_task_count=n_fake, crosscheck=d.crosscheck,
             invalid_reasons=[r.split(": ", 1)[1] for r in reasons], label_layout=detect_label_layout(d.trace),
         ))
+        npu_extras.attach(per_dir[-1], d.files, warnings)
 
     merged = _merge_cores([d.log.cores for d in dirs])
     stats: list[CoreStat] = metrics.core_stats(merged)
@@ -315,6 +319,8 @@ def analyze_runs(run_dirs: list[Path], *, run_mode: str | None = None, outer_loo
         fake_task_count=sum(p.fake_task_count for p in per_dir), outer_loops=outer_loops,
         outer_loops_source=ol_source, per_dir=per_dir,
     )
+    a.aicpu_e2e_us = npu_extras.total_aicpu_e2e(per_dir)
+    a.pipe_usage = [p.pipe_usage for p in per_dir if p.pipe_usage is not None]
     a.bottlenecks.extend(_extra_bottlenecks(a))
     a.suggestions = suggest(a)
     return a

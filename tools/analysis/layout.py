@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pypto_tune.tools.analysis.aicpu_trace import find_aicpu_traces
+from pypto_tune.tools.analysis.pipe_usage import PIPE_USAGE_NAME
 from pypto_tune.tools.errors import InputError
 
 SIM_SUBDIR = "CostModelSimulationOutput"
@@ -38,6 +40,9 @@ class RunFiles:
     topo: Path | None
     program: Path | None
     sim_stat: Path | None
+    # NPU only (A.5, A.6): AICPU traces in the run folder, pipe_usage.csv next to the swim record
+    aicpu_traces: tuple[Path, ...] = ()
+    pipe_usage: Path | None = None
 
     @property
     def report_path(self) -> Path:
@@ -140,4 +145,5 @@ def locate(run_dir: Path) -> RunFiles:
         run_dir=run_dir, layout="sim" if sim_has else "npu", swim_dir=swim_dir,
         log=pick(swim_dir, LOG_NAME), trace=pick(swim_dir, TRACE_NAME, gz=True),
         topo=up(TOPO_NAME), program=up(PROGRAM_NAME), sim_stat=pick(swim_dir, SIM_STAT_NAME) if sim_has else None,
+        aicpu_traces=tuple(find_aicpu_traces(run_dir)), pipe_usage=pick(swim_dir, PIPE_USAGE_NAME),
     )

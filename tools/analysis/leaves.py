@@ -64,7 +64,7 @@ def accumulate(tr: Trace, acc: dict[int, _Acc] | None = None) -> dict[int, _Acc]
         first = int(idx[b])
         x = acc.get(h)
         if x is None:
-            x = acc[h] = _Acc(root=tr.root[first])
+            x = acc[h] = _Acc(root=int(tr.root[first]))
         ds = dur_sorted[b:e]
         x.count += e - b
         x.total += ordered_sum(ds)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from pypto_tune.tools.analysis.pipe_usage import PipeUsage
 from pypto_tune.tools.snapshot import CoreStat
 
 Stage = Literal["frontend", "swimlane", "incore"]
@@ -197,6 +198,9 @@ class DirAnalysis(BaseModel):
     crosscheck: CrossCheck | None = None
     invalid_reasons: list[str] = Field(default_factory=list)
     label_layout: str = ""  # "0.2.0" (>>20) or "ref" (>>16)
+    aicpu_e2e_us: float | None = None  # AICPU-side AICore end-to-end time (A.5, B.10); None without a trace
+    aicpu_trace_paths: list[str] = Field(default_factory=list)
+    pipe_usage: PipeUsage | None = None  # pipe_usage.csv (A.6) when the folder has one
 
 
 class RunAnalysis(BaseModel):
@@ -206,6 +210,11 @@ class RunAnalysis(BaseModel):
     run_mode: str | None = None
     operator_time_us: float = Field(description="Σ over output folders of max_work_time (B.10, the session metric)")
     e2e_us: float = Field(description="Σ over output folders of the writer's AICore end-to-end time (B.3)")
+    aicpu_e2e_us: float | None = Field(None, description="Σ over output folders of the AICPU-side AICore end-to-end "
+                                       "time from machine_runtime_operator_trace*.json (NPU, A.5, B.10); None "
+                                       "unless every folder has one")
+    pipe_usage: list[PipeUsage] = Field(default_factory=list, description="pipe_usage.csv of each folder that has one "
+                                        "(A.6)")
     trace_span_us: float = 0.0
     writer_utilization_pct: float = 0.0
     avg_core_utilization_pct: float = Field(description="reference (analyze_perf): mean over all AIC+AIV, idle = 0")

@@ -1,8 +1,10 @@
 """Read ``dyn_topo.txt`` on the second core while the main process decodes the trace.
 
-At 500k tasks the task graph costs ~2 s of the ~6.5 s analysis (regex scan + AIV chains) and shares nothing with the
-trace decode, so it runs in a child process: ``python -m pypto_tune.tools.analysis._topo_main FILE`` prints one
-JSON object (the summary, or the ``ArtifactError`` it hit) on stdout. A plain subprocess, not multiprocessing: the
+At 500k tasks the task graph costs ~0.45 s CPU (numpy columns + AIV chains, ``topo_columns``) plus ~0.2 s of
+interpreter start-up, against ~2.5 s for the trace, and shares nothing with the trace decode, so it runs in a child
+process: ``python -m pypto_tune.tools.analysis._topo_main FILE`` prints one JSON object (the summary, or the
+``ArtifactError`` it hit) on stdout. Its memory (~100 MB at 500k rows, interpreter included) overlaps the trace
+decode and is counted by the benchmark. A plain subprocess, not multiprocessing: the
 server calls this from worker threads, where forking the server itself is unsafe, and spawn/forkserver would
 re-import the console-script ``__main__``.
 
@@ -20,17 +22,24 @@ from pathlib import Path
 
 import msgspec
 
-from pypto_tune.tools.analysis.chains import topo_summary
-from pypto_tune.tools.analysis.models import AivChains
+from pypto_tune.tools.analysis.topo_columns import MAX_GROUPS_KEPT, MAX_LEVELS_KEPT, chains_of, read_columns
 from pypto_tune.tools.errors import ArtifactError
 
-MIN_OFFLOAD_BYTES = 4 << 20  # ~50k rows: below this the child's start-up (~0.3 s) costs more than it saves
+# The child imports only numpy, msgspec and topo_columns (~0.2 s, ~30 MB, measured); pydantic, the models and the
+# text reader (chains, topo) are imported when needed: in the parent, or in the child for a file the columns do not
+# cover.
+
+# ~200k rows. The child pays ~0.2 s of start-up to save ~12 ms per MiB of dyn_topo.txt (measured at 500k rows):
+# below this the saving is a few tens of ms, not worth a process.
+MIN_OFFLOAD_BYTES = 16 << 20
 INLINE_ENV = "PYPTO_TUNE_INLINE_TOPO"
 
 
 def _encode(summary: dict) -> bytes:
+    chains = summary["chains"]
     return msgspec.json.encode({
-        "ok": True, "layout": summary["layout"], "chains": summary["chains"].model_dump(mode="json"),
+        "ok": True, "layout": summary["layout"],
+        "chains": chains if isinstance(chains, dict) else chains.model_dump(mode="json"),
         "psg": [[leaf, sorted(ids)] for leaf, ids in summary["psg"].items()],
     })
 
@@ -40,6 +49,8 @@ def _decode(data: bytes) -> dict:
     if not doc.get("ok"):
         raise ArtifactError(doc["summary"], path=doc["path"], where=doc["where"], expected=doc["expected"],
                             hint=doc["hint"])
+    from pypto_tune.tools.analysis.models import AivChains
+
     return {"layout": doc["layout"], "chains": AivChains.model_validate(doc["chains"]),
             "psg": {int(leaf): set(ids) for leaf, ids in doc["psg"]}}
 
@@ -75,6 +86,8 @@ class TopoJob:
                 except (msgspec.DecodeError, KeyError, ValueError, TypeError):
                     pass  # a garbled answer: fall through to the in-process read
             self.offloaded = False
+        from pypto_tune.tools.analysis.chains import topo_summary
+
         return topo_summary(self.path)
 
     def cancel(self) -> None:
@@ -83,9 +96,20 @@ class TopoJob:
             self._proc.wait()
 
 
+def _summary(path: Path) -> dict:
+    """``chains.topo_summary`` without building the models: the parent validates the plain fields."""
+    cols = read_columns(path)
+    if cols is not None:
+        return {"layout": cols.layout, "chains": chains_of(cols, MAX_GROUPS_KEPT, MAX_LEVELS_KEPT),
+                "psg": cols.leaf_psg}
+    from pypto_tune.tools.analysis.chains import text_summary
+
+    return text_summary(path)
+
+
 def main(argv: list[str]) -> int:
     try:
-        out = _encode(topo_summary(Path(argv[0])))
+        out = _encode(_summary(Path(argv[0])))
     except ArtifactError as exc:
         out = msgspec.json.encode({"ok": False, "summary": exc.summary, "path": exc.path, "where": exc.where,
                                    "expected": exc.expected, "hint": exc.hint})

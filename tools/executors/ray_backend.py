@@ -274,11 +274,17 @@ class RayExecutor(Executor):
                 raise ExecutorError("the worker materialised other bytes than the run's files (hash "
                                     f"{info['exec_hash'][:12]} ≠ {spec.exec_hash[:12]})",
                                     hint="the workers must run the same pypto-tune version as the server")
-            outputs = _unpack(staging, workspace) if info["packed"] else []
+            digests: dict[str, str] = {}
+            outputs = _unpack(staging, workspace, digests) if info["packed"] else []
+            # the worker digested its folders before packing them; what arrived must be those bytes
+            if sorted(digests.values()) != sorted(info.get("output_digests", {}).values()):
+                raise ExecutorError("the run folders that arrived from the worker differ from the ones it wrote",
+                                    hint="run again; if it repeats, check the workers' disks and pypto-tune version")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return ExecutorRun(result=info["result"], exec_hash=info["exec_hash"], exec_dir=info["exec_dir"],
                            tampered=list(info["tampered"]), output_dirs=outputs, argv=list(info["argv"]),
+                           output_digests=digests,
                            device_id=info["device"], executor=self.name, node=info["node"], queued_s=queued_s)
 
     async def _consume(self, ray: Any, gen: Any, staging: Path, t0: float, on_progress: ProgressCallback | None,
@@ -343,7 +349,7 @@ async def _task_end(gen: Any) -> None:
         pass
 
 
-def _unpack(staging: Path, workspace: Path) -> list[Path]:
+def _unpack(staging: Path, workspace: Path, digests: dict[str, str] | None = None) -> list[Path]:
     """Extract the worker's output folders into ``staging/output/`` and move them into ``WORKSPACE/output/``.
 
     The archive comes from another machine: members must stay inside ``staging/output/``; they are extracted
@@ -369,7 +375,7 @@ def _unpack(staging: Path, workspace: Path) -> list[Path]:
         except getattr(tarfile, "FilterError", ()) as exc:  # absent before the extraction filters
             raise ExecutorError(f"the worker's artifact archive was refused: {exc}",
                                 hint="a run folder may only hold files, folders and links inside it") from exc
-    return adopt_outputs(staging, workspace)
+    return adopt_outputs(staging, workspace, digests)
 
 
 # ---------------------------------------------------------------------------------------------------- the worker
@@ -510,6 +516,7 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
             packed = True
         yield ("done", {"result": iso.result, "exec_hash": iso.exec_hash, "exec_dir": iso.exec_dir,
                         "tampered": list(iso.tampered), "argv": list(iso.argv), "device": device,
+                        "output_digests": dict(iso.output_digests),
                         "node": socket.gethostname(), "packed": packed})
     finally:
         # Reached early when Ray cancels the task gracefully (KeyboardInterrupt) or closes the generator: stop the

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import logging
+import operator
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -21,6 +23,7 @@ from pypto_tune.tools.patching import (
 from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F401  (re-exported)
 from pypto_tune.tools.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
 from pypto_tune.tools.errors import TreeError
+from pypto_tune.tools.interpreter_files import EnvironmentWatch, Fingerprint
 from pypto_tune.tools.state import SessionState, derive_state, load_rows
 from pypto_tune.tools.workspace import WorkspaceLock
 
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
 
 
 Progress = Callable[[float, str], Awaitable[None]] | None
+
+#: env_checks row naming the scan of the interpreter's files; its detail ends with "digest <sha256>"
+INTERPRETER_CHECK = "interpreter files"
 
 log = logging.getLogger("pypto_tune.service")
 
@@ -42,10 +48,35 @@ class _Handle:
         self.ledger = Ledger.for_workspace(workspace)
         self.lock = WorkspaceLock(workspace)
         self.busy: str | None = None  # name of the long operation in progress
+        self.env_watch = EnvironmentWatch()  # scans of the interpreter's files, shared by parallel runs
+        self.fingerprints: dict[str, Fingerprint | None] = {}  # session -> what was scanned before its baseline
 
 
 class OperationsBase:
     """Plumbing every operation group shares: finding a session, deriving its state, the gates, writes."""
+
+    # -------------------------------------------------------------- the interpreter's files (interpreter_files.py)
+    def _fingerprint_path(self, h: _Handle, session_id: str) -> Path:
+        return h.workspace / LEDGER_DIR / "interpreter" / f"{session_id}.json.gz"
+
+    def _fingerprint(self, h: _Handle, st: SessionState) -> Fingerprint | None:
+        """The scan taken before the session's baseline, checked against the digest the ledger holds for it (a
+        rewritten fingerprint file is not trusted: every run is then refused until the session is restarted)."""
+        if st.id in h.fingerprints:
+            return h.fingerprints[st.id]
+        rows = [r for r in st.rows.get("env_checks", []) if r["name"] == INTERPRETER_CHECK]
+        fp: Fingerprint | None = None
+        if rows:
+            want = str(rows[-1]["detail"]).rsplit("digest ", 1)[-1].strip()
+            try:
+                fp = Fingerprint.load(self._fingerprint_path(h, st.id))
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("interpreter fingerprint of %s unreadable: %s", st.id, exc)
+                fp = Fingerprint(roots=[], entries={"<fingerprint file unreadable>": (0, 0, 0)})
+            if fp.digest != want:
+                fp = Fingerprint(roots=fp.roots, entries={"<fingerprint file differs from the ledger>": (0, 0, 0)})
+        h.fingerprints[st.id] = fp
+        return fp
 
     def __init__(self, *, default_workspace: Path | None = None, python: str = sys.executable,
                  executor: "Executor | None" = None) -> None:
@@ -106,6 +137,14 @@ class OperationsBase:
                     raise GateRefusal("busy", f"{h.busy} is still running for this session",
                                       allowed=["wait_job", "get_status"], hint="wait for the job to finish")
                 h.lock.acquire()
+                findings = h.ledger.integrity_findings() if tool not in ("render_report", "stop_session") else []
+                if findings:
+                    raise GateRefusal(
+                        "ledger-integrity", f"the ledger holds {len(findings)} row(s) the server did not write, or "
+                        f"misses rows it wrote ({'; '.join(findings[:3])}): its evidence cannot be trusted",
+                        allowed=["get_status", "render_report", "stop_session"],
+                        hint="restore .pypto-tune/ledger.sqlite3 from a backup, or start a new session in a fresh "
+                        "workspace; get_status lists every finding")
                 st = self._heal(h, st)
                 if (not st.finished and st.open_round is None and st.level1 == "S4_TUNE"
                         and gates.time_limit_exceeded(st)):
@@ -363,12 +402,47 @@ def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]
     return entries_for_sources(disk, {})
 
 
+_FOLDABLE = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+             ast.Mod: operator.mod, ast.LShift: operator.lshift}
+
+
+def _fold(expr: str) -> Any:
+    """The value of an expression made of number literals and + - * // % << (what a knob may be spelled as), or
+    its canonical text (``ast.unparse``) when it names anything else."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return {"$expr": expr.strip()}
+
+    def ev(n: ast.AST) -> Any:
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float):
+            return n.value
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.UAdd, ast.USub)):
+            x = ev(n.operand)
+            return x if isinstance(n.op, ast.UAdd) else -x
+        if isinstance(n, ast.BinOp) and type(n.op) in _FOLDABLE:
+            a, b = ev(n.left), ev(n.right)
+            if isinstance(n.op, ast.LShift) and (not isinstance(b, int) or b > 64):
+                raise ValueError("shift too large")
+            return _FOLDABLE[type(n.op)](a, b)
+        if isinstance(n, (ast.Tuple, ast.List)):
+            return [ev(x) for x in n.elts]
+        raise ValueError("not a number expression")
+
+    try:
+        return ev(tree)
+    except (ValueError, ZeroDivisionError, TypeError, OverflowError):
+        return {"$expr": ast.unparse(tree)}
+
+
 def _value_key(value: Any) -> str:
     """One spelling of a knob value, however it arrived: the ledger's JSON (string dict keys, lists) and the source
     (int keys, tuples) must compare equal, or a failed change could be retried as "new"."""
     def norm(v: Any) -> Any:
         if isinstance(v, (list, tuple)):
             return [norm(x) for x in v]
+        if isinstance(v, dict) and set(v) == {"$expr"}:
+            return norm(_fold(str(v["$expr"])))  # +2, 2 * 4, (8) are the value 2 and 8, not new values
         if isinstance(v, dict):
             out = {}
             for k, x in v.items():

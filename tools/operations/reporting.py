@@ -81,10 +81,14 @@ class ReportOps(OperationsBase):
         snap = self.snapshot(session_id)
         decided = [d for d in st.decisions.values()]
         kept = sum(1 for d in decided if d["decision"] == "kept")
+        findings = h.ledger.integrity_findings()
         return StatusResult(
             **self._base(st, f"{st.level1}" + (f" / {st.stage}" if st.stage else "")
                          + (f" — DRIFT: the workspace changed outside the server ({drift_detail})" if drift
+                            else "")
+                         + (f" — LEDGER: {len(findings)} row(s) not the server's ({findings[0]})" if findings
                             else "")),
+            ledger_findings=findings,
             board=render_status_board(snap, lang), baseline_us=st.baseline_us, target_us=st.target_us,
             best_us=st.kept_us, rounds=len(decided), kept=kept,
             success_rate_pct=(kept / len(decided) * 100.0) if decided else None, finished=st.finished,

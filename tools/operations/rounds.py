@@ -156,7 +156,10 @@ class RoundOps(OperationsBase):
                       notes=notes, restored_hash=restored_hash)
             cat = st.open_round.row["catalog_id"]
             group = rules.STAGES_BY_NAME.get(st.open_round.row["stage"])
-            if group and group.group in ("frontend", "swimlane", "incore") and cat != "MANUAL":
+            ran = bool(st.open_round.precision or st.open_round.measurements)
+            # a round opened and rolled back without a single run tried nothing: its item stays untried, or
+            # apply+revert per item would empty the checklist and let the stage be left with no run at all
+            if group and group.group in ("frontend", "swimlane", "incore") and cat != "MANUAL" and ran:
                 tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group.group, stage=group.name,
                           catalog_id=cat, status="tried" if decision != "failed" else "failed",
                           reason=f"round {n}: {result_type}", round=n)

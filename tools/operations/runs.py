@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass, field
 import shutil
 import statistics
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from pypto_tune.tools.results import (
     SuggestionOut,
 )
 from pypto_tune.tools.codestate import ExecFile, exec_files
+from pypto_tune.tools.execution import dir_digest
 from pypto_tune.tools.executors.base import RunSpec
 from pypto_tune.tools.runner import RunResult
 from pypto_tune.tools.state import SessionState
@@ -111,14 +113,23 @@ class RunOutcome:
     dirs: list[Path]
     tampered: list[str] = field(default_factory=list)
     device_id: str | None = None
+    output_digests: dict[str, str] = field(default_factory=dict)  # str(dir) → digest when it left the copy
 
     def __iter__(self):  # (result, run_id, dirs), as callers unpack it
         return iter((self.result, self.run_id, self.dirs))
 
     @property
     def tamper_reason(self) -> str:
+        if not self.tampered:
+            return ""
+        env = [t for t in self.tampered if t.startswith("interpreter ")]
+        if env:
+            return ("the interpreter's files changed since the session scanned them before its baseline ("
+                    + "; ".join(t.removeprefix("interpreter ") for t in env[:5]) + "): the run may not have "
+                    "executed what the ledger records and is discarded — put them back is not enough (the scan "
+                    "sees any write since); start a new session to tune against the changed environment")
         return ("files of the run's private copy changed while it ran (" + ", ".join(self.tampered[:5]) + "): the "
-                "run did not execute the recorded bytes and is discarded") if self.tampered else ""
+                "run did not execute the recorded bytes and is discarded")
 
 
 class RunOps(OperationsBase):
@@ -145,6 +156,10 @@ class RunOps(OperationsBase):
         iso = await self.executor.run(spec, on_progress=progress)
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
+        fp = self._fingerprint(h, st)
+        if fp is not None:  # the interpreter's files, scanned before the baseline (interpreter_files.py)
+            moved = await h.env_watch.changes_since(fp, ended_at=time.time())
+            iso.tampered = list(iso.tampered) + [f"interpreter {c}" for c in moved[:20]]
         if iso.tampered:
             log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
             dirs = []
@@ -158,7 +173,8 @@ class RunOps(OperationsBase):
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
         )
-        return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None)
+        return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
+                          dict(iso.output_digests))
 
     async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
                        round_no: int, count: int, label: str, progress: Progress,
@@ -203,6 +219,15 @@ class RunOps(OperationsBase):
             # off the event loop: parallel trials keep reporting progress while one of them is analysed
             analysis = await anyio.to_thread.run_sync(
                 lambda: analyze_runs(dirs, run_mode=st.run_mode, source_root=h.workspace))
+            rewritten = await anyio.to_thread.run_sync(lambda: _rewritten_outputs(dirs, out.output_digests))
+            if rewritten:
+                m.invalid.append(f"{label} {i + 1}: run folders changed after the run ended ("
+                                 + ", ".join(Path(d).name for d in rewritten[:3]) + "): their figures are not the "
+                                 "run's — nothing may write to WORKSPACE/output/ while the server measures")
+                break
+            if analysis.invalid_reasons:
+                m.invalid.extend(f"{label} {i + 1}: {r}" for r in analysis.invalid_reasons)
+                break
             m.samples.append(float(analysis.operator_time_us))
             m.e2es.append(float(analysis.e2e_us))
             m.analysis = analysis.model_dump(mode="json")
@@ -385,6 +410,17 @@ class RunOps(OperationsBase):
             st2 = self._state(h, session_id)
         return _analysis_result(analysis, report, {**self._base(st2, msg), "measurement_id": m["id"]}, lang)
 
+
+
+def _rewritten_outputs(dirs: list[Path], digests: dict[str, str]) -> list[Path]:
+    """Output folders whose bytes differ from what the run wrote (digests taken as they left the private copy).
+
+    An executor that reports no digests at all is not checked (the check belongs to the executor's contract;
+    both built-in executors report them); a folder missing from a non-empty report counts as rewritten.
+    """
+    if not digests:
+        return []
+    return [d for d in dirs if digests.get(str(d)) != dir_digest(Path(d))]
 
 
 def _keep_traces(dirs: list[Path], dest: Path) -> list[str]:

@@ -31,8 +31,10 @@ from pypto_tune.tools.state import PERSON_SOURCES, SessionState
 from pypto_tune.tools.verdict import judge_precision
 from pypto_tune.tools.workspace import relative_operator_files, resolve_workspace
 
+from pypto_tune.tools.interpreter_files import python_of
+from pypto_tune.tools.interpreter_files import take as take_fingerprint
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
+    INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 
 
@@ -266,6 +268,11 @@ class SetupOps(OperationsBase):
                         hint="fix the failing items (see get_status for the whole checklist), then call "
                         "run_precision_check again"))
 
+            if st.level1 == "S1_SETUP" and st.env_ok and not any(
+                    r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
+                await self._scan_interpreter(h, st)
+                st = self._state(h, session_id)
+
             round_no = st.open_round.number if st.open_round else None
             device = st.device
             sources = st.expected_sources
@@ -321,6 +328,18 @@ class SetupOps(OperationsBase):
             )
         finally:
             h.busy = None
+
+    async def _scan_interpreter(self, h: _Handle, st: SessionState) -> None:
+        """Fingerprint the interpreter's files before the baseline (``tools/interpreter_files.py``): from here on
+        a run is judged only while they are as scanned."""
+        python = python_of(list(st.test_command), self.python)
+        fp = await take_fingerprint(python, env=self._child_env(st, st.device), workspace=h.workspace)
+        fp.save(self._fingerprint_path(h, st.id))
+        detail = (f"{len(fp.entries)} entries under {len(fp.roots)} folders the interpreter imports from "
+                  f"({', '.join(fp.roots[:4])}{', …' if len(fp.roots) > 4 else ''}); digest {fp.digest}")
+        h.ledger.insert("env_checks", session_id=st.id, at=now_iso(), batch=max(st.env_batches, 1),
+                        name=INTERPRETER_CHECK, ok=True, detail=detail)
+        h.fingerprints.pop(st.id, None)
 
     def _adopt_drift(self, h: _Handle, st: SessionState) -> None:
         """Adopt an external edit of the operator files as a manual round — through the same admission as every

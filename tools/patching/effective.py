@@ -20,6 +20,7 @@ from . import legality, roles
 from ._cst import is_expr
 from .extract import Site
 from .models import DTYPE_BYTES, EXPR_KEY
+from .roles import dotted
 
 UNKNOWN = object()
 # F-10 recommends 16–64 KB per vector tile. The unified buffer is 192 KiB (pypto 0.2.0's log: "OP SUB ... 262144
@@ -177,6 +178,7 @@ def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, Si
         except SyntaxError:
             continue
         scopes = _scope_map(tree)
+        _coverage(path, tree, scopes, program, out)
         for node in ast.walk(tree):
             if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.FloorDiv):
                 continue
@@ -184,12 +186,122 @@ def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, Si
             try:
                 x, k = evaluate(node.left, env), evaluate(node.right, env)
             except _Unknown:
+                if isinstance(node.right, ast.Name):
+                    out[f"{path}:{node.lineno}:{node.col_offset}"] = SiteValue(
+                        f"{path}:{node.lineno}", "floordiv-unknown", node.lineno, UNKNOWN,
+                        {"code": ast.unparse(node), "file": path, "divisor": node.right.id})
                 continue
             if isinstance(x, int) and isinstance(k, int) and not isinstance(x, bool) and not isinstance(k, bool):
                 out[f"{path}:{node.lineno}:{node.col_offset}"] = SiteValue(
                     f"{path}:{node.lineno}", "floordiv", node.lineno, (x, k),
                     {"code": ast.unparse(node), "file": path})
     return out
+
+
+def _loop_trips(call: ast.Call, env: dict[str, Any]) -> int | None:
+    pos = [a for a in call.args if not isinstance(a, ast.Starred)]
+    try:
+        if len(pos) == 1:
+            start, stop, step = 0, evaluate(pos[0], env), 1
+        elif len(pos) in (2, 3):
+            start, stop = evaluate(pos[0], env), evaluate(pos[1], env)
+            step = evaluate(pos[2], env) if len(pos) == 3 else 1
+        else:
+            return None
+    except _Unknown:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop, step)) or step <= 0:
+        return None
+    return max(0, -(-(stop - start) // step))
+
+
+def _block_of(expr: ast.AST, var: str, env: dict[str, Any]) -> int | None:
+    """B for an offset written ``var * B`` or ``B * var`` (B evaluable), else None."""
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+        for a, b in ((expr.left, expr.right), (expr.right, expr.left)):
+            if isinstance(a, ast.Name) and a.id == var:
+                try:
+                    v = evaluate(b, env)
+                except _Unknown:
+                    return None
+                return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return None
+
+
+def _coverage(path: str, tree: ast.Module, scopes: dict[int, str], program: roles.Program,
+              out: dict[str, SiteValue]) -> None:
+    """For every kernel loop ``for i in pypto.loop(T)`` whose body views a tensor at ``i * B`` along an axis of known
+    length X: (T, B, X) — the loop must cover the axis (red team: 1 of 8 blocks, or 8 blocks of half the rows, were
+    admitted as legal knob changes). Also constant ``valid_shape``s against their view's shape."""
+    params: dict[str, dict[str, list[Any]]] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scope = scopes.get(id(fn.body[0]), roles.MODULE) if fn.body else roles.MODULE
+            env = program.env(path, scope)
+            dims: dict[str, list[Any]] = {}
+            for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+                ann = a.annotation
+                if isinstance(ann, ast.Call) and dotted(ann.func).endswith("Tensor") and ann.args and isinstance(
+                        ann.args[0], (ast.List, ast.Tuple)):
+                    vals = []
+                    for el in ann.args[0].elts:
+                        try:
+                            vals.append(evaluate(el, env))
+                        except _Unknown:
+                            vals.append(None)
+                    dims[a.arg] = vals
+            params[scope] = dims
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call)):
+            continue
+        callee = dotted(node.iter.func).rsplit(".", 1)[-1]
+        if callee not in ("loop", "range"):
+            continue
+        scope = scopes.get(id(node), roles.MODULE)
+        if (path, scope) not in program.kernel_scopes:
+            continue
+        env = program.env(path, scope)
+        trips = _loop_trips(node.iter, env)
+        var = node.target.id
+        tensors = {}
+        for sc, dims in params.items():
+            if scope == sc or scope.startswith(sc + "."):
+                tensors.update(dims)
+        for inner in ast.walk(node):
+            targets: list[tuple[str, list[ast.AST], int]] = []
+            if isinstance(inner, ast.Call) and dotted(inner.func).rsplit(".", 1)[-1] == "view" and len(inner.args) >= 3:
+                t = inner.args[0]
+                offsets = inner.args[2]
+                if isinstance(t, ast.Name) and isinstance(offsets, (ast.List, ast.Tuple)):
+                    targets.append((t.id, list(offsets.elts), inner.lineno))
+                vs = next((k.value for k in inner.keywords if k.arg == "valid_shape"), None)
+                shape_node = inner.args[1]
+                if isinstance(vs, (ast.List, ast.Tuple)) and isinstance(shape_node, (ast.List, ast.Tuple)):
+                    try:
+                        shape = [evaluate(e, env) for e in shape_node.elts]
+                        valid = [evaluate(e, env) for e in vs.elts]
+                        out[f"{path}:{inner.lineno}:{inner.col_offset}:valid"] = SiteValue(
+                            f"{path}:{inner.lineno}", "valid_shape", inner.lineno, (shape, valid),
+                            {"file": path})
+                    except _Unknown:
+                        pass
+            elif isinstance(inner, ast.Subscript) and isinstance(inner.value, ast.Name):
+                sl = inner.slice.elts if isinstance(inner.slice, ast.Tuple) else [inner.slice]
+                targets.append((inner.value.id, [e.lower if isinstance(e, ast.Slice) else e for e in sl],
+                                inner.lineno))
+            for tensor, offs, line in targets:
+                dims = tensors.get(tensor)
+                if trips is None or not dims:
+                    continue
+                for axis, off in enumerate(offs):
+                    if off is None or axis >= len(dims) or not isinstance(dims[axis], int):
+                        continue
+                    block = _block_of(off, var, env)
+                    if block is None:
+                        continue
+                    out[f"{path}:{node.lineno}:{tensor}:{axis}"] = SiteValue(
+                        f"{path}:{node.lineno}", "coverage", node.lineno, (trips, block, dims[axis]),
+                        {"file": path, "tensor": tensor, "axis": axis})
 
 
 def _scope_map(tree: ast.Module) -> dict[int, str]:
@@ -226,7 +338,7 @@ def _fail(message: str, rule: str, legal: str) -> KnobValueError:
                           hint="choose a value inside the legal range (list_knobs shows it for this operator)")
 
 
-def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any, *, structural: bool = False) -> None:
+def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any, *, structural: bool = False) -> bool:
     """``structural``: an algorithm-level change may change the tile's rank (a reshape needs a new tile, F-4), so
     the rank of the old value is not imposed; everything else is."""
     v = sv.value
@@ -263,12 +375,17 @@ def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any
                 if splits and (not known or before[a] >= full or v[a] < before[a]):
                     raise _fail(f"vec tile dim {a} = {v[a]} splits the reduce axis (length {full}, reduced at line "
                                 f"{red.line})", "C/F-10", legality.VEC_TILE_LEGAL)
+    return bool(shapes)
 
 
 def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteValue],
                 before_loops: dict[str, SiteValue], after_loops: dict[str, SiteValue],
-                program_after: roles.Program, *, structural: bool = False) -> LegalityReport:
-    """Refuse (KnobValueError) any consumer site whose effective value changed to something illegal."""
+                program_after: roles.Program, *, structural: bool = False,
+                changed_names: set[str] | None = None) -> LegalityReport:
+    """Refuse (KnobValueError) any consumer site whose effective value changed to something illegal.
+
+    ``changed_names``: the names the change gave a new value; a floor division by one of them whose axis the server
+    cannot evaluate is listed as unchecked rather than passed silently."""
     report = LegalityReport()
     for sid, sv in after_sites.items():
         old = before_sites.get(sid)
@@ -284,7 +401,12 @@ def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteV
         try:
             if sv.kind == "vec_tile":
                 reds = program_after.reductions.get(file, [])
-                check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural)
+                if not check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural):
+                    # factory-built kernels: the tensor dims are run-time values here; say what was not checked
+                    report.unchecked.append(f"{sid} = {sv.value!r} (line {sv.line}): the tensor dims are not known "
+                                            "statically, so 'tile ≤ dim' and 'never split the reduce axis' were not "
+                                            "checked")
+                    continue
             elif sv.kind == "cube_tile":
                 legality.validate("cube_tile", None, None, sv.value, dict(sv.context, current=sv.value))
             elif sv.kind == "loop_option":
@@ -294,7 +416,31 @@ def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteV
         report.checked.append(f"{sid} = {sv.value!r}")
     for key, sv in after_loops.items():
         old = before_loops.get(key)
+        if sv.kind == "floordiv-unknown":
+            if changed_names and sv.context.get("divisor") in changed_names:
+                report.unchecked.append(f"{sv.context['file']}:{sv.line} {sv.context['code']}: the axis length is a "
+                                        f"run-time value here, so whether {sv.context['divisor']} divides it (and "
+                                        "leaves no row uncomputed) was not checked")
+            continue
         if old is not None and old.value == sv.value:
+            continue
+        if sv.kind == "coverage":
+            trips, block, axis = sv.value
+            if trips * block < axis:
+                raise _fail(f"the loop at {sv.context['file']}:{sv.line} runs {trips} iteration(s) of {block} along "
+                            f"axis {sv.context['axis']} of {sv.context['tensor']} (length {axis}): only "
+                            f"{trips * block} of {axis} would be computed, the rest would never be computed", "C/F-3",
+                            "trips × block must cover the axis")
+            report.checked.append(f"{sv.context['file']}:{sv.line} {trips} × {block} covers {axis}")
+            continue
+        if sv.kind == "valid_shape":
+            shape, valid = sv.value
+            short = [i for i, (a, b) in enumerate(zip(shape, valid)) if b < a]
+            if short:
+                raise _fail(f"valid_shape {valid} at {sv.context['file']}:{sv.line} is smaller than its view {shape} "
+                            f"in dim {short[0]} on every block: that part would never be computed", "C/I-9",
+                            "a constant valid_shape equal to the view (a smaller one only for the tail block, written "
+                            "as an expression of the loop index)")
             continue
         x, k = sv.value
         if k < 1:

@@ -40,7 +40,9 @@ REDUCTIONS = {"sum", "amax", "amin", "max", "min", "mean", "prod", "reduce_sum",
               "var", "std", "logsumexp", "softmax", "argmax", "argmin"}
 # Pure builtins a value may pass through on its way to a consumer.
 TRANSPARENT_BUILTINS = {"min", "max", "int", "abs", "tuple", "list", "len", "round", "sum"}
-HARMLESS_CALLS = {"print", "repr", "str", "format"}
+# Calls whose result goes nowhere the run can compute with (str()/format()/repr() do return a value that can be
+# turned back into a number: not harmless).
+HARMLESS_CALLS = {"print"}
 HARMLESS_PREFIXES = ("logging.", "log.", "logger.", "LOG.", "LOGGER.")
 
 
@@ -124,16 +126,38 @@ def _module_path(path: str) -> str:
     return ".".join(p.with_suffix("").parts)
 
 
-def _import_table(tree: ast.Module) -> dict[str, str]:
+def _import_table(tree: ast.Module, path: str = "") -> dict[str, str]:
+    """Local name → module path, for ``import m``, ``import m as x``, ``from m import n``, relative imports (resolved
+    against ``path``) and ``x = importlib.import_module("m")`` / ``__import__("m")`` (the shipped split_harness
+    imports its kernel module that way)."""
+    package = list(PurePosixPath(path).parent.parts) if path else []
     out: dict[str, str] = {}
     for n in ast.walk(tree):
         if isinstance(n, ast.Import):
             for a in n.names:
                 out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+        elif isinstance(n, ast.ImportFrom):
+            base = _absolute(n, package)
+            if base is None:
+                continue
             for a in n.names:
-                out[a.asname or a.name] = f"{n.module}.{a.name}"
+                out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+        elif (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+              and isinstance(n.value, ast.Call) and dotted(n.value.func) in ("importlib.import_module", "__import__",
+                                                                             "import_module")
+              and n.value.args and isinstance(n.value.args[0], ast.Constant) and isinstance(n.value.args[0].value, str)):
+            out[n.targets[0].id] = n.value.args[0].value
     return out
+
+
+def _absolute(node: ast.ImportFrom, package: list[str]) -> str | None:
+    """The absolute module an ImportFrom names (``from .kernel import X`` in pkg/h.py → ``pkg.kernel``)."""
+    if not node.level:
+        return node.module
+    if node.level - 1 > len(package):
+        return None
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 @dataclass
@@ -158,7 +182,7 @@ class _File:
         for parent in ast.walk(self.tree):
             for child in ast.iter_child_nodes(parent):
                 self.parents[id(child)] = parent
-        self.imports = _import_table(self.tree)
+        self.imports = _import_table(self.tree, path)
         self.scopes: dict[str, _Scope] = {}
         self.scope_of: dict[int, _Scope] = {}  # id(node) -> innermost scope
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
@@ -431,22 +455,35 @@ class _Analysis:
         for other in self.files.values():
             if other.path == path:
                 continue
+            package = list(PurePosixPath(other.path).parent.parts)
             for n in ast.walk(other.tree):
-                # kernels.NAME
-                if (isinstance(n, ast.Attribute) and n.attr == name and isinstance(n.value, ast.Name)
-                        and other.imports.get(n.value.id) == module):
+                # kernels.NAME, pkg.kernels.NAME, alias.NAME (import ... as, importlib.import_module)
+                if isinstance(n, ast.Attribute) and n.attr == name and self._names_module(other, n.value, module):
                     yield other, n
-                # from kernels import NAME [as alias]; from kernels import *
-                elif isinstance(n, ast.ImportFrom) and n.module == module and not n.level:
+                # from kernels import NAME [as alias] / from .kernels import ... / from kernels import *, at any
+                # depth (an import inside a function binds the name in that function)
+                elif isinstance(n, ast.ImportFrom) and _absolute(n, package) == module:
                     for a in n.names:
                         if a.name in (name, "*"):
                             local = a.asname or name
-                            top = other.scopes[MODULE]
                             for m in ast.walk(other.tree):
                                 if isinstance(m, ast.Name) and isinstance(m.ctx, ast.Load) and m.id == local:
                                     scope = other.scope_of.get(id(m))
-                                    if scope is not None and other.resolve(scope, local) in (top, None):
+                                    owner_scope = other.resolve(scope, local) if scope is not None else None
+                                    if scope is not None and (owner_scope is None or any(
+                                            site is n for site in owner_scope.bound.get(local, []))):
                                         yield other, m
+
+    @staticmethod
+    def _names_module(f: _File, node: ast.AST, module: str) -> bool:
+        d = dotted(node)
+        if not d:
+            return False
+        head, _, rest = d.partition(".")
+        target = f.imports.get(head)
+        if target is None:
+            return False
+        return (f"{target}.{rest}" if rest else target) == module
 
     def _use(self, f: _File, node: ast.AST) -> tuple[set[str], list[str]]:
         """Follow one use upwards to what consumes it."""
@@ -479,6 +516,8 @@ class _Analysis:
             if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 if getattr(parent, "value", None) is not child:
                     return set(), [f"{where}: used in an assignment target"]
+                if self._in_class_body(f, parent):
+                    return set(), [f"{where}: stored as a class attribute (followed no further)"]
                 return self._flow_into_targets(f, parent, where)
             if isinstance(parent, ast.NamedExpr):
                 return set(), [f"{where}: bound by ':='"]
@@ -491,6 +530,17 @@ class _Analysis:
                 return set(), []  # evaluated and dropped
             return set(), [f"{where}: {type(parent).__name__.lower()} {ast.unparse(parent)[:60]!r}"]
         return set(), [f"{where}: unknown use"]
+
+    @staticmethod
+    def _in_class_body(f: _File, stmt: ast.AST) -> bool:
+        p = f.parents.get(id(stmt))
+        while p is not None:
+            if isinstance(p, ast.ClassDef):
+                return True
+            if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+                return False
+            p = f.parents.get(id(p))
+        return False
 
     def _call_use(self, f: _File, call: ast.Call, child: ast.AST, where: str) -> tuple[set[str], list[str]]:
         if call.func is child:
