@@ -409,7 +409,11 @@ import pathlib, re, sys, time
 root, stop = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 seen = set()
 while not stop.exists():
-    for log in root.rglob("bubble_analysis.log"):
+    try:  # the server creates and removes run folders under our feet: a vanished folder is not an error
+        logs = list(root.rglob("bubble_analysis.log"))
+    except OSError:
+        logs = []
+    for log in logs:
         if log in seen:
             continue
         try:

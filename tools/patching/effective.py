@@ -468,7 +468,8 @@ def describe_legal(knob: Any, program: roles.Program, sources: dict[str, str]) -
         axes = set()
         for sv in loop_values(sources, program).values():
             code = sv.context.get("code", "")
-            if code.rstrip().endswith(f"// {knob.name}"):
+            # only sites whose dividend is known (a "floordiv-unknown" site has no axis to list divisors of)
+            if sv.kind == "floordiv" and code.rstrip().endswith(f"// {knob.name}"):
                 axes.add(sv.value[0])
         for x in sorted(axes):
             divisors = [d for d in range(1, x + 1) if x % d == 0]
