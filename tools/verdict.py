@@ -123,8 +123,9 @@ def _compile_one(name: str, pattern: str | re.Pattern[str] | None) -> re.Pattern
         except re.error as exc:
             where = f" at position {exc.pos}" if exc.pos is not None else ""
             raise InputError(f"{name} is not a valid regular expression: {exc.msg}{where} in {source!r}",
-                             hint="use Python `re` syntax; escape literal brackets and dots, e.g. "
-                             r"'\[PASS\]' or 'max diff [0-9.e-]+ ok'") from None
+                             hint=f"call start_session again with {name} fixed (Python `re` syntax; escape "
+                             r"literal brackets and dots, e.g. '\[PASS\]' or 'max diff [0-9.e-]+ ok'), or without "
+                             f"{name}") from None
     else:
         raise InputError(f"{name} must be a string, got {type(pattern).__name__}")
     # A pattern that matches an empty line matches every line: as pass_pattern it would pass any run that

@@ -103,7 +103,8 @@ class SetupOps(OperationsBase):
             if st.level1 == "DONE":
                 break
             return self._resume(h, st, files=files, argv=argv, run_mode=run_mode, goal_kind=goal_kind,
-                                goal_value=goal_value)
+                                goal_value=goal_value, patterns={"pass_pattern": pass_pattern or None,
+                                                                 "fail_pattern": fail_pattern or None})
 
         self._check_command(argv, ws, run_mode)
         sources = read_sources(ws, files)
@@ -157,7 +158,7 @@ class SetupOps(OperationsBase):
                              or "fix the command and call start_session again")
 
     def _resume(self, h: _Handle, st: SessionState, *, files: list[str], argv: list[str], run_mode: str,
-                goal_kind: str, goal_value: float) -> StartSessionResult:
+                goal_kind: str, goal_value: float, patterns: dict[str, str | None]) -> StartSessionResult:
         row = st.session
         sid = st.id
         finish = (f"finish it first (stop_session('{sid}') then render_report) and start a new session, or resume "
@@ -182,6 +183,22 @@ class SetupOps(OperationsBase):
                             reason="corrected before the baseline precision passed")
             st = self._state(h, sid)
             msg += f"; test command corrected to {argv} (recorded; allowed until the baseline precision passes)"
+        # The verdict patterns are corrected like the command (issue #11). They used to be dropped silently on resume,
+        # yet "start the session with a pass_pattern" is exactly what a no-verdict-line failure tells the agent to do,
+        # and the session it failed in is still open: the advice then changed nothing.
+        current = self._patterns(st)
+        if patterns != current:
+            if st.level1 != "S1_SETUP" or st.passed_hashes:
+                raise self._refuse(h, sid, "start_session", GateRefusal(
+                    "command-fixed", f"session {sid} judges its runs with {current}; the verdict patterns are fixed "
+                    "once the baseline precision passed (every verdict since was made with them)",
+                    allowed=["start_session (same patterns)", "stop_session", "get_status"], hint=finish))
+            h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="verdict_patterns",
+                            before_value=current, after_value=patterns,
+                            reason="verdict patterns corrected before the baseline precision passed")
+            st = self._state(h, sid)
+            msg += (f"; verdict patterns corrected to {patterns} (recorded; allowed until the baseline precision "
+                    "passes)")
         st = self._heal(h, st)
         return StartSessionResult(**self._base(st, msg), resumed=True, operator_files=files,
                                   test_command=st.test_command, run_mode=run_mode, goal=_goal_text(row))
@@ -209,10 +226,19 @@ class SetupOps(OperationsBase):
         extra = {"DUMP_DEVICE_PERF": "true"} if st.run_mode == "npu" else None
         return build_child_env(run_mode=st.run_mode, device_id=device_id, extra=extra)
 
+    @staticmethod
+    def _patterns(st: SessionState) -> dict[str, str | None]:
+        """The session's verdict patterns as started, with the last correction made before the baseline passed."""
+        cfg = st.session["config"] or {}
+        pats = {k: cfg.get(k) or None for k in ("pass_pattern", "fail_pattern")}
+        for c in st.rows["corrections"]:
+            if c["field"] == "verdict_patterns":
+                pats = {k: c["after_value"].get(k) or None for k in pats}
+        return pats
+
     def _verdict_options(self, st: SessionState) -> dict[str, Any]:
         """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
-        cfg = st.session["config"] or {}
-        return {k: cfg[k] for k in ("pass_pattern", "fail_pattern") if cfg.get(k)}
+        return {k: v for k, v in self._patterns(st).items() if v}
 
     def confirm(self, session_id: str, *, source: str, answer: bool = True) -> str:
         """Record a person's answer to the pending question (R5 retry). ``source`` is how it was given: "elicitation"
