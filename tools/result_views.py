@@ -102,7 +102,8 @@ def _summary(full: AnalyzeResult, lang: str, detail_uri: str | None, lim: Limits
                               wait_schedule_us=_r(c.wait_schedule_us)) for c in worst[:lim.cores]],
         bottlenecks=[_bottleneck_line(b, lang, lim.text_chars) for b in bottlenecks[:lim.bottlenecks]],
         suggestions=[SuggestionOut(catalog_id=s.catalog_id, stage=s.stage, priority=s.priority,
-                                   reason=_clip(s.reason, lim.text_chars), evidence=_compact(s.evidence))
+                                   reason=_clip(s.reason, lim.text_chars), evidence=_compact(s.evidence),
+                                   knobs=s.knobs[:4], action=s.action)
                      for s in full.suggestions[:lim.suggestions]],
         kernels=[_kernel_line(d) for d in per_dir[:lim.kernels]],
         top_leaves=[_leaf_line(d) for d in leaves[:lim.leaves]],
@@ -182,7 +183,9 @@ def analysis_text(s: AnalysisSummary) -> str:
               + (", ".join(f"{c.name} {c.utilization_pct:.1f} %" for c in s.worst_cores[:4]) or "—"))]
     lines += [f"bottleneck [{b.severity}{', false alarm' if b.false_alarm else ''}]: {b.message}"
               for b in s.bottlenecks[:3]]
-    lines += [f"suggest {x.catalog_id}: {_clip(x.reason, 140)}" for x in s.suggestions[:3]]
+    lines += [f"suggest {x.catalog_id}"
+              + (f" via {', '.join(x.knobs[:2])}" if x.knobs else f" ({x.action})" if x.action else "")
+              + f": {_clip(x.reason, 140)}" for x in s.suggestions[:3]]
     lines += [f"kernel {k.run_dir}: {k.operator_time_us:.3f} µs, {k.task_count} tasks" for k in s.kernels[:2]]
     lines += [f"warning: {_clip(w, 160)}" for w in s.warnings[:2]]
     left = {k: v for k, v in s.omitted.model_dump().items() if v}

@@ -113,6 +113,9 @@ class SuggestionOut(BaseModel):
     priority: str = ""
     reason: str
     evidence: dict[str, Any] = Field(default_factory=dict)
+    knobs: list[str] = Field(default_factory=list, description="this operator's knobs that carry it out")
+    action: str = Field(default="", description="knob | analysis | structural (ALGORITHM stage); empty outside a "
+                        "session")
 
 
 class AnalyzeResult(_Result):

@@ -408,7 +408,13 @@ class RunOps(OperationsBase):
         if st2.stage is not None and st2.stage_analyzed and st2.level1 == "S4_TUNE" and not st2.finished:
             self._auto_mark(h, st2)  # type: ignore[attr-defined]  # StageOps, composed in TuningService
             st2 = self._state(h, session_id)
-        return _analysis_result(analysis, report, {**self._base(st2, msg), "measurement_id": m["id"]}, lang)
+        result = _analysis_result(analysis, report, {**self._base(st2, msg), "measurement_id": m["id"]}, lang)
+        shown, other = self._stage_suggestions(h, st2, result.suggestions)  # type: ignore[attr-defined]  # StageOps
+        if other:
+            result.message += (f"; {len(shown)} suggestion(s) for {st2.stage} shown, {other} of other stages left "
+                               "out (the analysis report has all)")
+        result.suggestions = shown
+        return result
 
 
 

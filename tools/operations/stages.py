@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from pypto_tune.tools import gates, rules
 from pypto_tune.tools.analysis import load_catalog
@@ -144,6 +145,24 @@ class StageOps(OperationsBase):
                            "change (ALGORITHM stage)")
                     tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
                               catalog_id=item.id, status="not-applicable", reason=f"server: {why}", round=None)
+
+    def _stage_suggestions(self, h: _Handle, st: SessionState, suggestions: list[Any]) -> tuple[list[Any], int]:
+        """The analysis's suggestions an agent can act on now (issue #12): only the current stage's catalogue
+        items, each naming the knobs of THIS operator that carry it out, or saying that it is an analysis or needs
+        a structural change. Returns (kept, how many of other stages were left out)."""
+        if st.stage is None:
+            return suggestions, 0
+        group = rules.STAGES_BY_NAME[st.stage].group
+        if group == "algorithm":  # every item is a candidate for a declared algorithm-level change
+            return [s.model_copy(update={"action": "structural"}) for s in suggestions], 0
+        out = []
+        for s in suggestions:
+            if s.stage != group:
+                continue
+            knobs = [k.id for k in self._knobs_serving(h, st, s.catalog_id)]
+            action = ("knob" if knobs else "analysis" if s.catalog_id in ANALYSIS_ONLY else "structural")
+            out.append(s.model_copy(update={"knobs": knobs, "action": action}))
+        return out, len(suggestions) - len(out)
 
     def _checklist(self, st: SessionState, group: str) -> list[dict[str, str]]:
         items = [i for i in load_catalog().items if i.stage == group]
