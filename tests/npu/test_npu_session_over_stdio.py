@@ -10,6 +10,7 @@ the time. The box caches the SIM run of identical code (an NPU re-runs the same 
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import sys
@@ -99,6 +100,14 @@ def test_a_full_npu_session_rotates_chips_measures_beyond_noise_and_reports_npu(
             st2 = await s.ok("get_status", session_id=sid)
             assert st2["kept_samples"] == st1["kept_samples"] + len(again["samples_us"])
             assert st2["best_us"] != min(again["samples_us"]) or len(set(again["samples_us"])) == 1
+            # ... and it is exactly that median: every valid sample of the kept code, read back from the ledger
+            ledger = json.loads((await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text)
+            kept_hash = next(m for m in ledger["tables"]["measurements"] if m["id"] == again["measurement_id"])
+            samples = [x for m in ledger["tables"]["measurements"]
+                       if m["code_hash"] == kept_hash["code_hash"] and m["valid"]
+                       for x in (json.loads(m["samples"]) if isinstance(m["samples"], str) else m["samples"])]
+            assert len(samples) == st2["kept_samples"] > len(again["samples_us"])
+            assert st2["best_us"] == pytest.approx(statistics.median(samples))
 
             await s.ok("stop_session", session_id=sid, reason="test done")
             rep = await s.ok("render_report", session_id=sid, format="md", lang="en")

@@ -1,0 +1,207 @@
+"""Issue #10, the gaps the first attack tests left open (see test_attacks_over_stdio.py for the nine attacks), each
+over MCP stdio against the real server and the real simulator:
+
+2  a block size held in a local variable of a factory-built kernel (upstream_softmax ``tile_b``) is tunable with one
+   structured edit and with one diff; a value that drops rows is admitted only as *unchecked* (the server cannot
+   evaluate the axis through the factory's parameters), and the test says so
+7  a change whose round produced no data (a runtime error of the measurement) is never retried, in either form
+3  a cube tile with L1 % L0 != 0 is refused with the same legality reason as a structured edit and as a diff
+4  an external edit cannot be adopted at S3 (before tuning opens): refused by the drift rule, nothing kept
+6  leaving the last configuration stage early ends the session: no ALGORITHM without measured convergence
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
+from tests.conftest import OPERATORS, sim_command
+from tests.server.mcp_client import Session, connect
+
+pytestmark = pytest.mark.sim
+
+TILE_B = "softmax_op.py:build_softmax.softmax_kernel.tile_b"
+CUBE = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
+
+
+def _copy(tmp_path: Path, name: str) -> Path:
+    ws = tmp_path / name
+    shutil.copytree(OPERATORS / name, ws, ignore=shutil.ignore_patterns("*.json", "__pycache__", "README.md"))
+    return ws
+
+
+def test_a_kernel_local_block_size_is_tunable_and_a_round_without_data_is_never_retried_attacks_2_and_7(
+        tmp_path: Path) -> None:
+    ws = _copy(tmp_path, "upstream_softmax")
+    op = ws / "softmax_op.py"
+    cmd = [sys.executable, "softmax_op.py", "softmax_op.py::test_softmax", "--run_mode", "sim"]
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["softmax_op.py"], cmd)
+            baseline = (await s.ok("get_status", session_id=sid))["best_us"]
+            knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+            tb = knobs[TILE_B]
+            assert tb["kind"] == "local_constant" and tb["tunable"] and tb["value"] == 4 and "F-3" in tb["catalog_ids"]
+            assert not knobs["softmax_op.py:test_softmax.shape"]["tunable"]  # the problem size is never a knob
+
+            # 7: tile_b = 64 makes batch // tile_b = 0 iterations: the test passes, but the simulator writes no
+            # swimlane data; the round ends as a runtime error and the same change is never accepted again
+            await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=64, catalog_id="F-3",
+                       rationale="one iteration of everything")
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            m = await s.ok("collect_swimlane", session_id=sid)
+            assert m["valid"] is False and any("bubble_analysis.log is missing" in r for r in m["invalid_reasons"])
+            r1 = await s.ok("record_round", session_id=sid)
+            assert r1["round"] == 1 and r1["decision"] == "failed" and r1["result_type"] == "runtime-error"
+            assert r1["best_us"] == baseline
+            src = op.read_text()
+            assert "tile_b = 4 " in src  # rolled back
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob=TILE_B, value=64, catalog_id="F-3",
+                                  rationale="again")
+            assert "GATE no-retry:" in msg and "round 1" in msg and "runtime-error" in msg
+            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="as a diff",
+                                  diff=_diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 0x40 ")))
+            assert "GATE no-retry:" in msg and "round 1" in msg
+            assert op.read_text() == src
+
+            # 2: a legal local block size is admitted as one structured edit, measured and recorded ...
+            r2 = await _round(s, sid, knob=TILE_B, value=8, catalog_id="F-3")
+            assert r2["round"] == 2 and r2["decision"] in ("kept", "reverted") and r2["after_us"] is not None
+            # ... and as one diff
+            src = op.read_text()
+            r3 = await _round(s, sid, catalog_id="F-3",
+                              diff=_diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 2 ").replace(
+                                  "tile_b = 8 ", "tile_b = 2 ")))
+            assert r3["round"] == 3 and r3["decision"] in ("kept", "reverted") and r3["after_us"] is not None
+            ledger = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
+            assert ledger.count(TILE_B) >= 3  # each round recorded under the local's knob id
+
+            # 3-on-this-form: tile_b = 3 leaves 32 % 3 = 2 rows uncomputed. batch reaches the kernel only through
+            # build_softmax(shape, ...), so the server cannot evaluate the axis: the edit is admitted on both paths,
+            # but named as unchecked (issue #10: values the server cannot judge are allowed and recorded as such).
+            src = op.read_text()
+            ways = ({"knob": TILE_B, "value": 3},
+                    {"diff": _diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 3 ").replace(
+                        "tile_b = 8 ", "tile_b = 3 ").replace("tile_b = 2 ", "tile_b = 3 "))})
+            for way in ways:
+                p = await s.ok("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="drops rows", **way)
+                assert p["knob_changes"][0]["after"] == 3
+                assert any("batch // tile_b" in u and "not checked" in u for u in p["legality_unchecked"]), p
+                assert "unchecked" in p["message"]
+                await s.ok("revert_patch", session_id=sid)
+            assert op.read_text() == src
+            ledger = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
+            assert ledger.count("whether tile_b divides it") >= 2  # both admissions recorded as unchecked
+
+    anyio.run(scenario)
+
+
+def test_a_cube_tile_with_l1_not_a_multiple_of_l0_is_refused_alike_as_an_edit_and_as_a_diff_attack_3(
+        tmp_path: Path) -> None:
+    ws = _copy(tmp_path, "matmul_act")
+    op = ws / "matmul_act.py"
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
+            knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+            assert knobs[CUBE]["value"] == {"m": [32, 32], "k": [64, 64], "n": [64, 64]}
+            src = op.read_text()
+            shipped = "set_cube_tile_shapes([32, 32], [64, 64], [64, 64])"
+            assert shipped in src
+            # each L0 a multiple of 16 and each L1 >= L0 (so no other rule applies): only L1 % L0 != 0 is wrong
+            for axis, (m, k, n) in (("m", ([32, 48], [64, 64], [64, 64])), ("n", ([32, 32], [64, 64], [64, 96]))):
+                structured = await s.refused("apply_tuning_patch", session_id=sid, knob=CUBE,
+                                             value={"m": m, "k": k, "n": n}, catalog_id="F-9", rationale="illegal")
+                as_diff = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-9", rationale="illegal",
+                                          diff=_diff("matmul_act.py", src, src.replace(
+                                              shipped, f"set_cube_tile_shapes({m}, {k}, {n})")))
+                for msg in (structured, as_diff):
+                    assert "GATE legality:" in msg and "L1 % L0" in msg, msg
+                assert _reason(structured, axis) == _reason(as_diff, axis), (structured, as_diff)
+            assert op.read_text() == src, "a refused change must not touch the file"
+            assert (await s.ok("get_status", session_id=sid))["rounds"] == 0
+
+    anyio.run(scenario)
+
+
+def _reason(msg: str, axis: str) -> str:
+    """The refusal's first line from the offending axis on (what comes before may name the path it came by)."""
+    first = msg.splitlines()[0]
+    return first[first.index(f"{axis}: L0"):]
+
+
+async def _leave(s: Session, sid: str, stage: str) -> dict:
+    """Leave ``stage`` early the legitimate way: its own entry collection and analysis (FRONTEND reuses the
+    baseline's), every untried checklist item marked with a specific reason, then advance_stage."""
+    if stage != "FRONTEND":
+        assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
+        await s.ok("analyze_bubbles", session_id=sid, lang="en")
+    items = (await s.ok("get_status", session_id=sid))["checklist"]
+    for cid in [i["catalog_id"] for i in items if i["status"] == "untried"]:
+        await s.ok("mark_checklist", session_id=sid, catalog_id=cid, status="not-applicable",
+                   reason=f"{cid} in {stage}: measured 36.4 µs at baseline, left for the search ({cid.lower()})")
+    return await s.ok("advance_stage", session_id=sid, reason=f"{stage} checklist done")
+
+
+def test_no_adoption_before_tuning_and_no_algorithm_stage_without_convergence_attacks_4_and_6(
+        tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    op = ws / "softmax.py"
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                              test_command=sim_command(), run_mode="sim", goal_speedup=100.0))["session_id"]
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            await s.ok("enable_runtime_debug", session_id=sid)
+            assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
+            st = await s.ok("get_status", session_id=sid)
+            assert st["state"] == "S3_ANALYZE" and st["rounds"] == 0
+            baseline = st["best_us"]
+
+            # 4 at S3: one legal knob edited by hand after the baseline, before the first analysis. Adopting it would
+            # make unmeasured code the kept state: refused by the drift rule, and nothing becomes kept.
+            src = op.read_text()
+            op.write_text(src.replace("TILE_B = 4", "TILE_B = 2"))
+            msg = await s.refused("run_precision_check", session_id=sid, adopt_drift=True)
+            assert "GATE drift:" in msg and "only be adopted while tuning (now S3_ANALYZE)" in msg, msg
+            assert "GATE drift:" in await s.refused("collect_swimlane", session_id=sid)
+            st = await s.ok("get_status", session_id=sid)
+            assert st["drift"] is True and st["rounds"] == 0 and st["best_us"] == baseline
+            assert st["state"] == "S3_ANALYZE"
+            await s.ok("revert_patch", session_id=sid)
+            assert op.read_text() == src
+            assert (await s.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"
+
+            # 6: every configuration stage left early, each after its own collection and analysis. Leaving the
+            # last one (INCORE_3) early must end the session, not open ALGORITHM (R23: that needs convergence
+            # shown by measurement, a no-gain streak in the last stage).
+            stages = ["FRONTEND", "SWIMLANE_1", "INCORE_1", "SWIMLANE_2", "INCORE_2", "SWIMLANE_3"]
+            for here, nxt in zip(stages, stages[1:] + ["INCORE_3"]):
+                assert (await s.ok("get_status", session_id=sid))["stage"] == here
+                assert (await _leave(s, sid, here))["stage"] == nxt
+            last = await _leave(s, sid, "INCORE_3")
+            assert last["stage"] != "ALGORITHM" and "ALGORITHM needs measured convergence" in last["message"], last
+            st = await s.ok("get_status", session_id=sid)
+            assert st["finished"] is True and st["stage"] != "ALGORITHM" and st["rounds"] == 0
+            assert st["best_us"] == baseline
+            # nothing, structural or not, can be applied any more
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob="softmax.py:TILE_B", value=8,
+                                  catalog_id="F-3", rationale="after the end")
+            assert "GATE finished:" in msg
+            bad = src.replace("e / s", "e")
+            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="A-1", rationale="algorithm",
+                                  diff=_diff("softmax.py", src, bad), algorithm=True)
+            assert "GATE finished:" in msg
+            assert op.read_text() == src
+
+    anyio.run(scenario)
