@@ -1,6 +1,6 @@
 """What a client pays to talk to pypto-tune: cold start, the size of tools/list, the size of typical results.
 
-    .venv/bin/python benchmarks/mcp_bench.py [-n 9] [--pythonpath DIR]
+    .venv/bin/python benchmarks/mcp_bench.py [-n 9] [--pythonpath DIR] [--demo | --demo-only]
 
 * cold start: from process start to the ``initialize`` answer over stdio (raw JSON-RPC on the pipes, nothing in
   between), median of N; a bare MCP server (the same SDK, one trivial tool) is measured in the same run, interleaved
@@ -8,7 +8,11 @@
 * ``tools/list``: bytes of the JSON-RPC response;
 * results on a recorded run (fixtures/runs/softmax_base and the softmax operator, in a scratch workspace):
   ``analyze_bubbles`` by default and with ``detail="full"``, ``get_status`` and ``list_knobs`` on a started session —
-  bytes of each JSON-RPC response (text content and structured content together, as the client receives them).
+  bytes of each JSON-RPC response (text content and structured content together, as the client receives them);
+* with ``--demo`` (or ``--demo-only``, which skips the above): the demo overhead. ``pypto-tune demo`` runs once in a
+  scratch folder (about a minute); it prints its wall time and the sum of the test-command runs the server reported
+  (the ``runs`` rows of its ledger), and the ratio of the two is what the server, the client and the agent's script
+  add around the kernels. The wall time of the whole ``demo`` process (interpreter start included) is printed too.
 
 Printed figures only; the tests never assert timings. ``--pythonpath DIR`` runs the server from another tree laid out
 as an importable ``pypto_tune`` package (e.g. an older commit's, to compare before and after).
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -158,11 +163,39 @@ def sizes(workspace: Path, pythonpath: str | None) -> dict[str, int]:
     return out
 
 
+DEMO_LINE = re.compile(r"demo wall time ([0-9.]+) s; sum of the kernel runs the server reported ([0-9.]+) s")
+
+
+def demo_overhead(pythonpath: str | None) -> tuple[float, float, float]:
+    """Run ``pypto-tune demo`` once: (the demo's own wall s, the kernel runs' sum s, the process's wall s)."""
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    with tempfile.TemporaryDirectory(prefix="mcp-bench-demo-") as tmp:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "pypto_tune.server.cli", "demo", "--workspace",
+                               str(Path(tmp) / "demo-run")], capture_output=True, text=True, env=env, cwd=tmp,
+                              timeout=1800, check=False)  # a failure is reported below with the demo's output
+        process_s = time.perf_counter() - t0
+    found = DEMO_LINE.search(proc.stdout)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"the demo failed (exit {proc.returncode}) or printed no wall-time line:\n"
+                           f"{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return float(found.group(1)), float(found.group(2)), process_s
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", type=int, default=9, help="cold starts of each server (median reported)")
     ap.add_argument("--pythonpath", default=None, help="run the server from this importable tree instead")
+    demo = ap.add_mutually_exclusive_group()
+    demo.add_argument("--demo", action="store_true", help="also run `pypto-tune demo` once (about a minute) and "
+                      "print its wall time over the sum of its kernel runs")
+    demo.add_argument("--demo-only", action="store_true", help="only the demo overhead")
     args = ap.parse_args()
+    if args.demo_only:
+        _print_demo(args.pythonpath)
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="mcp-bench-") as tmp:
         ws = Path(tmp) / "ws"
@@ -189,7 +222,16 @@ def main() -> int:
     print("response sizes (bytes of the JSON-RPC line) on fixtures/runs/softmax_base:")
     for name, size in found.items():
         print(f"  {name:28} {size:8d}  ({size / 1024:.1f} KiB)")
+    if args.demo:
+        _print_demo(args.pythonpath)
     return 0
+
+
+def _print_demo(pythonpath: str | None) -> None:
+    wall, kernels, process = demo_overhead(pythonpath)
+    print(f"demo overhead (one `pypto-tune demo`, load average {os.getloadavg()[0]:.2f} at the end): wall {wall:.1f} s "
+          f"over the sum of its kernel runs {kernels:.1f} s = {wall / kernels:.2f}x; the whole demo process "
+          f"{process:.1f} s = {process / kernels:.2f}x")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 over MCP stdio against the real server and the real simulator:
 
 2  a block size held in a local variable of a factory-built kernel (upstream_softmax ``tile_b``) is tunable with one
-   structured edit and with one diff; a value that drops rows is admitted only as *unchecked* (the server cannot
-   evaluate the axis through the factory's parameters), and the test says so
-7  a change whose round produced no data (a runtime error of the measurement) is never retried, in either form
+   structured edit and with one diff; a value that drops rows or blocks nothing is refused on both paths (the
+   server follows the factory's one call, ``build_softmax(shape)`` with a literal shape, to the axis length)
+7  a change whose round produced no usable data (an invalid measurement) is never retried, in either form
 3  a cube tile with L1 % L0 != 0 is refused with the same legality reason as a structured edit and as a diff
 4  an external edit cannot be adopted at S3 (before tuning opens): refused by the drift rule, nothing kept
 6  leaving the last configuration stage early ends the session: no ALGORITHM without measured convergence
@@ -22,11 +22,13 @@ import pytest
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
 from tests.server.mcp_client import Session, connect
+from tests.sessions import leave_stage_by_checklist
 
 pytestmark = pytest.mark.sim
 
 TILE_B = "softmax_op.py:build_softmax.softmax_kernel.tile_b"
 CUBE = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
+STITCH = "softmax_op.py:build_softmax.softmax_kernel.runtime_options.stitch_function_max_num"
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -44,60 +46,60 @@ def test_a_kernel_local_block_size_is_tunable_and_a_round_without_data_is_never_
     async def scenario() -> None:
         async with connect(ws) as s:
             sid = await _to_frontend(s, ws, ["softmax_op.py"], cmd)
-            baseline = (await s.ok("get_status", session_id=sid))["best_us"]
             knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
             tb = knobs[TILE_B]
             assert tb["kind"] == "local_constant" and tb["tunable"] and tb["value"] == 4 and "F-3" in tb["catalog_ids"]
             assert not knobs["softmax_op.py:test_softmax.shape"]["tunable"]  # the problem size is never a knob
 
-            # 7: tile_b = 64 makes batch // tile_b = 0 iterations: the test passes, but the simulator writes no
-            # swimlane data; the round ends as a runtime error and the same change is never accepted again
-            await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=64, catalog_id="F-3",
-                       rationale="one iteration of everything")
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            m = await s.ok("collect_swimlane", session_id=sid)
-            assert m["valid"] is False and any("bubble_analysis.log is missing" in r for r in m["invalid_reasons"])
-            r1 = await s.ok("record_round", session_id=sid)
-            assert r1["round"] == 1 and r1["decision"] == "failed" and r1["result_type"] == "runtime-error"
-            assert r1["best_us"] == baseline
             src = op.read_text()
-            assert "tile_b = 4 " in src  # rolled back
-            msg = await s.refused("apply_tuning_patch", session_id=sid, knob=TILE_B, value=64, catalog_id="F-3",
-                                  rationale="again")
-            assert "GATE no-retry:" in msg and "round 1" in msg and "runtime-error" in msg
-            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="as a diff",
-                                  diff=_diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 0x40 ")))
-            assert "GATE no-retry:" in msg and "round 1" in msg
+            # 3-on-this-form: batch reaches the kernel only through build_softmax(shape, ...), called once with
+            # shape = (32, 32, 256): the server follows that call, so a block that drops rows (32 % 3 = 2) or
+            # blocks nothing (64 > 32 rows: zero iterations) is refused on both paths, not measured
+            for value, why in ((3, "the last 2 rows would never be computed"), (64, "exceeds the axis length 32")):
+                ways = ({"knob": TILE_B, "value": value},
+                        {"diff": _diff("softmax_op.py", src, src.replace("tile_b = 4 ", f"tile_b = {value} "))})
+                for way in ways:
+                    msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3",
+                                          rationale="drops rows", **way)
+                    assert "GATE legality:" in msg and why in msg and "batch // tile_b" in msg, msg
             assert op.read_text() == src
 
             # 2: a legal local block size is admitted as one structured edit, measured and recorded ...
-            r2 = await _round(s, sid, knob=TILE_B, value=8, catalog_id="F-3")
-            assert r2["round"] == 2 and r2["decision"] in ("kept", "reverted") and r2["after_us"] is not None
+            r1 = await _round(s, sid, knob=TILE_B, value=8, catalog_id="F-3")
+            assert r1["round"] == 1 and r1["decision"] in ("kept", "reverted") and r1["after_us"] is not None
             # ... and as one diff
             src = op.read_text()
-            r3 = await _round(s, sid, catalog_id="F-3",
+            r2 = await _round(s, sid, catalog_id="F-3",
                               diff=_diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 2 ").replace(
                                   "tile_b = 8 ", "tile_b = 2 ")))
-            assert r3["round"] == 3 and r3["decision"] in ("kept", "reverted") and r3["after_us"] is not None
+            assert r2["round"] == 2 and r2["decision"] in ("kept", "reverted") and r2["after_us"] is not None
             ledger = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
-            assert ledger.count(TILE_B) >= 3  # each round recorded under the local's knob id
+            assert ledger.count(TILE_B) >= 2  # each round recorded under the local's knob id
 
-            # 3-on-this-form: tile_b = 3 leaves 32 % 3 = 2 rows uncomputed. batch reaches the kernel only through
-            # build_softmax(shape, ...), so the server cannot evaluate the axis: the edit is admitted on both paths,
-            # but named as unchecked (issue #10: values the server cannot judge are allowed and recorded as such).
+            # 7: a round that produced no usable data is never retried. stitch_function_max_num = 1 is a legal
+            # value (1–1024), but in SIM the simulator then merges the stitches into fake tasks (B.9.3): the
+            # measurement is invalid and the round fails; the same change is refused afterwards in either form
+            assert (await leave_stage_by_checklist(s, sid))["stage"] == "SWIMLANE_1"
+            await s.ok("collect_swimlane", session_id=sid)
+            await s.ok("analyze_bubbles", session_id=sid, lang="en")
+            kept = (await s.ok("get_status", session_id=sid))["best_us"]
+            await s.ok("apply_tuning_patch", session_id=sid, knob=STITCH, value=1, catalog_id="S-9",
+                       rationale="one stitch")
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            m = await s.ok("collect_swimlane", session_id=sid)
+            assert m["valid"] is False and m["invalid_reasons"], m
+            r3 = await s.ok("record_round", session_id=sid)
+            assert r3["decision"] == "failed" and r3["best_us"] == kept, r3
             src = op.read_text()
-            ways = ({"knob": TILE_B, "value": 3},
-                    {"diff": _diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 3 ").replace(
-                        "tile_b = 8 ", "tile_b = 3 ").replace("tile_b = 2 ", "tile_b = 3 "))})
-            for way in ways:
-                p = await s.ok("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="drops rows", **way)
-                assert p["knob_changes"][0]["after"] == 3
-                assert any("batch // tile_b" in u and "not checked" in u for u in p["legality_unchecked"]), p
-                assert "unchecked" in p["message"]
-                await s.ok("revert_patch", session_id=sid)
+            assert '"stitch_function_max_num": 128' in src  # rolled back
+            msg = await s.refused("apply_tuning_patch", session_id=sid, knob=STITCH, value=1, catalog_id="S-9",
+                                  rationale="again")
+            assert "GATE no-retry:" in msg and f"round {r3['round']}" in msg, msg
+            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="S-9", rationale="as a diff",
+                                  diff=_diff("softmax_op.py", src, src.replace('"stitch_function_max_num": 128',
+                                                                               '"stitch_function_max_num": 0x1')))
+            assert "GATE no-retry:" in msg and f"round {r3['round']}" in msg, msg
             assert op.read_text() == src
-            ledger = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
-            assert ledger.count("whether tile_b divides it") >= 2  # both admissions recorded as unchecked
 
     anyio.run(scenario)
 

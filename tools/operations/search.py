@@ -189,7 +189,9 @@ class SearchOps(OperationsBase):
                              catalog_id=t.catalog_id, round=t.round_no, verdict=t.verdict or "not-run",
                              operator_time_us=statistics.median(t.samples) if t.samples else None,
                              delta_pct=t.delta_pct, decision=t.decision, result_type=t.result_type,
-                             reason=t.reason or t.error, device_id=t.device) for t in trials],
+                             # the error first: a data-less trial's precision reason says "passed", which is not
+                             # why it failed (its error names the invalid measurement)
+                             reason=t.error or t.reason, device_id=t.device) for t in trials],
         )
 
     def _prepare(self, h: _Handle, st: SessionState, candidates: list[Any], stage: Any
@@ -371,5 +373,5 @@ class SearchOps(OperationsBase):
                           operator_time_us=after_us,
                           info={"verdict": t.verdict, "result_type": t.result_type, "delta_pct": t.delta_pct,
                                 "margin_pct": t.margin_pct,
-                                "samples": t.samples, "device_id": t.device, "reason": t.reason or t.error})
+                                "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason})
 

@@ -307,20 +307,23 @@ def _coverage(path: str, tree: ast.Module, scopes: dict[int, str], program: role
 def _scope_map(tree: ast.Module) -> dict[int, str]:
     out: dict[int, str] = {}
 
-    def walk(node: ast.AST, scope: str) -> None:
+    def visit(node: ast.AST, scope: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # a def nested in a function's body is met here as a statement: its own body is its own scope (the
+            # kernel built inside a factory used to be read in the factory's scope, so its locals were unknown)
+            out[id(node)] = scope
+            inner = node.name if scope == roles.MODULE else f"{scope}.{node.name}"
+            for d in node.decorator_list:
+                visit(d, scope)
+            for stmt in node.body:
+                visit(stmt, inner)
+            return
+        out[id(node)] = scope
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                inner = child.name if scope == roles.MODULE else f"{scope}.{child.name}"
-                for d in child.decorator_list:
-                    walk(d, scope)
-                for stmt in child.body:
-                    out[id(stmt)] = inner
-                    walk(stmt, inner)
-            else:
-                out[id(child)] = scope
-                walk(child, scope)
+            visit(child, scope)
 
-    walk(tree, roles.MODULE)
+    for top in tree.body:
+        visit(top, roles.MODULE)
     return out
 
 

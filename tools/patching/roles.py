@@ -46,6 +46,9 @@ HARMLESS_CALLS = {"print"}
 HARMLESS_PREFIXES = ("logging.", "log.", "logger.", "LOG.", "LOGGER.")
 
 
+_MISSING = object()
+
+
 @dataclass
 class Binding:
     """A name bound once to a literal: a knob candidate."""
@@ -323,6 +326,78 @@ class _Analysis:
                         file=f.path, scope=sname, name=name, line=value_node.lineno, value=value,
                         local=sname != MODULE)
                 self.literals[(f.path, sname)] = lits
+
+    def _env(self, file: str, scope: str) -> dict[str, Any]:
+        out = dict(self.literals.get((file, MODULE), {}))
+        if scope != MODULE:
+            parts = scope.split(".")
+            for i in range(1, len(parts) + 1):
+                out.update(self.literals.get((file, ".".join(parts[:i])), {}))
+        return out
+
+    def bind_single_call_sites(self) -> None:
+        """Parameters of a function called from exactly one place with literal arguments take those values, for
+        legality only (never knobs): upstream's examples build the jit in a factory, ``build(shape)``, called once
+        with ``shape = (32, 32, 256)``. Without this the loop bound ``batch // tile_b`` was "unchecked" and a
+        ``tile_b`` that leaves rows uncomputed was measured and kept as a gain (red team, issue #10). Tuple
+        unpacking of such a parameter (``batch, seq, dim = shape``) binds its parts. Repeated so a chain of
+        factories (main → test → build) resolves."""
+        for _ in range(4):
+            calls: dict[tuple[str, str], list[tuple[_File, _Scope, ast.Call]]] = {}
+            for f in self.files.values():
+                for n in ast.walk(f.tree):
+                    if isinstance(n, ast.Call):
+                        scope = f.scope_of.get(id(n)) or f.scopes[MODULE]
+                        target = self.callee(f, scope, n.func)
+                        if target is not None:
+                            calls.setdefault(target, []).append((f, scope, n))
+            changed = False
+            for (path, fname), sites in calls.items():
+                if len(sites) != 1 or path not in self.files:
+                    continue
+                f_def, callee_scope = self.files[path].functions.get(fname), self.files[path].scopes.get(fname)
+                if f_def is None or callee_scope is None:
+                    continue
+                caller_file, caller_scope, call = sites[0]
+                env = self._env(caller_file.path, caller_scope.name)
+                values: dict[str, Any] = {}
+                positional = [a.arg for a in [*f_def.args.posonlyargs, *f_def.args.args]]
+                if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                    continue
+                for name, node in [*zip(positional, call.args), *((k.arg, k.value) for k in call.keywords)]:
+                    if len(callee_scope.bound.get(name, [])) != 1:
+                        continue  # reassigned inside the function: the argument is not what it computes with
+                    if isinstance(node, ast.Name) and node.id in env:
+                        values[name] = env[node.id]
+                    elif _is_literal(node):
+                        values[name] = literal_value(node)
+                lits = self.literals.setdefault((path, fname), {})
+                for name, value in values.items():
+                    if lits.get(name, _MISSING) != value:
+                        lits[name] = value
+                        changed = True
+                changed |= self._unpack_known(self.files[path], callee_scope, lits)
+            if not changed:
+                return
+
+    @staticmethod
+    def _unpack_known(f: _File, scope: _Scope, lits: dict[str, Any]) -> bool:
+        """``a, b, c = name`` in ``scope`` where ``name`` is a known tuple or list of that length."""
+        changed = False
+        for stmt in getattr(scope.node, "body", []):
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], (ast.Tuple, ast.List)) and isinstance(stmt.value, ast.Name)):
+                continue
+            value = lits.get(stmt.value.id, _MISSING)
+            names = stmt.targets[0].elts
+            if not isinstance(value, (tuple, list)) or len(value) != len(names):
+                continue
+            for target, v in zip(names, value):
+                if isinstance(target, ast.Name) and len(scope.bound.get(target.id, [])) == 1 \
+                        and lits.get(target.id, _MISSING) != v:
+                    lits[target.id] = v
+                    changed = True
+        return changed
 
     @staticmethod
     def _assigned_value(f: _File, site: ast.AST) -> ast.AST | None:
@@ -609,6 +684,7 @@ class _Analysis:
 def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
     a = _Analysis(dict(items))
     a.collect_bindings()
+    a.bind_single_call_sites()
     a.find_kernels()
     a.find_reductions()
     for key, b in a.bindings.items():
