@@ -233,7 +233,10 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
         service = await holder.aget()
         return await service.collect_swimlane(session_id, progress=progress)
 
-    @reg.tool(title="Analyse bubbles, utilisation and load balance", annotations=RO, result=AnalysisSummary)
+    # not read-only: in a session it records the analysis and the baseline's analysis opens tuning (S3 -> S4); a
+    # client that trusts readOnlyHint to skip confirmation must not be told otherwise (issue #11)
+    @reg.tool(title="Analyse bubbles, utilisation and load balance", annotations=LEDGER_IDEMPOTENT,
+              result=AnalysisSummary)
     async def analyze_bubbles(
         session_id: Annotated[str | None, Field(description="analyse the session's latest measurement")] = None,
         output_dir: Annotated[str | None, Field(description="or: any run folder / output folder, no session "
