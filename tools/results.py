@@ -357,7 +357,10 @@ class TrialOut(BaseModel):
     decision: str = Field(description="kept / reverted / failed")
     result_type: str = Field(description="gain / not-chosen / no-gain / regression / compile-failure / ...")
     reason: str = ""
-    device_id: str | None = None
+    device_id: str | None = Field(default=None, description="NPU: the chip that ran the trial")
+    retried_from: list[str] = Field(default_factory=list, description="NPU: chips whose run of this trial hung or "
+                                    "failed with a device/runtime error before it ran again on device_id (R5 card "
+                                    "retry, once per trial)")
 
 
 class TrialsResult(_Result):

@@ -164,14 +164,15 @@ class BatchRecord(BaseModel):
 
 
 class DeviceEvent(BaseModel):
-    """A chip left behind (R5): it failed a baseline precision run or a run hung until the timeout."""
+    """A chip left behind (R5, ``tools/chips.py``): it failed a baseline precision run, a run hung until the timeout,
+    or a run failed there (hang, device error) whose same code then passed on another chip."""
 
     at: str
     run_id: int
     purpose: str
     round: int | None = None
     device_id: str
-    reason: Literal["baseline-failed", "timed-out"]
+    reason: Literal["baseline-failed", "timed-out", "chip-failed"]
     next_device: str
 
 

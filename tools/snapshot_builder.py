@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pypto_tune.tools import gates, rules
+from pypto_tune.tools.chips import chip_health
 from pypto_tune.tools.snapshot import (
     AdmissionRecord,
     BatchRecord,
@@ -28,7 +29,7 @@ from pypto_tune.tools.snapshot import (
     StageStat,
     StageTransition,
 )
-from pypto_tune.tools.state import PERSON_SOURCES, SessionState, _current_device
+from pypto_tune.tools.state import PERSON_SOURCES, SessionState
 
 # Patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same
 # bytes to the workspace for the winner and is not a second change).
@@ -152,20 +153,11 @@ def _admissions_by_round(rows: dict[str, list[Any]]) -> dict[int, list[Admission
 
 
 def _device_history(rows: dict[str, list[Any]], pool: list[str]) -> list[DeviceEvent]:
-    """Every time the session left a chip behind (R5), replaying ``state._current_device`` run by run."""
-    failed_baseline = {int(p["run_id"]) for p in rows["precision_records"]
-                       if p["round"] is None and p["verdict"] != "passed" and p["run_id"] is not None}
-    events = []
-    for i, r in enumerate(rows["runs"]):
-        reason = ("timed-out" if r["timed_out"] else "baseline-failed" if int(r["id"]) in failed_baseline
-                  else None)
-        if reason is None or r["device_id"] is None:
-            continue
-        nxt = _current_device({**rows, "runs": rows["runs"][:i + 1]}, pool)
-        if nxt != str(r["device_id"]):
-            events.append(DeviceEvent(at=r["at"], run_id=int(r["id"]), purpose=r["purpose"], round=r["round"],
-                                      device_id=str(r["device_id"]), reason=reason, next_device=nxt))
-    return events
+    """Every time the session left a chip behind (R5), as ``tools/chips.py`` replays the runs."""
+    return [DeviceEvent(at=e.run["at"], run_id=int(e.run["id"]), purpose=e.run["purpose"], round=e.run["round"],
+                        device_id=e.device_id, reason=e.reason, next_device=e.next_device)
+            for e in chip_health(rows, pool).events
+            if e.run["device_id"] is not None and e.next_device != e.device_id]
 
 
 def build_snapshot(st: SessionState) -> SessionSnapshot:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pypto_tune.tools import rules
+from pypto_tune.tools.chips import chip_health
 from pypto_tune.tools.codestate import FileEntry, entries_for_sources
 from pypto_tune.tools.ledger import Ledger, Row
 
@@ -293,22 +294,8 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
 
 
 def _current_device(rows: dict[str, list[Row]], pool: list[str]) -> str:
-    """The chip of the next run: the first of the pool, then the one after a chip that failed a baseline precision
-    run (R5: retry on another card) or hung until the timeout; a chip that works stays in use until it fails
-    (an emulated box showed runs going back to the failed chip 0 after chip 1 had passed, issue #13)."""
-    if not pool:
-        return "0"
-    device = pool[0]
-    failed_baseline = {int(p["run_id"]) for p in rows["precision_records"]
-                       if p["round"] is None and p["verdict"] != "passed" and p["run_id"] is not None}
-    for r in rows["runs"]:
-        used = str(r["device_id"]) if r["device_id"] is not None else device
-        if r["timed_out"] or int(r["id"]) in failed_baseline:
-            i = pool.index(used) if used in pool else -1
-            device = pool[(i + 1) % len(pool)]
-        elif r["exit_code"] == 0:
-            device = used if used in pool else device
-    return device
+    """The chip of the next run (R5 rotation): see ``tools/chips.py``, which owns every choice of chip."""
+    return chip_health(rows, pool).current
 
 
 def checklist_status(state: SessionState, group: str, catalog_ids: list[str]) -> list[tuple[str, str, str]]:

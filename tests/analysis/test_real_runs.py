@@ -110,3 +110,21 @@ def test_outer_loops_inferred_from_source(scenario):
     assert (a.outer_loops, a.outer_loops_source) == (1, "inferred")  # one pypto.loop level: nothing outside it
     b = analyze_runs(sorted((ws / "output").iterdir()), outer_loops=4)
     assert (b.outer_loops, b.outer_loops_source) == (4, "given")
+
+
+def test_leaf_sources_name_the_workspace_file_not_the_deleted_private_copy(tmp_path) -> None:
+    """Runs execute from `.pypto-tune/exec/<copy>/` (or a Ray worker's folder), deleted afterwards: the analysis
+    names the workspace file the bytes came from, so a reader can open it."""
+    from pypto_tune.tools.analysis.engine import _relocate_sources
+    from pypto_tune.tools.analysis.models import LeafStat
+
+    ws = tmp_path / "ws"
+    (ws / "kernels").mkdir(parents=True)
+    (ws / "kernels" / "softmax.py").write_text("x = 1\n")
+    copy = ws / ".pypto-tune" / "exec" / "measure-r3-abc123"
+    worker = tmp_path / "pypto-tune-ray-xyz" / "ws"
+    leaf = LeafStat.model_construct(source=f"{copy}/kernels/softmax.py:36-39; {worker}/kernels/softmax.py:40")
+    other = LeafStat.model_construct(source="/usr/lib/python3/dist-packages/pypto/ops.py:10; (no source info)")
+    _relocate_sources([leaf, other], ws)
+    assert leaf.source == f"{ws}/kernels/softmax.py:36-39; {ws}/kernels/softmax.py:40"
+    assert other.source.startswith("/usr/lib/python3/dist-packages/pypto/ops.py:10")  # not in the workspace: kept

@@ -10,7 +10,9 @@ the whole group died.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -130,3 +132,11 @@ def leftover_copies(ws: Path) -> list[str]:
     parent = exec_parent(ws)
     return sorted(p.name for p in parent.iterdir()) if parent.is_dir() else []
 
+
+def ray_unavailable() -> str:
+    """Why a real local Ray cluster in a network namespace cannot run here ('' when it can)."""
+    if importlib.util.find_spec("ray") is None:
+        return "ray is not installed (pip install .[ray]; scripts/test.sh installs it)"
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return "needs root on Linux to create a network namespace"
+    return ""

@@ -9,7 +9,6 @@ through the LocalExecutor there, to compare the two backends.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from exec_helpers import kill_leftovers, processes_mentioning
+from exec_helpers import kill_leftovers, processes_mentioning, ray_unavailable
 
 from tests.conftest import require_real
 
@@ -30,17 +29,9 @@ SCRIPT = Path(__file__).with_name("ray_scenarios.py")
 pytestmark = pytest.mark.slow
 
 
-def _unavailable() -> str:
-    if importlib.util.find_spec("ray") is None:
-        return "ray is not installed (pip install .[ray]; scripts/test.sh installs it)"
-    if not sys.platform.startswith("linux") or os.geteuid() != 0:
-        return "needs root on Linux to create a network namespace"
-    return ""
-
-
 @pytest.fixture(scope="module")
 def report() -> dict:
-    reason = _unavailable()
+    reason = ray_unavailable()
     # CI installs the extra and runs as root: a skip there would hide a regression (require_real fails in CI,
     # judged by in_ci() like every other real part, not by any non-empty CI variable)
     require_real(not reason, reason)

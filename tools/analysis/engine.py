@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -277,6 +278,8 @@ def analyze_runs(run_dirs: list[Path], *, run_mode: str | None = None, outer_loo
             psg.setdefault(h, set()).update(s)
     program = next((d.program for d in dirs if d.program is not None), None)
     leaves = leaves_mod.leaf_stats(acc, program=program, topo_rows_psg=psg, outer_loops=outer_loops)
+    if source_root is not None:
+        _relocate_sources(leaves, Path(source_root))
     theo, theo_src = _theoretical(dirs, mode_eff, core_counts, warnings)
     usage = leaves_mod.core_usage(leaves, theo, theo_src)
     gap = leaves_mod.load_gap(leaves)
@@ -355,3 +358,35 @@ def _extra_bottlenecks(a: RunAnalysis) -> list[Bottleneck]:
                               message_zh=f"{len(nf)} 个子图 NOT FULL；最差的 {worst.leaf_hash} 只用了 "
                               f"{worst.used_cores}/{worst.theoretical_cores} 个 {worst.core_type} 核"))
     return out
+
+
+def _relocate_sources(leaves: list[Any], root: Path) -> None:
+    """Name each leaf's source as the file in ``root`` (the workspace), not where the run executed it.
+
+    Runs execute from a private copy (``.pypto-tune/exec/...``, or a Ray worker's staging folder) that is deleted
+    afterwards, so ``program.json``'s paths point nowhere a reader can open; the workspace file with the longest
+    matching path suffix is the one the run's bytes came from."""
+    root = root if root.is_dir() else root.parent
+    memo: dict[str, str] = {}
+
+    def relocate(path: str) -> str:
+        if path not in memo:
+            parts = Path(path).parts
+            memo[path] = path
+            if not Path(path).is_relative_to(root) or ".pypto-tune" in parts:
+                for k in range(1, len(parts)):
+                    tail = Path(*parts[k:])
+                    if ".pypto-tune" not in tail.parts and (root / tail).is_file():
+                        memo[path] = str(root / tail)
+                        break
+        return memo[path]
+
+    for leaf in leaves:
+        src = getattr(leaf, "source", "")
+        if not src or src.startswith("("):
+            continue
+        pieces = []
+        for piece in src.split("; "):
+            file, sep, lines = piece.rpartition(":")
+            pieces.append(f"{relocate(file)}{sep}{lines}" if sep and file else piece)
+        leaf.source = "; ".join(pieces)

@@ -28,6 +28,7 @@ from pypto_tune.tools.results import (
     KernelTime,
     SuggestionOut,
 )
+from pypto_tune.tools.chips import ChipHealth, chip_health
 from pypto_tune.tools.codestate import ExecFile, exec_files
 from pypto_tune.tools.execution import dir_digest
 from pypto_tune.tools.executors.base import RunSpec
@@ -137,22 +138,26 @@ class RunOps(OperationsBase):
 
     async def _run(self, h: _Handle, st: SessionState, *, purpose: str, round_no: int | None,
                    device_id: str | None, sources: dict[str, str], progress: Progress,
-                   batch: str | None = None, pooled: bool = False) -> "RunOutcome":
+                   batch: str | None = None, pooled: bool = False, avoid: tuple[str, ...] = ()) -> "RunOutcome":
         """Run the session's test command on a private copy of exactly the recorded state (``sources`` for the
         operator files, the blob store for everything else; ``tools/execution.py``) and record the run.
 
         A run whose copy changed while it ran (``tampered``) returns no output folders: nothing it produced may
-        become a verdict or a measurement.
+        become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
+        take (the chip a trial just failed on, R5).
         """
         env = self._child_env(st, device_id)
         argv = list(st.test_command)
         files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
-        # pooled: a candidate trial takes whichever chip of the session's pool is free (the executor claims it);
-        # otherwise the run goes to the session's current chip (R5 rotation, state.device)
+        # pooled: a candidate trial takes whichever chip is free among the healthy chips of the session's pool, read
+        # from the ledger at this moment (a chip that hung or failed in this session is not handed out while a
+        # healthy one is left, tools/chips.py); otherwise the run goes to the session's current chip (state.device)
+        pool = tuple(str(d) for d in st.session["device_ids"])
+        if pooled and st.run_mode == "npu":
+            pool = self._chip_health(h, st).for_trials(avoid)
         spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
                        timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
-                       device_id=None if pooled else device_id,
-                       device_pool=tuple(str(d) for d in st.session["device_ids"]), tag=f"{purpose}-r{round_no}")
+                       device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}")
         iso = await self.executor.run(spec, on_progress=progress)
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
@@ -176,13 +181,20 @@ class RunOps(OperationsBase):
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
                           dict(iso.output_digests))
 
+    def _chip_health(self, h: _Handle, st: SessionState) -> ChipHealth:
+        """The session's chips as the ledger knows them now (``tools/chips.py``): which failed, which are healthy.
+        Read afresh, not from ``st``: trials of a batch run concurrently and one may have just left a chip behind."""
+        rows = {t: h.ledger.rows(t, st.id) for t in ("runs", "precision_records")}
+        return chip_health(rows, [str(d) for d in st.session["device_ids"]])
+
     async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
                        round_no: int, count: int, label: str, progress: Progress,
                        batch: str | None = None, pooled: bool = False) -> "Measured":
         """``count`` runs of ``sources``, each analysed by the server; stops at the first invalid run.
 
-        A run that hangs until the timeout is a chip problem on the NPU: the state moves to the next chip of the
-        pool (R5 rotation, ``state._current_device``) and that repeat is tried once more there.
+        A run that hangs until the timeout is a chip problem on the NPU: the state moves to the next healthy chip of
+        the pool (R5 rotation, ``tools/chips.py``; a pooled run leaves the hung chip out) and that repeat is tried
+        once more there.
         """
         m = Measured()
         i = 0

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from pypto_tune.tools import rules
+from pypto_tune.tools.chips import implicates_chip
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.ledger import now_iso
 from pypto_tune.tools.operations.base import OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash
@@ -59,6 +60,14 @@ class _Trial:
     margin_pct: float | None = None
     device: str | None = None
     kept_pool: list[float] = field(default_factory=list)
+    chip_failures: list[dict[str, Any]] = field(default_factory=list)  # R5: chips this trial failed on first
+
+    @property
+    def retry_note(self) -> str:
+        if not self.chip_failures:
+            return ""
+        failed = ", ".join(f"chip {f['device_id']} ({f['result_type']})" for f in self.chip_failures)
+        return f"R5 card retry: failed on {failed}, run again on chip {self.device}"
 
 
 class SearchOps(OperationsBase):
@@ -139,7 +148,10 @@ class SearchOps(OperationsBase):
         stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         trials, refused = self._prepare(h, st, candidates, stage)
         await self.executor.prepare()  # Ray connects here, off the event loop's critical path
-        capacity = self.executor.capacity(st.run_mode, list(st.session["device_ids"]))  # type: ignore[arg-type]
+        # NPU: one trial per healthy chip (a chip that failed or hung in this session is not handed out, tools/chips.py)
+        chips = (self._chip_health(h, st).for_trials() if st.run_mode == "npu"  # type: ignore[attr-defined]  # RunOps
+                 else tuple(st.session["device_ids"]))
+        capacity = self.executor.capacity(st.run_mode, list(chips))  # type: ignore[arg-type]
         k = max(1, min(int(parallel or capacity), capacity, len(trials) or 1))
         if not trials:
             st2 = self._state(h, session_id)
@@ -180,6 +192,9 @@ class SearchOps(OperationsBase):
         msg = (f"batch {batch}: {len(trials)} trial(s) on {k} worker(s) in {wall:.1f} s; "
                + (f"kept round {winner.round_no} ({winner.change.knob_id} = {winner.value!r}, "
                   f"{winner.delta_pct:+.2f} %)" if winner else "no candidate beat the kept state"))
+        retried = [t.retry_note.replace("R5 card retry: ", f"r{t.round_no} ") for t in trials if t.chip_failures]
+        if retried:
+            msg += "; R5 card retry: " + "; ".join(retried)
         if verdict:
             msg += f"; {verdict}"
         return TrialsResult(
@@ -191,7 +206,9 @@ class SearchOps(OperationsBase):
                              delta_pct=t.delta_pct, decision=t.decision, result_type=t.result_type,
                              # the error first: a data-less trial's precision reason says "passed", which is not
                              # why it failed (its error names the invalid measurement)
-                             reason=t.error or t.reason, device_id=t.device) for t in trials],
+                             reason="; ".join(x for x in (t.error or t.reason, t.retry_note) if x),
+                             device_id=t.device, retried_from=[str(f["device_id"]) for f in t.chip_failures])
+                    for t in trials],
         )
 
     def _prepare(self, h: _Handle, st: SessionState, candidates: list[Any], stage: Any
@@ -240,25 +257,41 @@ class SearchOps(OperationsBase):
         async with limiter:
             status[t.round_no] = "verifying"
             code = code_hash(t.sources)
-            out = await self._run(h, st, purpose="trial-precision", round_no=t.round_no, device_id=st.device,
-                                  sources=t.sources, progress=None, batch=batch, pooled=True)
-            result, run_id, dirs = out
-            verdict = judge_precision(result, st.run_mode, **self._verdict_options(st))  # type: ignore[attr-defined]
-            v, reason = verdict.verdict, verdict.reason
-            if out.tampered:
-                v, reason = "error", out.tamper_reason
-            elif v == "passed" and st.run_mode == "sim" and not dirs:
-                v, reason = "failed", "the test exited 0 but the simulator wrote no output folder"
-            t.verdict, t.reason = v, reason
-            t.device = out.device_id
-            result_type = None if v == "passed" else rules.classify_failure(v, verdict.key_output + "\n" + reason)
-            t.precision_id = h.ledger.insert(
-                "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
-                verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
-                duration_s=result.duration_s, key_output=verdict.key_output, reason=reason, code_hash=code,
-                round=t.round_no, device_id=t.device, result_type=result_type)
+            avoid: tuple[str, ...] = ()
+            while True:
+                out = await self._run(h, st, purpose="trial-precision", round_no=t.round_no, device_id=st.device,
+                                      sources=t.sources, progress=None, batch=batch, pooled=True, avoid=avoid)
+                result, run_id, dirs = out
+                verdict = judge_precision(result, st.run_mode,
+                                          **self._verdict_options(st))  # type: ignore[attr-defined]
+                v, reason = verdict.verdict, verdict.reason
+                if out.tampered:
+                    v, reason = "error", out.tamper_reason
+                elif v == "passed" and st.run_mode == "sim" and not dirs:
+                    v, reason = "failed", "the test exited 0 but the simulator wrote no output folder"
+                t.verdict, t.reason = v, reason
+                t.device = out.device_id
+                result_type = None if v == "passed" else rules.classify_failure(v, verdict.key_output + "\n" + reason)
+                t.precision_id = h.ledger.insert(
+                    "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
+                    verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
+                    duration_s=result.duration_s, key_output=verdict.key_output, reason=reason, code_hash=code,
+                    round=t.round_no, device_id=t.device, result_type=result_type)
+                if v == "passed" or not self._retry_on_another_chip(h, st, t, out, result_type, reason):
+                    break
+                # R5 (card retry): a hang or device error on the NPU says nothing about the candidate, so it is run
+                # once more on another healthy chip before it is recorded failed; both attempts stay in the ledger
+                # (a precision record each, naming its chip). If the same bytes then pass, tools/chips.py leaves
+                # the first chip behind; if they fail again, the code is at fault and no chip is blamed.
+                avoid += (str(t.device),)
+                status[t.round_no] = f"retrying on another chip (chip {t.device}: {result_type})"
             if v != "passed":
                 t.result_type, t.error = result_type or "precision-failure", reason
+                if t.chip_failures:  # the retry failed too: the code, not a chip
+                    t.error += (f" (first on chip {t.chip_failures[0]['device_id']}: "
+                                f"{t.chip_failures[0]['result_type']}; the same code failed on two chips)")
+                elif st.run_mode == "npu" and implicates_chip(result_type) and not out.tampered:
+                    t.error += " (no other healthy chip to run it again on, R5)"
                 status[t.round_no] = f"done: {t.result_type}"
                 return
             status[t.round_no] = "measuring"
@@ -276,6 +309,21 @@ class SearchOps(OperationsBase):
             else:
                 t.samples = list(m.samples)
             status[t.round_no] = f"done: {'measured' if m.valid else 'no data'}"
+
+    def _retry_on_another_chip(self, h: _Handle, st: SessionState, t: _Trial, out: Any, result_type: str | None,
+                               reason: str) -> bool:
+        """Whether a failed trial precision run is run again on another chip (R5, see ``tools/chips.py``): NPU
+        only, once per trial, only for a failure that may be the chip's (hang, device/runtime error — never a
+        compile or precision failure of the candidate's code, nor a discarded run), and only while another healthy
+        chip is left. A retry is noted in ``t.chip_failures`` (the chip, what went wrong, its run and record)."""
+        if (st.run_mode != "npu" or t.chip_failures or out.tampered or t.device is None
+                or not implicates_chip(result_type)):
+            return False
+        if not self._chip_health(h, st).retry_chips(t.device):  # type: ignore[attr-defined]  # RunOps
+            return False
+        t.chip_failures.append({"device_id": str(t.device), "result_type": result_type, "run_id": out.run_id,
+                                "precision_id": t.precision_id, "reason": reason[:300]})
+        return True
 
     async def _sample_until_decisive(self, h: _Handle, st: SessionState, t: _Trial, m: Any, code: str, batch: str,
                                      status: dict[int, str]) -> None:
@@ -362,7 +410,8 @@ class SearchOps(OperationsBase):
                 after_us = statistics.median(t.samples) if t.samples else None
                 tx.insert("round_decisions", session_id=st.id, number=t.round_no, at=now_iso(),
                           decision=t.decision, result_type=t.result_type, after_us=after_us, delta_pct=t.delta_pct,
-                          error_output=(t.error or "")[-4000:], notes=t.reason[:1000],
+                          error_output=(t.error or "")[-4000:],
+                          notes="; ".join(x for x in (t.reason, t.retry_note) if x)[:1000],
                           restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
                 if stage.group in ("frontend", "swimlane", "incore"):
                     tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=stage.group, stage=st.stage,
@@ -373,5 +422,6 @@ class SearchOps(OperationsBase):
                           operator_time_us=after_us,
                           info={"verdict": t.verdict, "result_type": t.result_type, "delta_pct": t.delta_pct,
                                 "margin_pct": t.margin_pct,
-                                "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason})
+                                "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason,
+                                "chip_failures": t.chip_failures})
 
