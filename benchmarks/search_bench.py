@@ -131,7 +131,7 @@ async def run_operator(name: str, trials_budget: int, batch: int, parallel: int 
                 res = await a.call("run_candidates", **args)
                 batches.append({"n": len(res["trials"]), "parallel": res["parallel"], "wall_s": res["wall_s"],
                                 "stage": status["stage"]})
-                by_id = {t["candidate_id"]: t for t in res["trials"]}
+                by_id = {t["candidate"]: t for t in res["trials"]}
                 for c in cands:  # in the server's rank order, whatever order the trials finished in
                     t = by_id.get(c["id"], {})
                     trials.append({"stage": status["stage"], "knob": c["knob"].split(":")[-1], "value": c["value"],

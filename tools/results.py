@@ -345,7 +345,7 @@ class CandidatesResult(_Result):
 class TrialOut(BaseModel):
     """One candidate of a run_candidates batch: its own ledger round."""
 
-    candidate_id: str
+    candidate: str = Field(description="the id of the candidate this trial ran (propose_candidates' id)")
     knob: str
     value: Any
     catalog_id: str

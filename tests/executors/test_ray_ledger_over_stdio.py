@@ -301,7 +301,7 @@ def test_both_servers_ran_the_same_batches_and_ray_ran_them(both: dict[str, Any]
         assert [len(b["trials"]) for b in side["batches"]] == [BATCH, 3]
         # the first batch keeps a gain; the second: a compile failure, a regression, and one proposal
         assert [t["decision"] for t in side["batches"][0]["trials"]].count("kept") == 1
-        by_id = {t["candidate_id"]: t for t in side["batches"][1]["trials"]}
+        by_id = {t["candidate"]: t for t in side["batches"][1]["trials"]}
         assert by_id[FAILING["id"]]["decision"] == "failed"
         assert by_id[FAILING["id"]]["result_type"] == "compile-failure"
         assert by_id[SLOWER["id"]]["result_type"] == "regression"

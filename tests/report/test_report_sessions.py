@@ -91,7 +91,7 @@ def test_a_sim_batch_appears_in_the_round_log_and_its_own_table(sim_batch: dict[
     assert f"> ⚠️ {s['sim_short']}" in section  # the verdicts below are compile-and-simulate only
     assert f"### {s['batch']} {trials.batch}" in section
     for t in trials.trials:
-        row = next(line for line in section.splitlines() if line.startswith(f"| {t.round} | {t.candidate_id} |"))
+        row = next(line for line in section.splitlines() if line.startswith(f"| {t.round} | {t.candidate} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[2] == f"{t.knob} = {t.value!r}" and cells[3] == t.catalog_id
         assert cells[4] == s["v_passed_sim"] and cells[5] == f"{t.operator_time_us:.3f}"

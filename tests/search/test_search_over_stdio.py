@@ -152,7 +152,7 @@ def test_a_batch_with_a_failing_a_dataless_and_an_improving_candidate_keeps_only
             improving = vec[0]
             res = await s.ok("run_candidates", session_id=sid, candidates=[FAILING, DATALESS, improving["id"]])
             assert res["refused"] == [] and len(res["trials"]) == 3, res
-            by_id = {t["candidate_id"]: t for t in res["trials"]}
+            by_id = {t["candidate"]: t for t in res["trials"]}
             failing, dataless, good = by_id[FAILING["id"]], by_id[DATALESS["id"]], by_id[improving["id"]]
             assert failing["verdict"] != "passed" and failing["decision"] == "failed"
             assert failing["result_type"] == "compile-failure" and failing["operator_time_us"] is None

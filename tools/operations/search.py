@@ -200,7 +200,7 @@ class SearchOps(OperationsBase):
         return TrialsResult(
             **self._base(st2, msg), batch=batch, parallel=k, wall_s=round(wall, 3), refused=refused,
             winner_round=winner.round_no if winner else None, best_us=st2.kept_us,
-            trials=[TrialOut(candidate_id=str(t.candidate.get("id") or ""), knob=t.knob, value=t.value,
+            trials=[TrialOut(candidate=str(t.candidate.get("id") or ""), knob=t.knob, value=t.value,
                              catalog_id=t.catalog_id, round=t.round_no, verdict=t.verdict or "not-run",
                              operator_time_us=statistics.median(t.samples) if t.samples else None,
                              delta_pct=t.delta_pct, decision=t.decision, result_type=t.result_type,
