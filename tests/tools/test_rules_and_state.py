@@ -222,3 +222,27 @@ def test_consecutive_no_gain_counts_only_measured_rounds(ledger: Ledger) -> None
                   restored_hash="h0")
     c = derive_state(load_rows(ledger, "s1")).counters["FRONTEND"]
     assert (c.rounds, c.consecutive_no_gain, c.failures) == (1, 0, 1)  # R13
+
+
+def test_every_trial_of_a_batch_counts_toward_the_stage_exit(ledger: Ledger) -> None:
+    """run_candidates records each candidate as its own round; the no-gain streak counts them one by one, and a batch
+    whose winner was kept resets it whatever order its trials finished in (the winner is judged last)."""
+    _tuning_ledger(ledger)
+    batches = {"b1": [(1, "reverted", "no-gain"), (2, "reverted", "regression")],
+               "b2": [(3, "reverted", "not-chosen"), (4, "kept", "gain"), (5, "failed", "compile-failure")],
+               "b3": [(6, "reverted", "no-gain"), (7, "reverted", "no-gain"), (8, "reverted", "regression")]}
+    streaks = []
+    for batch, trials in batches.items():
+        for number, decision, result_type in trials:
+            ledger.insert("rounds", session_id="s1", number=number, opened_at=now_iso(), stage="FRONTEND",
+                          outer_round=1, kind="trial", catalog_id="F-11", change=f"TILE → {number}", rationale="x",
+                          before_hash="h0", before_raw_hash="r0", before_us=10.0)
+            ledger.insert("trials", session_id="s1", at=now_iso(), batch=batch, candidate={"id": f"c{number}"},
+                          round=number, outcome=decision, operator_time_us=None, info={})
+        for number, decision, result_type in reversed(trials):  # finishing order is not the judging order
+            ledger.insert("round_decisions", session_id="s1", number=number, at=now_iso(), decision=decision,
+                          result_type=result_type, after_us=None, delta_pct=None, error_output="", notes="",
+                          restored_hash="h0")
+        c = derive_state(load_rows(ledger, "s1")).counters["FRONTEND"]
+        streaks.append((c.rounds, c.consecutive_no_gain, c.failures))
+    assert streaks == [(2, 2, 0), (5, 0, 1), (8, 3, 1)]
