@@ -46,17 +46,25 @@ def load_key(create: bool = True) -> bytes:
         if not create:
             raise LedgerError(f"no ledger seal key at {path}",
                               hint=f"set {KEY_ENV} to the key file the server used for this ledger") from None
+        # Written whole to a private file, then linked into place: a server starting at the same moment never
+        # reads a key file that exists but is still empty, and exactly one key wins (link fails if one exists).
+        data = secrets.token_bytes(32)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another server created it between our read and our create
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.link(tmp, path)
+        except FileExistsError:  # another server created it between our read and our link
             return load_key(create=False)
         except OSError as exc:
             raise LedgerError(f"cannot create the ledger seal key {path}: {exc}",
                               hint=f"make {path.parent} writable, or set {KEY_ENV} to a writable file path") from exc
-        data = secrets.token_bytes(32)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        finally:
+            tmp.unlink(missing_ok=True)
         return data
     except OSError as exc:
         raise LedgerError(f"cannot read the ledger seal key {path}: {exc}",
