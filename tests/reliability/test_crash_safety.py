@@ -18,8 +18,10 @@ from tests.runner.runner_helpers import kill_leftovers, wait_dead
 
 pytestmark = pytest.mark.sim
 
+# New seeds every run; under pytest-xdist every worker must collect the same ones, so they come from the run's id.
+_RUN = random.Random(os.environ.get("PYTEST_XDIST_TESTRUNUID") or None)
 SEEDS = [int(s) for s in os.environ.get("CRASH_SEEDS", "").split(",") if s] or \
-    [random.randrange(1_000_000) for _ in range(3)]
+    [_RUN.randrange(1_000_000) for _ in range(3)]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
