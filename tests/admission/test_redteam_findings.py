@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from pypto_tune.tools.admission import admit
-from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
+from pypto_tune.tools.errors import GateRefusal, InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "fixtures" / "operators"
@@ -404,6 +404,21 @@ def _scale_logs(root: Path, factor: float = 100.0) -> int:
     return n
 
 
+async def _measured_while_forged(ws: Path, armed: dict[str, bool], reason: str) -> Any:
+    """One round measured while the forgery is armed: the measurement is invalid, naming ``reason``, and the round
+    is not kept. Returns the collection result for test-specific checks."""
+    svc = _service(ws)
+    sid = await _frontend(svc, ws)
+    armed["on"] = True
+    svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
+    assert (await svc.run_precision_check(sid)).verdict == "passed"
+    collected = await svc.collect_swimlane(sid)
+    assert not collected.valid
+    assert any(reason in r for r in collected.invalid_reasons), collected.invalid_reasons
+    assert svc.record_round(sid).decision != "kept"
+    return collected
+
+
 def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher process polling output/ wins this race in practice (tried: first attempt, -99 %); here the write
@@ -424,15 +439,8 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
     monkeypatch.setattr(execution, "adopt_outputs", adopt_then_agent_writes)
 
     async def scenario() -> None:
-        svc = _service(ws)
-        sid = await _frontend(svc, ws)
-        armed["on"] = True
-        svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
-        assert (await svc.run_precision_check(sid)).verdict == "passed"
-        collected = await svc.collect_swimlane(sid)
-        assert not collected.valid and collected.operator_time_us is None
-        assert any("changed after the run ended" in r for r in collected.invalid_reasons), collected.invalid_reasons
-        assert svc.record_round(sid).decision != "kept"
+        collected = await _measured_while_forged(ws, armed, "changed after the run ended")
+        assert collected.operator_time_us is None
 
     anyio.run(scenario)
 
@@ -456,15 +464,7 @@ def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_tra
     monkeypatch.setattr(execution, "run_command", run_then_rewrite)
 
     async def scenario() -> None:
-        svc = _service(ws)
-        sid = await _frontend(svc, ws)
-        armed["on"] = True
-        svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
-        assert (await svc.run_precision_check(sid)).verdict == "passed"
-        collected = await svc.collect_swimlane(sid)
-        assert not collected.valid
-        assert any("disagree" in r for r in collected.invalid_reasons), collected.invalid_reasons
-        assert svc.record_round(sid).decision != "kept"
+        await _measured_while_forged(ws, armed, "disagree")
 
     anyio.run(scenario)
 

@@ -1,7 +1,7 @@
 """The log/trace cross-check tolerates the last-bit rounding of tied waits (issue #12: a legal trial was lost).
 
 ``data/sim_matmul_act_tie``: fixtures/operators/matmul_act with M_BLOCK 16 and cube tiles m [64, 64], k [64, 256],
-n [256, 256] (``matmul_act_mblock16.py``), pypto 0.2.0 SIM. Its Top-10 holds waits the writer prints as
+n [256, 256] (those two lines changed, nothing else), pypto 0.2.0 SIM. Its Top-10 holds waits the writer prints as
 5.633888888888889 (two tasks) and 5.6338888888888885; the recomputation gets 5.63388888888889 for one of them, so a
 rank-by-rank comparison of task ids swapped two tasks and declared the run invalid. A rewritten log must still fail.
 """
