@@ -38,9 +38,9 @@ OPERATORS = ROOT / "fixtures" / "operators"
 
 
 def _specs(ws: Path, operator: str, count: int, tag: str):
-    from pypto_tune.tools.codestate import ExecFile
-    from pypto_tune.tools.executors import RunSpec
-    from pypto_tune.tools.runner import build_child_env
+    from pypto_tune.tools.code.codestate import ExecFile
+    from pypto_tune.tools.running.executors import RunSpec
+    from pypto_tune.tools.running.runner import build_child_env
 
     files = {f"{operator}.py": ExecFile(data=(OPERATORS / operator / f"{operator}.py").read_bytes())}
     env = build_child_env(run_mode="sim")
@@ -90,7 +90,7 @@ def _print(name: str, n: int, k: int, m: dict) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    from pypto_tune.tools.executors import LocalExecutor
+    from pypto_tune.tools.running.executors import LocalExecutor
 
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
           f"{len(os.sched_getaffinity(0))} usable cores; operator {args.operator}; N={args.n} k={args.k}")
@@ -101,7 +101,7 @@ async def main_async(args: argparse.Namespace) -> int:
         _print("local", args.n, args.k, await _measure(LocalExecutor(sim_slots=args.k), ws, args.operator, args.n,
                                                        args.k, args.single))
         if args.ray:
-            from pypto_tune.tools.executors.ray_backend import RayExecutor
+            from pypto_tune.tools.running.executors.ray_backend import RayExecutor
 
             ray_ex = RayExecutor(init_kwargs={"num_cpus": args.k})
             try:

@@ -36,10 +36,10 @@ from mcp.types import (
 from pydantic import BaseModel, BeforeValidator, Field
 from pypto_tune.server.jobs import JobRegistry
 from pypto_tune.server.tooling import Progress, ToolRegistry
-from pypto_tune.tools import rules
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
-from pypto_tune.tools.result_views import summarize_analysis
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.result_views import summarize_analysis
+from pypto_tune.tools.operations.results import (
     AnalysisSummary,
     CandidatesResult,
     ChecklistResult,

@@ -99,7 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     ws = args.workspace.resolve() if args.workspace else None
     if args.executor != "local" or args.ray_address:
-        from pypto_tune.tools.executors import configure_default
+        from pypto_tune.tools.running.executors import configure_default
 
         # checked now (Ray missing → a one-line error and exit 2); connected on the first run
         configure_default(args.executor, ray_address=args.ray_address)
@@ -126,7 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _offline(args: argparse.Namespace) -> int:
     """status / report straight from the ledger, without a server."""
-    from pypto_tune.tools.ledger import LEDGER_DIR, LEDGER_FILE, Ledger
+    from pypto_tune.tools.session.ledger import LEDGER_DIR, LEDGER_FILE, Ledger
     from pypto_tune.tools.service import TuningService
 
     ws = args.workspace.resolve()

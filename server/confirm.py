@@ -26,7 +26,7 @@ def confirm_command(workspace: Path, session: str | None = None, *, stdin: TextI
         raise InputError("pypto-tune confirm must be typed by a person at a terminal (stdin/stdout are not a TTY): a "
                          "tool call of an agent is not the user's answer",
                          hint="run it yourself in a terminal, or answer in an MCP client that supports elicitation")
-    from pypto_tune.tools.ledger import LEDGER_DIR, LEDGER_FILE, Ledger
+    from pypto_tune.tools.session.ledger import LEDGER_DIR, LEDGER_FILE, Ledger
     from pypto_tune.tools.service import TuningService
 
     ws = Path(workspace).resolve()

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 from pypto_tune.tools.errors import InputError, PyptoTuneError
-from pypto_tune.tools.results import JobHandle
+from pypto_tune.tools.operations.results import JobHandle
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """How a tool is published: one place for the rules every tool follows, so ``app.py`` only declares tools.
 
 * the result is structured content validated against the tool's ``outputSchema``, with a short text beside it
-  (``tools/result_views.py``), never the same JSON twice;
+  (``tools/operations/result_views.py``), never the same JSON twice;
 * domain errors become an ``isError`` result whose text is the full reason and the allowed next calls (an uncaught
   exception would reach the client as a bare "Error executing tool", hiding the reason from the agent);
 * long tools (``long_tool``) get ``wait``: ``true`` runs inline with progress every ≤ 2 s, ``false`` starts a job and
@@ -26,8 +26,8 @@ from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pypto_tune.server.jobs import JobRegistry
 from pypto_tune.tools.errors import PyptoTuneError
-from pypto_tune.tools.result_views import result_text
-from pypto_tune.tools.results import JobHandle
+from pypto_tune.tools.operations.result_views import result_text
+from pypto_tune.tools.operations.results import JobHandle
 
 log = logging.getLogger("pypto_tune.server")
 

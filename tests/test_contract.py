@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 from pypto_tune.server.app import build_server
-from pypto_tune.tools import rules
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.service import TuningService
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

@@ -1,7 +1,7 @@
 """One read-only view of a session, built from the ledger.
 
 The status board, the final report and the ``ledger`` resource all render this model, so they can never disagree
-about a number. ``tools/ledger.py`` builds it (``Ledger.snapshot(session_id)``); nothing here touches SQLite.
+about a number. ``tools/session/ledger.py`` builds it (``Ledger.snapshot(session_id)``); nothing here touches SQLite.
 All times are µs unless the field name says otherwise; percentages are 0–100.
 """
 
@@ -164,7 +164,7 @@ class BatchRecord(BaseModel):
 
 
 class DeviceEvent(BaseModel):
-    """A chip left behind (R5, ``tools/chips.py``): it failed a baseline precision run, a run hung until the timeout,
+    """A chip left behind (R5, ``tools/running/chips.py``): it failed a baseline precision run, a run hung until the timeout,
     or a run failed there (hang, device error) whose same code then passed on another chip."""
 
     at: str

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 
 from pypto_tune.tools.analysis import analyze_runs, validate_run
-from pypto_tune.tools.runner import build_child_env
+from pypto_tune.tools.running.runner import build_child_env
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT_S = 180.0

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pypto_tune.tools.admission import admit
+from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
 
 OPS = Path(__file__).resolve().parents[2] / "fixtures" / "operators"

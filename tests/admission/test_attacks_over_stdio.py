@@ -3,20 +3,20 @@ against the real server and the real simulator, on operators written in differen
 leave nothing kept that was not exactly one declared, legal, verified change on the bytes that ran.
 
 Attack → where it is closed:
-1 knob + anything else in one diff ............ tools/admission.py (masked syntax trees)
+1 knob + anything else in one diff ............ tools/code/admission.py (masked syntax trees)
 2 legal one-knob edits refused (tuples, locals)  tools/patching/roles.py + extract.binding_sites
 3 legality only on one path ................... tools/patching/effective.py (effective values, every path)
 4 drift adoption skipping every check .......... SetupOps._adopt_drift → the same admission
-5 other bytes than the ledger records .......... tools/codestate.py (whole tree) + tools/execution.py (private copy)
+5 other bytes than the ledger records .......... tools/code/codestate.py (whole tree) + tools/running/execution.py (private copy)
 6 stages skipped by marks ....................... StageOps.mark_checklist / advance_stage / _leave_stage
 7 failed changes retried ........................ OperationsBase._tried (semantic hash, knob+value per kept state)
 8 self-served confirmations ..................... gates (baseline-retry) + server/confirm.py (a TTY, a person)
 9 the agent picks its own luck .................. state.kept_samples (median of all) + the NPU repeats floor
 (9's noise half runs on the emulated NPU box: tests/npu/.)
 Second red-team pass (tests/admission/test_redteam_findings.py has each at library level):
-10 a .pth in the interpreter's site-packages ... tools/interpreter_files.py (fingerprint before the baseline)
+10 a .pth in the interpreter's site-packages ... tools/running/interpreter_files.py (fingerprint before the baseline)
 11 outputs rewritten as they appear ............. execution.dir_digest + the log/trace cross-check (analysis)
-12 rows written into the ledger with sqlite3 .... tools/ledger_seal.py (seals) + the ledger-integrity gate
+12 rows written into the ledger with sqlite3 .... tools/session/ledger_seal.py (seals) + the ledger-integrity gate
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 states how it is stopped. They were written as ``xfail(strict=True)`` against the code of the day and lost the
 marker as each gap was closed; a new finding starts that way again.
 
-Most tests work at the library level (``tools/admission.admit``, ``TuningService`` on a temp workspace). The session
+Most tests work at the library level (``tools/code/admission.admit``, ``TuningService`` on a temp workspace). The session
 tests use a stand-in operator (``_FAKEOP``): a file with a real-looking PyPTO kernel that the role analysis and the
 editor read like any operator, whose ``main()`` never runs the simulator but copies a recorded SIM run of the softmax
 fixture into ``output/`` (a run takes ~0.1 s). It fails its "precision" for a few configurations, so failed rounds can
@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
-from pypto_tune.tools.admission import admit
+from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -423,7 +423,7 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher process polling output/ wins this race in practice (tried: first attempt, -99 %); here the write
     happens deterministically right after the move, where such a watcher acts."""
-    from pypto_tune.tools import execution
+    from pypto_tune.tools.running import execution
 
     ws = _fake_ws(tmp_path)
     armed = {"on": False}
@@ -449,7 +449,7 @@ def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_tra
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rewritten while the run still executes (so the digest taken as the folder leaves the copy already holds the
     forged log): the log's figures no longer match the ones recomputed from merged_swimlane.json (B.9)."""
-    from pypto_tune.tools import execution
+    from pypto_tune.tools.running import execution
 
     ws = _fake_ws(tmp_path)
     armed = {"on": False}
@@ -473,7 +473,7 @@ def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monke
     """A watcher polling .pypto-tune/exec/ does this for real (tried on a kernel module imported after torch: swap
     when the copy appears, restore when its output/ appears: kept at -92.5 %); here the swap and the restore happen
     deterministically around the command."""
-    from pypto_tune.tools import execution
+    from pypto_tune.tools.running import execution
 
     ws = _fake_ws(tmp_path)
     armed = {"on": False}

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
 
-from pypto_tune.tools.codestate import ExecFile
-from pypto_tune.tools.executors import RunSpec
-from pypto_tune.tools.runner import build_child_env
+from pypto_tune.tools.code.codestate import ExecFile
+from pypto_tune.tools.running.executors import RunSpec
+from pypto_tune.tools.running.runner import build_child_env
 from runner_helpers import is_alive, kill_leftovers, processes_mentioning, wait_dead  # noqa: F401 - re-exported
 
 PY = sys.executable
@@ -127,7 +127,7 @@ def pids_in(path: Path) -> list[int]:
 
 
 def leftover_copies(ws: Path) -> list[str]:
-    from pypto_tune.tools.execution import exec_parent
+    from pypto_tune.tools.running.execution import exec_parent
 
     parent = exec_parent(ws)
     return sorted(p.name for p in parent.iterdir()) if parent.is_dir() else []

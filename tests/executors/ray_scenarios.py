@@ -31,8 +31,8 @@ from exec_helpers import (
     read_result,
     wait_dead,
 )
-from pypto_tune.tools.executors import Executor, LocalExecutor, RunSpec
-from pypto_tune.tools.executors.ray_backend import RayExecutor
+from pypto_tune.tools.running.executors import Executor, LocalExecutor, RunSpec
+from pypto_tune.tools.running.executors.ray_backend import RayExecutor
 
 
 def run_facts(ws: Path, runs: list) -> list[dict]:

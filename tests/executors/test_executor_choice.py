@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 from pypto_tune.server.cli import main
-from pypto_tune.tools import executors
+from pypto_tune.tools.running import executors
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.executors import (
+from pypto_tune.tools.running.executors import (
     LocalExecutor,
     configure_default,
     default_executor,
@@ -49,7 +49,7 @@ def test_an_unknown_executor_is_refused_by_the_parser(capsys) -> None:
 def test_the_configured_ray_executor_reaches_the_service_without_connecting(tmp_path: Path) -> None:
     # scripts/test.sh installs the ray extra: in CI a missing ray fails instead of skipping
     require_real(importlib.util.find_spec("ray") is not None, "ray not installed (pip install .[ray])")
-    from pypto_tune.tools.executors.ray_backend import RayExecutor
+    from pypto_tune.tools.running.executors.ray_backend import RayExecutor
     from pypto_tune.tools.service import TuningService
 
     configure_default("ray", ray_address="127.0.0.1:1")

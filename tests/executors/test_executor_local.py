@@ -1,4 +1,4 @@
-"""LocalExecutor: what tools/executors/base.py promises, on this machine, with real child processes."""
+"""LocalExecutor: what tools/running/executors/base.py promises, on this machine, with real child processes."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from exec_helpers import (
     wait_dead,
 )
 from pypto_tune.tools.errors import InputError, RunError
-from pypto_tune.tools.executors import (
+from pypto_tune.tools.running.executors import (
     ExecutorRun,
     LocalExecutor,
     RunSpec,
     SlotPool,
     default_executor,
 )
-from pypto_tune.tools.executors.local import usable_cores
+from pypto_tune.tools.running.executors.local import usable_cores
 
 pytestmark = pytest.mark.anyio
 

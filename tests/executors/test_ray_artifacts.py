@@ -7,8 +7,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from pypto_tune.tools.executors import ExecutorError
-from pypto_tune.tools.executors.ray_backend import _unpack
+from pypto_tune.tools.running.executors import ExecutorError
+from pypto_tune.tools.running.executors.ray_backend import _unpack
 
 
 def archive(staging: Path, members: list[tuple[str, bytes | None, str | None]]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.runner import build_child_env
+from pypto_tune.tools.running.runner import build_child_env
 from tests.npu_emulator.box import FIXTURE_REFERENCES, box_runs, copy_operator, emulated_box
 
 pytestmark = pytest.mark.sim

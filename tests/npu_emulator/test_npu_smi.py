@@ -6,7 +6,7 @@ import re
 import shutil
 import subprocess
 
-from pypto_tune.tools.environment import parse_npu_smi_info
+from pypto_tune.tools.running.environment import parse_npu_smi_info
 
 WIDTH = 98
 CHIP_ROW = re.compile(r"^\| (\d+)\s+910B2\s+\| (\S+)\s+\| (\d+\.\d)\s+(\d+)\s+0\s+/ 0\s+\|$")

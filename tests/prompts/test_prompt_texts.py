@@ -22,7 +22,7 @@ EXTRA_TOOLS = {"wait_job", "cancel_job"}  # the job tools live in server/ (app.p
 
 def _load_rules():
     try:
-        from pypto_tune.tools import rules  # type: ignore[import-not-found]
+        from pypto_tune.tools.session import rules  # type: ignore[import-not-found]
 
         return rules
     except ImportError:

@@ -183,8 +183,8 @@ def check_after_kill(ws: Path, trial: Trial) -> dict[str, Any]:
             trial.problems.append(f"rounds without their patch: {no_patch}")
     finally:
         con.close()
-    from pypto_tune.tools.ledger import Ledger
-    from pypto_tune.tools.state import derive_state, load_rows
+    from pypto_tune.tools.session.ledger import Ledger
+    from pypto_tune.tools.session.state import derive_state, load_rows
 
     ledger = Ledger.for_workspace(ws)
     try:

@@ -82,7 +82,7 @@ time.sleep(120)
 _SERVER = """
 import os, sys, anyio
 from pathlib import Path
-from pypto_tune.tools.runner import run_command
+from pypto_tune.tools.running.runner import run_command
 
 async def main():
     await run_command([sys.executable, "-c", sys.argv[1], sys.argv[2]], cwd=Path.cwd(), env=dict(os.environ),

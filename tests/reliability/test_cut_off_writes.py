@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pypto_tune.tools.ledger import Ledger
+from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.service import TuningService
 
 from ..conftest import sim_command

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools.ledger import Ledger
+from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.operations.base import _patch_row, code_hash
 from pypto_tune.tools.patching import hash_sources, set_runtime_debug
 from pypto_tune.tools.snapshot import KnobChange
@@ -120,7 +120,7 @@ class Writer:
         after = set_runtime_debug(self.sources, True)
         self.ledger.insert("patches", **_patch_row(self.sid, kind="debug-on", round_no=None, before=self.sources,
                                                    after=after, note="runtime debug enabled"))
-        self.kept = dict(after)  # a patch outside a round changes the kept state directly (tools/state.py)
+        self.kept = dict(after)  # a patch outside a round changes the kept state directly (tools/session/state.py)
 
     # -- measurements (tools/operations/runs.py) ----------------------------------------------------------------
     def measure(self, purpose: str, round_no: int, sources: dict[str, str], samples: list[float], device: str,

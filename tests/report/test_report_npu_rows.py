@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools import rules
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.report import render_report, render_status_board
 from pypto_tune.tools.report.i18n import strings
 from pypto_tune.tools.snapshot import KnobChange, SessionSnapshot
-from pypto_tune.tools.snapshot_builder import build_snapshot
-from pypto_tune.tools.state import derive_state, load_rows
+from pypto_tune.tools.operations.snapshot_builder import build_snapshot
+from pypto_tune.tools.session.state import derive_state, load_rows
 from tests.report.ledger_rows import VEC, Writer, analysis, with_tile_b, with_vec_tile
 from tests.report.test_report_fixtures import visible_text
 

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pypto_tune.tools.ledger import Ledger
+from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.report import render_report
 from pypto_tune.tools.report.i18n import strings
 from pypto_tune.tools.report.metrics import Spread

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.ledger import Ledger
+from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.report import achievement_rate, render_report, render_status_board
 from pypto_tune.tools.snapshot import SessionSnapshot
-from pypto_tune.tools.snapshot_builder import build_snapshot
-from pypto_tune.tools.state import derive_state, load_rows
+from pypto_tune.tools.operations.snapshot_builder import build_snapshot
+from pypto_tune.tools.session.state import derive_state, load_rows
 from tests.conftest import RUNS, require_real
 
 DATA = Path(__file__).parent / "demo_ledger.sqlite3"

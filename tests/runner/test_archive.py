@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.artifacts import SKIPPED_MEMBER, archive_run_dirs, extract_member, list_members
+from pypto_tune.tools.running.artifacts import SKIPPED_MEMBER, archive_run_dirs, extract_member, list_members
 from pypto_tune.tools.errors import ArtifactError, InputError
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.environment import byte_compile_check, check_environment, pto_isa_check
-from pypto_tune.tools.runner import build_child_env
+from pypto_tune.tools.running.environment import byte_compile_check, check_environment, pto_isa_check
+from pypto_tune.tools.running.runner import build_child_env
 from tests.conftest import require_real
 
 pytestmark = pytest.mark.anyio
@@ -154,7 +154,7 @@ async def test_each_r3_check_fails_cleanly_without_its_part(tmp_path: Path, remo
 def test_the_idle_chip_check_reads_health_and_processes_from_npu_smi(tmp_path: Path) -> None:
     import subprocess
 
-    from pypto_tune.tools.environment import _idle_chip_check
+    from pypto_tune.tools.running.environment import _idle_chip_check
     from tests.npu_emulator.box import emulated_box
 
     env = emulated_box(tmp_path, chips=4, faults={1: {"health": "Warning"}, 2: {"health": "Alarm"},

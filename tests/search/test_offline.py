@@ -32,7 +32,7 @@ def _check_rules(grid, run):
     """Every trial is one grid configuration one knob away from the kept one, never repeated from the same state."""
     seen = set()
     stages = [t["stage"] for t in run["trials"]]
-    assert stages == sorted(stages, key=[s.name for s in __import__("pypto_tune.tools.rules",
+    assert stages == sorted(stages, key=[s.name for s in __import__("pypto_tune.tools.session.rules",
                                                                      fromlist=["STAGES"]).STAGES].index)
     for t in run["trials"]:
         key = (t["from_kept"], t["knob"], json.dumps(t["value"], sort_keys=True, default=str))

@@ -4,7 +4,7 @@ reacting to history, deterministic."""
 from __future__ import annotations
 
 import pytest
-from pypto_tune.tools.admission import admit
+from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.patching import extract_knobs, plan_knob_edit
 from pypto_tune.tools.search import (
     TriedChange,

@@ -17,7 +17,7 @@ from tests.conftest import sim_command
 from tests.runner.runner_helpers import is_alive
 from tests.server.mcp_client import connect, server_params
 
-# Runs execute in a private copy of the workspace (tools/execution.py), so the grandchild reports its pid to a file
+# Runs execute in a private copy of the workspace (tools/running/execution.py), so the grandchild reports its pid to a file
 # outside it, whose absolute path the test writes into the script.
 HANG = """
 import os, signal, sys, time

@@ -22,7 +22,7 @@ from mcp.types import (
     ResourceTemplateReference,
 )
 from pypto_tune.server.app import build_server
-from pypto_tune.tools.results import CollectResult, JobHandle, PrecisionResult, TrialsResult
+from pypto_tune.tools.operations.results import CollectResult, JobHandle, PrecisionResult, TrialsResult
 
 from tests.conftest import RUNS, make_workspace, sim_command
 from tests.server.mcp_client import connect
@@ -257,7 +257,7 @@ def test_a_resource_link_points_at_the_whole_analysis() -> None:
     """Unit-level: the reply of a summary with a detail_uri carries a resource link (the SIM session test reads
     it back through the real server)."""
     from pypto_tune.server.tooling import reply
-    from pypto_tune.tools.results import AnalysisSummary, Omitted
+    from pypto_tune.tools.operations.results import AnalysisSummary, Omitted
 
     s = AnalysisSummary(session_id="s-1", message="m", next_actions=[], measurement_id=3, output_dirs=[],
                         operator_time_us=1.0, e2e_us=1.0, avg_core_utilization=1.0, avg_bubble_rate=1.0,

@@ -1,4 +1,4 @@
-"""The card-retry rule (R5) as ``tools/chips.py`` derives it from the ledger's runs and precision records.
+"""The card-retry rule (R5) as ``tools/running/chips.py`` derives it from the ledger's runs and precision records.
 
 Rows are written the way the operations write them: a ``runs`` row per run (its chip, exit code, timeout) and a
 ``precision_records`` row per verified run (its round — None for the baseline —, verdict, result type, code hash).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pypto_tune.tools.chips import chip_health, implicates_chip
+from pypto_tune.tools.running.chips import chip_health, implicates_chip
 
 POOL = ["0", "1", "2", "3"]
 

@@ -14,7 +14,7 @@ from pypto_tune.tools.errors import LedgerError
 _RACE = r"""
 import os, sys, multiprocessing as mp
 os.environ["PYPTO_TUNE_SEAL_KEY"] = sys.argv[1]
-from pypto_tune.tools.ledger_seal import load_key
+from pypto_tune.tools.session.ledger_seal import load_key
 def one(_):
     return load_key().hex()
 if __name__ == "__main__":
@@ -33,7 +33,7 @@ def test_servers_starting_together_agree_on_one_whole_key(tmp_path: Path) -> Non
 
 
 def test_a_truncated_key_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pypto_tune.tools.ledger_seal import load_key
+    from pypto_tune.tools.session.ledger_seal import load_key
 
     key = tmp_path / "short.key"
     key.write_bytes(b"abc")

@@ -1,4 +1,4 @@
-"""tools/result_views.py: the published analysis is small, keeps the top items in order, counts what it left out,
+"""tools/operations/result_views.py: the published analysis is small, keeps the top items in order, counts what it left out,
 and its text is a reading of the numbers, not the structured content again."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import json
 import shutil
 
 import pytest
-from pypto_tune.tools.result_views import (
+from pypto_tune.tools.operations.result_views import (
     SUMMARY_BUDGET,
     TEXT_BUDGET,
     analysis_text,
     result_text,
     summarize_analysis,
 )
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.results import (
     AnalyzeResult,
     JobHandle,
     StatusResult,
@@ -134,7 +134,7 @@ def test_job_text_says_how_to_poll() -> None:
 
 # ---------------------------------------------------------------------------------------------- helpers
 def _limits(**kw):
-    from pypto_tune.tools.result_views import Limits
+    from pypto_tune.tools.operations.result_views import Limits
 
     return Limits(**kw)
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools import gates, rules
+from pypto_tune.tools.session import gates, rules
 from pypto_tune.tools.errors import GateRefusal
-from pypto_tune.tools.ledger import Ledger, now_iso
-from pypto_tune.tools.state import derive_state, load_rows
+from pypto_tune.tools.session.ledger import Ledger, now_iso
+from pypto_tune.tools.session.state import derive_state, load_rows
 
 
 class TestJudgement:

@@ -3,7 +3,7 @@
 * ``base``      — finding a session, deriving its state from the ledger, running the gates, recorded writes;
 * ``setup``     — start_session, the environment check, precision runs (S1);
 * ``runs``      — executing the test command on the recorded bytes, collect_swimlane, analyze_bubbles;
-* ``rounds``    — apply_tuning_patch (through ``tools/admission.py``), revert_patch, record_round;
+* ``rounds``    — apply_tuning_patch (through ``tools/code/admission.py``), revert_patch, record_round;
 * ``stages``    — stage exits, global termination, the checklist, stop_session;
 * ``reporting`` — status, knobs, ledger, the final report.
 

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pypto_tune.tools import gates
+from pypto_tune.tools.session import gates
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
-from pypto_tune.tools.ledger import LEDGER_DIR, Ledger, now_iso
+from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger, now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
     read_sources,
@@ -21,15 +21,15 @@ from pypto_tune.tools.patching import (
     write_sources,
 )
 from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F401  (re-exported)
-from pypto_tune.tools.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
+from pypto_tune.tools.code.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
 from pypto_tune.tools.errors import TreeError
-from pypto_tune.tools.interpreter_files import EnvironmentWatch, Fingerprint
-from pypto_tune.tools.state import SessionState, derive_state, load_rows
-from pypto_tune.tools.workspace import WorkspaceLock
+from pypto_tune.tools.running.interpreter_files import EnvironmentWatch, Fingerprint
+from pypto_tune.tools.session.state import SessionState, derive_state, load_rows
+from pypto_tune.tools.code.workspace import WorkspaceLock
 
 if TYPE_CHECKING:
-    from pypto_tune.tools.admission import Admission
-    from pypto_tune.tools.executors import Executor
+    from pypto_tune.tools.code.admission import Admission
+    from pypto_tune.tools.running.executors import Executor
 
 
 Progress = Callable[[float, str], Awaitable[None]] | None
@@ -80,11 +80,11 @@ class OperationsBase:
 
     def __init__(self, *, default_workspace: Path | None = None, python: str = sys.executable,
                  executor: "Executor | None" = None) -> None:
-        from pypto_tune.tools.executors import default_executor
+        from pypto_tune.tools.running.executors import default_executor
 
         self.default_workspace = default_workspace
         self.python = python
-        # where isolated runs execute (tools/executors/): this machine unless `serve --executor ray` chose Ray
+        # where isolated runs execute (tools/running/executors/): this machine unless `serve --executor ray` chose Ray
         self.executor: Executor = executor if executor is not None else default_executor()
         self._handles: dict[Path, _Handle] = {}
         self._session_ws: dict[str, Path] = {}
@@ -184,7 +184,7 @@ class OperationsBase:
         import stat as stat_mod
         from datetime import datetime
 
-        from pypto_tune.tools.codestate import BlobStore
+        from pypto_tune.tools.code.codestate import BlobStore
 
         self._write(h, st, st.expected_sources, "revert_patch")
         if not st.tree:
@@ -232,7 +232,7 @@ class OperationsBase:
         cached = self._contexts.get(key)
         if cached is not None:
             return cached
-        from pypto_tune.tools.codestate import BlobStore
+        from pypto_tune.tools.code.codestate import BlobStore
 
         store = BlobStore(h.workspace)
         out: dict[str, str] = {}
@@ -248,11 +248,11 @@ class OperationsBase:
     def _admit(self, h: _Handle, st: SessionState, tool: str, reference: dict[str, str], after: dict[str, str], *,
                catalog_id: str, algorithm: bool = False, same_knob_as: str | None = None,
                path: str = "knob") -> "Admission":
-        """The one admission path (tools/admission.py) plus the session's own rules: the catalogue id the knob
+        """The one admission path (tools/code/admission.py) plus the session's own rules: the catalogue id the knob
         serves (R10), a correction touches the round's own knob (R11), and a change that already failed or did not
         pay off from this kept state is never tried again (R19). Refusals are recorded and raised."""
-        from pypto_tune.tools import admission as adm_mod
-        from pypto_tune.tools import rules
+        from pypto_tune.tools.code import admission as adm_mod
+        from pypto_tune.tools.session import rules
 
         stage = rules.STAGES_BY_NAME.get(st.stage or "")
         try:

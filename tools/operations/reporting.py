@@ -6,22 +6,22 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools import rules
-from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.session import rules
+from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.ledger import LEDGER_DIR, LEDGER_FILE
+from pypto_tune.tools.session.ledger import LEDGER_DIR, LEDGER_FILE
 from pypto_tune.tools.patching import (
     extract_knobs,
     set_runtime_debug,
 )
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.results import (
     KnobOut,
     KnobsResult,
     ReportResult,
     StatusResult,
 )
-from pypto_tune.tools.state import load_rows
+from pypto_tune.tools.session.state import load_rows
 
 from pypto_tune.tools.operations.base import (
     OperationsBase, _patch_row,
@@ -160,7 +160,7 @@ class ReportOps(OperationsBase):
         return [str(r["id"]) for r in reversed(self._handle(ws).ledger.rows("sessions"))]
 
     def snapshot(self, session_id: str) -> Any:
-        from pypto_tune.tools.snapshot_builder import build_snapshot
+        from pypto_tune.tools.operations.snapshot_builder import build_snapshot
 
         h = self._find(session_id)
         return build_snapshot(self._state(h, session_id))

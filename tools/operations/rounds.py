@@ -5,20 +5,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pypto_tune.tools import rules
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
-from pypto_tune.tools.ledger import now_iso
+from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
     extract_knobs,
     plan_diff_edit,
     plan_knob_edit,
 )
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.results import (
     PatchResult,
     RecordResult,
     RevertResult,
 )
-from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
     OperationsBase, _Handle, _describe, _next_round, _patch_row, code_hash,
@@ -38,7 +38,7 @@ class RoundOps(OperationsBase):
                            algorithm: bool = False) -> PatchResult:
         """Change exactly one knob (structured ``knob``+``value``, or a unified ``diff``) and open a round.
 
-        Both forms go through the one admission path (``tools/admission.py``): every differing syntax node must be
+        Both forms go through the one admission path (``tools/code/admission.py``): every differing syntax node must be
         one knob, the value must be legal on every site it reaches, and the change must not be one that already
         failed; nothing is written before that holds.
         """

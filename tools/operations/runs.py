@@ -14,27 +14,27 @@ from typing import Any
 
 import anyio
 
-from pypto_tune.tools import gates, rules
+from pypto_tune.tools.session import gates, rules
 from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run, write_report
-from pypto_tune.tools.artifacts import archive_run_dirs
+from pypto_tune.tools.running.artifacts import archive_run_dirs
 from pypto_tune.tools.errors import GateRefusal, InputError
-from pypto_tune.tools.ledger import LEDGER_DIR, now_iso
+from pypto_tune.tools.session.ledger import LEDGER_DIR, now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
 )
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.results import (
     AnalyzeResult,
     CollectResult,
     KernelTime,
     SuggestionOut,
 )
-from pypto_tune.tools.chips import ChipHealth, chip_health
-from pypto_tune.tools.codestate import ExecFile, exec_files
-from pypto_tune.tools.execution import dir_digest
-from pypto_tune.tools.executors.base import RunSpec
-from pypto_tune.tools.runner import RunResult
-from pypto_tune.tools.state import SessionState
-from pypto_tune.tools.workspace import inside
+from pypto_tune.tools.running.chips import ChipHealth, chip_health
+from pypto_tune.tools.code.codestate import ExecFile, exec_files
+from pypto_tune.tools.running.execution import dir_digest
+from pypto_tune.tools.running.executors.base import RunSpec
+from pypto_tune.tools.running.runner import RunResult
+from pypto_tune.tools.session.state import SessionState
+from pypto_tune.tools.code.workspace import inside
 
 from pypto_tune.tools.operations.base import (
     OperationsBase, Progress, _Handle, code_hash,
@@ -140,7 +140,7 @@ class RunOps(OperationsBase):
                    device_id: str | None, sources: dict[str, str], progress: Progress,
                    batch: str | None = None, pooled: bool = False, avoid: tuple[str, ...] = ()) -> "RunOutcome":
         """Run the session's test command on a private copy of exactly the recorded state (``sources`` for the
-        operator files, the blob store for everything else; ``tools/execution.py``) and record the run.
+        operator files, the blob store for everything else; ``tools/running/execution.py``) and record the run.
 
         A run whose copy changed while it ran (``tampered``) returns no output folders: nothing it produced may
         become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
@@ -151,7 +151,7 @@ class RunOps(OperationsBase):
         files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
         # pooled: a candidate trial takes whichever chip is free among the healthy chips of the session's pool, read
         # from the ledger at this moment (a chip that hung or failed in this session is not handed out while a
-        # healthy one is left, tools/chips.py); otherwise the run goes to the session's current chip (state.device)
+        # healthy one is left, tools/running/chips.py); otherwise the run goes to the session's current chip (state.device)
         pool = tuple(str(d) for d in st.session["device_ids"])
         if pooled and st.run_mode == "npu":
             pool = self._chip_health(h, st).for_trials(avoid)
@@ -182,7 +182,7 @@ class RunOps(OperationsBase):
                           dict(iso.output_digests))
 
     def _chip_health(self, h: _Handle, st: SessionState) -> ChipHealth:
-        """The session's chips as the ledger knows them now (``tools/chips.py``): which failed, which are healthy.
+        """The session's chips as the ledger knows them now (``tools/running/chips.py``): which failed, which are healthy.
         Read afresh, not from ``st``: trials of a batch run concurrently and one may have just left a chip behind."""
         rows = {t: h.ledger.rows(t, st.id) for t in ("runs", "precision_records")}
         return chip_health(rows, [str(d) for d in st.session["device_ids"]])
@@ -193,7 +193,7 @@ class RunOps(OperationsBase):
         """``count`` runs of ``sources``, each analysed by the server; stops at the first invalid run.
 
         A run that hangs until the timeout is a chip problem on the NPU: the state moves to the next healthy chip of
-        the pool (R5 rotation, ``tools/chips.py``; a pooled run leaves the hung chip out) and that repeat is tried
+        the pool (R5 rotation, ``tools/running/chips.py``; a pooled run leaves the hung chip out) and that repeat is tried
         once more there.
         """
         m = Measured()
@@ -482,7 +482,7 @@ def _analysis_result(analysis: Any, report: Path, base: dict[str, Any], lang: st
 
 def _legacy_files(workspace: Path, st: SessionState, sources: dict[str, str]) -> dict[str, ExecFile]:
     """Sessions recorded before the whole tree was: the operator files from the ledger, the rest as on disk now."""
-    from pypto_tune.tools.codestate import scan_tree
+    from pypto_tune.tools.code.codestate import scan_tree
     from pypto_tune.tools.patching.files import to_bytes
 
     out: dict[str, ExecFile] = {}

@@ -3,7 +3,7 @@
 
 Each candidate of a batch is a full round under every rule: admitted by the one admission path from the kept state
 (exactly one legal knob, never a change that already failed), run on its own private copy of the recorded bytes
-(``tools/execution.py`` through the session's executor: the local pool or Ray), verified by its own precision run,
+(``tools/running/execution.py`` through the session's executor: the local pool or Ray), verified by its own precision run,
 measured by the server, judged against the kept state, and recorded as its own ledger round. At the end the best
 candidate that beats the kept state is written to the workspace and kept; the others are recorded as not chosen,
 no gain, regression or failed. Stage counters and exit rules count every trial.
@@ -23,15 +23,15 @@ from typing import Any
 
 import anyio
 
-from pypto_tune.tools import rules
-from pypto_tune.tools.chips import implicates_chip
+from pypto_tune.tools.session import rules
+from pypto_tune.tools.running.chips import implicates_chip
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
-from pypto_tune.tools.ledger import now_iso
+from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.base import OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash
 from pypto_tune.tools.patching import plan_knob_edit
-from pypto_tune.tools.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
-from pypto_tune.tools.state import SessionState
-from pypto_tune.tools.verdict import judge_precision
+from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
+from pypto_tune.tools.session.state import SessionState
+from pypto_tune.tools.running.verdict import judge_precision
 
 log = logging.getLogger("pypto_tune.service")
 
@@ -148,7 +148,7 @@ class SearchOps(OperationsBase):
         stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         trials, refused = self._prepare(h, st, candidates, stage)
         await self.executor.prepare()  # Ray connects here, off the event loop's critical path
-        # NPU: one trial per healthy chip (a chip that failed or hung in this session is not handed out, tools/chips.py)
+        # NPU: one trial per healthy chip (a chip that failed or hung in this session is not handed out, tools/running/chips.py)
         chips = (self._chip_health(h, st).for_trials() if st.run_mode == "npu"  # type: ignore[attr-defined]  # RunOps
                  else tuple(st.session["device_ids"]))
         capacity = self.executor.capacity(st.run_mode, list(chips))  # type: ignore[arg-type]
@@ -281,7 +281,7 @@ class SearchOps(OperationsBase):
                     break
                 # R5 (card retry): a hang or device error on the NPU says nothing about the candidate, so it is run
                 # once more on another healthy chip before it is recorded failed; both attempts stay in the ledger
-                # (a precision record each, naming its chip). If the same bytes then pass, tools/chips.py leaves
+                # (a precision record each, naming its chip). If the same bytes then pass, tools/running/chips.py leaves
                 # the first chip behind; if they fail again, the code is at fault and no chip is blamed.
                 avoid += (str(t.device),)
                 status[t.round_no] = f"retrying on another chip (chip {t.device}: {result_type})"
@@ -312,7 +312,7 @@ class SearchOps(OperationsBase):
 
     def _retry_on_another_chip(self, h: _Handle, st: SessionState, t: _Trial, out: Any, result_type: str | None,
                                reason: str) -> bool:
-        """Whether a failed trial precision run is run again on another chip (R5, see ``tools/chips.py``): NPU
+        """Whether a failed trial precision run is run again on another chip (R5, see ``tools/running/chips.py``): NPU
         only, once per trial, only for a failure that may be the chip's (hang, device/runtime error — never a
         compile or precision failure of the candidate's code, nor a discarded run), and only while another healthy
         chip is left. A retry is noted in ``t.chip_failures`` (the chip, what went wrong, its run and record)."""

@@ -9,30 +9,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools import rules
-from pypto_tune.tools.environment import check_environment
-from pypto_tune.tools.codestate import diff_trees, record_tree, scan_tree, tree_hash
+from pypto_tune.tools.session import rules
+from pypto_tune.tools.running.environment import check_environment
+from pypto_tune.tools.code.codestate import diff_trees, record_tree, scan_tree, tree_hash
 from pypto_tune.tools.errors import GateRefusal, InputError, TreeError
-from pypto_tune.tools.ledger import now_iso
+from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
     read_sources,
     set_runtime_debug,
     unified_diff,
 )
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.results import (
     DebugResult,
     PrecisionResult,
     StartSessionResult,
 )
-from pypto_tune.tools.runner import build_child_env, split_command
+from pypto_tune.tools.running.runner import build_child_env, split_command
 from pypto_tune.tools.snapshot import EnvCheck
-from pypto_tune.tools.state import PERSON_SOURCES, SessionState
-from pypto_tune.tools.verdict import judge_precision
-from pypto_tune.tools.workspace import relative_operator_files, resolve_workspace
+from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
+from pypto_tune.tools.running.verdict import judge_precision
+from pypto_tune.tools.code.workspace import relative_operator_files, resolve_workspace
 
-from pypto_tune.tools.interpreter_files import python_of
-from pypto_tune.tools.interpreter_files import take as take_fingerprint
+from pypto_tune.tools.running.interpreter_files import python_of
+from pypto_tune.tools.running.interpreter_files import take as take_fingerprint
 from pypto_tune.tools.operations.base import (
     INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
@@ -87,7 +87,7 @@ class SetupOps(OperationsBase):
         if not devices or any(not d.strip() for d in devices):
             raise InputError("device_ids must be non-empty strings", hint="e.g. ['0', '1']")
         if pass_pattern or fail_pattern:
-            from pypto_tune.tools.verdict import compile_verdict_patterns
+            from pypto_tune.tools.running.verdict import compile_verdict_patterns
 
             compile_verdict_patterns(pass_pattern, fail_pattern)  # InputError names the bad pattern and where
         goal_kind = "speedup" if goal_speedup is not None else "target_us"
@@ -148,7 +148,7 @@ class SetupOps(OperationsBase):
     def _check_command(self, argv: list[str], ws: Path, run_mode: str) -> None:
         """Refuse a test command that cannot work (missing file, wrong run-mode flag) before anything is recorded."""
         try:
-            from pypto_tune.tools.command_check import check_command
+            from pypto_tune.tools.running.command_check import check_command
         except ImportError:  # pragma: no cover - the module ships with the package
             return
         problems = check_command(argv, workspace=ws, run_mode=run_mode, env=build_child_env(run_mode=run_mode))
@@ -356,7 +356,7 @@ class SetupOps(OperationsBase):
             h.busy = None
 
     async def _scan_interpreter(self, h: _Handle, st: SessionState) -> None:
-        """Fingerprint the interpreter's files before the baseline (``tools/interpreter_files.py``): from here on
+        """Fingerprint the interpreter's files before the baseline (``tools/running/interpreter_files.py``): from here on
         a run is judged only while they are as scanned."""
         python = python_of(list(st.test_command), self.python)
         fp = await take_fingerprint(python, env=self._child_env(st, st.device), workspace=h.workspace)

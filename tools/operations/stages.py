@@ -6,15 +6,15 @@ import logging
 import re
 from typing import Any
 
-from pypto_tune.tools import gates, rules
+from pypto_tune.tools.session import gates, rules
 from pypto_tune.tools.analysis import load_catalog
 from pypto_tune.tools.errors import GateRefusal, InputError
-from pypto_tune.tools.ledger import now_iso
-from pypto_tune.tools.results import (
+from pypto_tune.tools.session.ledger import now_iso
+from pypto_tune.tools.operations.results import (
     ChecklistResult,
     StatusResult,
 )
-from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
     OperationsBase, _Handle,

@@ -276,7 +276,7 @@ TILE_CONST_LEGAL = ("same shape as now (an int ≥ 1, or a tuple/list of as many
 
 def _tile_constant(v: Any, ctx: dict[str, Any]) -> Any:
     """A name bound to a literal: the new value keeps the current one's shape; what it feeds is checked by the
-    admission gate on the effective values of every consumer (tools/admission.py)."""
+    admission gate on the effective values of every consumer (tools/code/admission.py)."""
     current = ctx.get("current")
     if isinstance(v, tuple):
         v = list(v)

@@ -88,7 +88,7 @@ def _measure_lines(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:
 def consecutive_no_gain(snap: SessionSnapshot) -> int:
     n = 0
     for r in reversed([r for r in snap.rounds if r.decision]):
-        if r.result_type in ("gain", "not-chosen"):  # as tools/state.py counts: a batch that found a gain
+        if r.result_type in ("gain", "not-chosen"):  # as tools/session/state.py counts: a batch that found a gain
             break
         if r.result_type in ("no-gain", "regression"):
             n += 1

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pypto_tune.tools.admission import admit
+from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import (
     GateRefusal,
     InputError,

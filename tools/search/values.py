@@ -1,7 +1,7 @@
 """Candidate values for one knob, from this operator's shapes, dtypes and loops (domain C).
 
 Generation only proposes; it never decides legality — every value that survives the ranking goes through the
-server's own admission (``tools/admission.admit``). What generation does decide is which values are *worth*
+server's own admission (``tools/code/admission.admit``). What generation does decide is which values are *worth*
 considering: powers of two and the full axis for tiles and blocks, the reduce axis kept whole (splitting it is never
 proposed: F-10), unroll lists up to the trip count (F-8), ``stitch_function_max_num`` at least the number of
 root-function instances (SIM B.9.3: fewer corrupt the measurement), the vec_nbuffer granularities of S-5, the

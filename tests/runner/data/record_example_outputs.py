@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from pypto_tune.tools.runner import build_child_env, run_command
+from pypto_tune.tools.running.runner import build_child_env, run_command
 
 HERE = Path(__file__).resolve().parent
 CASES = {

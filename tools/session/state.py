@@ -11,10 +11,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from pypto_tune.tools import rules
-from pypto_tune.tools.chips import chip_health
-from pypto_tune.tools.codestate import FileEntry, entries_for_sources
-from pypto_tune.tools.ledger import Ledger, Row
+from pypto_tune.tools.session import rules
+from pypto_tune.tools.running.chips import chip_health
+from pypto_tune.tools.code.codestate import FileEntry, entries_for_sources
+from pypto_tune.tools.session.ledger import Ledger, Row
 
 TABLES = (
     "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
@@ -294,7 +294,7 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
 
 
 def _current_device(rows: dict[str, list[Row]], pool: list[str]) -> str:
-    """The chip of the next run (R5 rotation): see ``tools/chips.py``, which owns every choice of chip."""
+    """The chip of the next run (R5 rotation): see ``tools/running/chips.py``, which owns every choice of chip."""
     return chip_health(rows, pool).current
 
 

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pypto_tune.tools.codestate import ExecFile, changed_in_copy, files_hash, materialize
-from pypto_tune.tools.ledger import LEDGER_DIR
-from pypto_tune.tools.runner import ProgressCallback, RunResult, run_command
+from pypto_tune.tools.code.codestate import ExecFile, changed_in_copy, files_hash, materialize
+from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.running.runner import ProgressCallback, RunResult, run_command
 
 EXEC_DIR = "exec"
 

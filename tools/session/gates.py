@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pypto_tune.tools import rules
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.errors import GateRefusal
-from pypto_tune.tools.state import SessionState
+from pypto_tune.tools.session.state import SessionState
 
 READ_ONLY = {"get_status", "list_knobs", "analyze_bubbles"}  # propose_candidates: read-only, but stage-gated
 DRIFT_ALLOWED = ["revert_patch", "run_precision_check(adopt_drift=true)", "get_status", "list_knobs"]

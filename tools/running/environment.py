@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 
 from pypto_tune.tools.errors import RunError
-from pypto_tune.tools.runner import RunResult, run_command
+from pypto_tune.tools.running.runner import RunResult, run_command
 from pypto_tune.tools.snapshot import EnvCheck
 
 CHECK_TIMEOUT_S = 60.0

@@ -30,7 +30,7 @@ from pathlib import Path
 import anyio
 import orjson
 
-from pypto_tune.tools.runner import run_command
+from pypto_tune.tools.running.runner import run_command
 
 #: (size, inode, ctime_ns); folders have size -1 so a file replaced by a folder differs
 Entry = tuple[int, int, int]

@@ -120,7 +120,7 @@ class SuggestionOut(BaseModel):
 
 class AnalyzeResult(_Result):
     """The whole analysis as the operations build it. The MCP tool publishes ``AnalysisSummary`` instead (see
-    ``tools/result_views.py``); the whole object stays reachable through the analysis resource or
+    ``tools/operations/result_views.py``); the whole object stays reachable through the analysis resource or
     ``detail="full"``."""
 
     state: str | None = None  # an output_dir analysis has no session, hence no state or stage

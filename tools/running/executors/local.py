@@ -20,8 +20,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 import anyio
-from pypto_tune.tools.execution import IsolatedRun, run_isolated
-from pypto_tune.tools.executors.base import (
+from pypto_tune.tools.running.execution import IsolatedRun, run_isolated
+from pypto_tune.tools.running.executors.base import (
     Executor,
     ExecutorRun,
     ProgressCallback,

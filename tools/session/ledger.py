@@ -3,7 +3,7 @@
 Why SQLite with WAL and ``synchronous=FULL``: a server may be SIGKILLed in the middle of an eight-hour session; every
 event is one transaction, so after a crash the file holds exactly the events that were committed, never half of one.
 Why append-only (enforced by triggers, not by convention): the ledger is the evidence the report is built from; a
-number that could be edited later would be worth nothing. Current state is *derived* from the rows (``tools/state.py``).
+number that could be edited later would be worth nothing. Current state is *derived* from the rows (``tools/session/state.py``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any
 import orjson
 
 from pypto_tune.tools.errors import LedgerError
-from pypto_tune.tools.ledger_seal import Sealer, load_key
+from pypto_tune.tools.session.ledger_seal import Sealer, load_key
+from pypto_tune.tools.code.workspace import LEDGER_DIR  # noqa: F401  (re-exported: the ledger's folder)
 
-LEDGER_DIR = ".pypto-tune"
 LEDGER_FILE = "ledger.sqlite3"
 
 # Each migration runs once, in its own transaction, and leaves a row in schema_migrations.
@@ -114,7 +114,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         # (runs.exec_hash names it; runs.tampered lists files that changed in the copy during the run).
         # questions: what the server asked a person (R5 retry); confirmations.source says who answered (the MCP
         # client's elicitation or `pypto-tune confirm` typed at a terminal), never the agent's own argument.
-        # admissions: how every change was accounted for (tools/admission.py). corrections: a test command fixed
+        # admissions: how every change was accounted for (tools/code/admission.py). corrections: a test command fixed
         # before the baseline passed. trials: candidates of run_candidates batches (issue #12). checklist_marks.stage:
         # a mark belongs to one stage (SWIMLANE_2 starts with its own checklist, not SWIMLANE_1's marks).
         """
@@ -150,7 +150,7 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         "seals: every row carries an HMAC made with a key kept outside the workspace",
         # Red team: the triggers refuse UPDATE and DELETE, but an INSERT made with the sqlite3 shell (a person's
         # "confirmation", a measurement) was read as the server's own. Now every row the server writes gets a seal
-        # (tools/ledger.py, Sealer); a row without a valid seal is not evidence and is left out of every state and
+        # (tools/session/ledger.py, Sealer); a row without a valid seal is not evidence and is left out of every state and
         # report, and a sealed row that disappeared is reported. seal_legacy: rows written before this migration
         # (ids 1..max_id) carry no seal and are accepted as they are.
         """
@@ -273,7 +273,7 @@ class Ledger:
                     raise
 
     def _open_seals(self) -> None:
-        """Load the seal key and check it is the one this ledger was sealed with (tools/ledger_seal.py)."""
+        """Load the seal key and check it is the one this ledger was sealed with (tools/session/ledger_seal.py)."""
         self._sealer = Sealer(load_key())
         self.rejected: dict[tuple[str, int], str] = {}  # rows left out because their seal is missing or wrong
         with self._lock:
@@ -281,7 +281,7 @@ class Ledger:
             if not known:
                 self._conn.execute("INSERT INTO seal_keys(key_id, at) VALUES (?, ?)", (self._sealer.key_id, now_iso()))
             elif self._sealer.key_id not in known:
-                from pypto_tune.tools.ledger_seal import KEY_ENV, key_path
+                from pypto_tune.tools.session.ledger_seal import KEY_ENV, key_path
 
                 raise LedgerError(
                     f"the ledger {self.path} was sealed with another key (id {known[0]}) than this machine's "

@@ -3,12 +3,12 @@
 The session layer orchestrates candidate trials (each a gated round: a precision run, then measurement runs) and
 records everything; the unit it hands an executor is **one isolated run** (:class:`RunSpec`): the exact files to
 materialise, the argv, the environment, the time budget, the run mode and (NPU) the chips it may use. The executor
-answers with what :func:`pypto_tune.tools.execution.run_isolated` answers (an :class:`ExecutorRun`, which *is* an
+answers with what :func:`pypto_tune.tools.running.execution.run_isolated` answers (an :class:`ExecutorRun`, which *is* an
 ``IsolatedRun``), with the run's output folders already inside the session's ``WORKSPACE/output/`` — wherever the
 run executed — because that is where the ledger and the analysis look for them.
 
-Two backends: :class:`~pypto_tune.tools.executors.local.LocalExecutor` (this machine, the default) and
-:class:`~pypto_tune.tools.executors.ray_backend.RayExecutor` (a Ray cluster, optional extra ``.[ray]``).
+Two backends: :class:`~pypto_tune.tools.running.executors.local.LocalExecutor` (this machine, the default) and
+:class:`~pypto_tune.tools.running.executors.ray_backend.RayExecutor` (a Ray cluster, optional extra ``.[ray]``).
 
 What every backend promises:
 
@@ -31,9 +31,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from pypto_tune.tools.codestate import ExecFile, files_hash
+from pypto_tune.tools.code.codestate import ExecFile, files_hash
 from pypto_tune.tools.errors import InputError, PyptoTuneError
-from pypto_tune.tools.execution import IsolatedRun
+from pypto_tune.tools.running.execution import IsolatedRun
 
 ProgressCallback = Callable[[float, str], Awaitable[None]]
 RunMode = Literal["sim", "npu"]

@@ -9,7 +9,10 @@ from datetime import datetime
 from pathlib import Path
 
 from pypto_tune.tools.errors import GateRefusal, InputError
-from pypto_tune.tools.ledger import LEDGER_DIR
+
+#: The server's own folder inside a workspace: ledger, blobs, artifacts, run copies. Defined here, in the code layer,
+#: because the code state and the run copies need it below the session's ledger.
+LEDGER_DIR = ".pypto-tune"
 
 
 def resolve_workspace(path: str | os.PathLike[str]) -> Path:

@@ -8,8 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools import gates, rules
-from pypto_tune.tools.chips import chip_health
+from pypto_tune.tools.session import gates, rules
+from pypto_tune.tools.running.chips import chip_health
 from pypto_tune.tools.snapshot import (
     AdmissionRecord,
     BatchRecord,
@@ -29,7 +29,7 @@ from pypto_tune.tools.snapshot import (
     StageStat,
     StageTransition,
 )
-from pypto_tune.tools.state import PERSON_SOURCES, SessionState
+from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 
 # Patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same
 # bytes to the workspace for the winner and is not a second change).
@@ -153,7 +153,7 @@ def _admissions_by_round(rows: dict[str, list[Any]]) -> dict[int, list[Admission
 
 
 def _device_history(rows: dict[str, list[Any]], pool: list[str]) -> list[DeviceEvent]:
-    """Every time the session left a chip behind (R5), as ``tools/chips.py`` replays the runs."""
+    """Every time the session left a chip behind (R5), as ``tools/running/chips.py`` replays the runs."""
     return [DeviceEvent(at=e.run["at"], run_id=int(e.run["id"]), purpose=e.run["purpose"], round=e.run["round"],
                         device_id=e.device_id, reason=e.reason, next_device=e.next_device)
             for e in chip_health(rows, pool).events

@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError, TreeError
-from pypto_tune.tools.ledger import LEDGER_DIR
+from pypto_tune.tools.code.workspace import LEDGER_DIR
 
 # Folders that hold what runs and tools produce (run output, caches, VCS metadata, virtual environments), never code
 # a run executes from the workspace. Matched by name at any depth.

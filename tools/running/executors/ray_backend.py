@@ -75,8 +75,8 @@ from typing import Any
 
 import anyio
 from pypto_tune.tools.errors import InputError, PyptoTuneError, RunError, TreeError
-from pypto_tune.tools.execution import adopt_outputs, exec_parent, rewrite_command
-from pypto_tune.tools.executors.base import (
+from pypto_tune.tools.running.execution import adopt_outputs, exec_parent, rewrite_command
+from pypto_tune.tools.running.executors.base import (
     Executor,
     ExecutorError,
     ExecutorRun,
@@ -84,7 +84,7 @@ from pypto_tune.tools.executors.base import (
     RunMode,
     RunSpec,
 )
-from pypto_tune.tools.executors.worker_run import WorkerJob, read_message
+from pypto_tune.tools.running.executors.worker_run import WorkerJob, read_message
 
 log = logging.getLogger("pypto_tune.executors.ray")
 
@@ -388,7 +388,7 @@ class _HelperRun:
     """
 
     def __init__(self, job: WorkerJob) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "pypto_tune.tools.executors.worker_run"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "pypto_tune.tools.running.executors.worker_run"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.messages: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()

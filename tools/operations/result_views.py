@@ -17,7 +17,7 @@ from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel
-from pypto_tune.tools.results import (
+from pypto_tune.tools.operations.results import (
     AnalysisSummary,
     AnalyzeResult,
     BottleneckLine,

@@ -1,4 +1,4 @@
-"""One isolated run in a process of its own, for the Ray worker (``python -m pypto_tune.tools.executors.worker_run``).
+"""One isolated run in a process of its own, for the Ray worker (``python -m pypto_tune.tools.running.executors.worker_run``).
 
 Why a process between the Ray worker and the command's supervisor: a forced ``ray.cancel`` makes the worker SIGKILL
 its *direct* children before it exits. Were the command's supervisor (``runner._PDEATHSIG_LAUNCHER``) a direct
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import anyio
-from pypto_tune.tools.codestate import ExecFile
+from pypto_tune.tools.code.codestate import ExecFile
 from pypto_tune.tools.errors import PyptoTuneError
-from pypto_tune.tools.execution import run_isolated
+from pypto_tune.tools.running.execution import run_isolated
 
 _HEADER = struct.Struct(">Q")
 

@@ -43,7 +43,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.runner import RunResult
+from pypto_tune.tools.running.runner import RunResult
 
 KEY_OUTPUT_MAX_CHARS = 2000
 #: At most this many lines are reported as deciding lines (the last ones of each side: the end of a run is what

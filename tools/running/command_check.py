@@ -497,7 +497,7 @@ def _check_run_mode(argv: list[str], plan: _Plan, mode: str, script: _ScriptInfo
 def check_command(argv: list[str], *, workspace: Path, run_mode: str, env: Mapping[str, str]) -> list[CommandProblem]:
     """Every problem found in a test command for a session in ``workspace`` running in ``run_mode``.
 
-    ``env`` is the environment the command will get (:func:`~pypto_tune.tools.runner.build_child_env`); its PATH
+    ``env`` is the environment the command will get (:func:`~pypto_tune.tools.running.runner.build_child_env`); its PATH
     decides whether a bare program name can be found. Relative paths are taken from ``workspace``, the command's
     working directory. Checks, in order: the program exists and is executable; the script (``python x.py``,
     ``./x.py``, ``python -m pkg.mod`` from the workspace, through wrappers such as ``env``/``timeout``) exists inside

@@ -1,7 +1,7 @@
 """Executors: where one isolated run of the test command happens (``base.py`` says what every backend promises).
 
 * :class:`LocalExecutor` (``local.py``) — this machine, the default;
-* :class:`~pypto_tune.tools.executors.ray_backend.RayExecutor` (``ray_backend.py``) — a Ray cluster, optional extra
+* :class:`~pypto_tune.tools.running.executors.ray_backend.RayExecutor` (``ray_backend.py``) — a Ray cluster, optional extra
   ``.[ray]``, imported only when asked for.
 
 ``configure_default`` / ``default_executor``: the executor a ``TuningService`` gets when none is passed. The CLI
@@ -15,13 +15,13 @@ import threading
 from collections.abc import Callable
 
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.executors.base import (
+from pypto_tune.tools.running.executors.base import (
     Executor,
     ExecutorError,
     ExecutorRun,
     RunSpec,
 )
-from pypto_tune.tools.executors.local import LocalExecutor, SlotPool, usable_cores
+from pypto_tune.tools.running.executors.local import LocalExecutor, SlotPool, usable_cores
 
 EXECUTOR_KINDS = ("local", "ray")
 
@@ -37,7 +37,7 @@ def make_executor(kind: str = "local", *, ray_address: str | None = None) -> Exe
             raise InputError("--ray-address only applies to --executor ray")
         return LocalExecutor()
     if kind == "ray":
-        from pypto_tune.tools.executors.ray_backend import RayExecutor
+        from pypto_tune.tools.running.executors.ray_backend import RayExecutor
 
         return RayExecutor(ray_address)
     raise InputError(f"unknown executor {kind!r}", hint=f"one of: {', '.join(EXECUTOR_KINDS)}")
