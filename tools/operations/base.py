@@ -50,6 +50,7 @@ class _Handle:
         self.busy: str | None = None  # name of the long operation in progress
         self.env_watch = EnvironmentWatch()  # scans of the interpreter's files, shared by parallel runs
         self.fingerprints: dict[str, Fingerprint | None] = {}  # session -> what was scanned before its baseline
+        self.legacy_worlds: dict[str, Any] = {}  # session -> RunWorld of a session recorded without one
 
 
 class OperationsBase:

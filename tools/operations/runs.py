@@ -115,6 +115,13 @@ class RunOutcome:
     tampered: list[str] = field(default_factory=list)
     device_id: str | None = None
     output_digests: dict[str, str] = field(default_factory=dict)  # str(dir) → digest when it left the copy
+    output_sources: dict[str, list[str]] = field(default_factory=dict)  # str(dir) → recorded files program.json names
+    rejected_outputs: dict[str, list[str]] = field(default_factory=dict)  # folder name → why it did not count
+
+    @property
+    def rejected_reason(self) -> str:
+        """Why output folders the run left did not count (not born in this run, or not its compiled code)."""
+        return "; ".join(f"{name}: {', '.join(why)}" for name, why in sorted(self.rejected_outputs.items()))
 
     def __iter__(self):  # (result, run_id, dirs), as callers unpack it
         return iter((self.result, self.run_id, self.dirs))
@@ -146,7 +153,8 @@ class RunOps(OperationsBase):
         become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
         take (the chip a trial just failed on, R5).
         """
-        env = self._child_env(st, device_id)
+        world = self._run_world(h, st)  # type: ignore[attr-defined]  # RunWorldOps, composed in TuningService
+        env = self._child_env(st, device_id)  # type: ignore[attr-defined]
         argv = list(st.test_command)
         files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
         # pooled: a candidate trial takes whichever chip is free among the healthy chips of the session's pool, read
@@ -157,7 +165,8 @@ class RunOps(OperationsBase):
             pool = self._chip_health(h, st).for_trials(avoid)
         spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
                        timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
-                       device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}")
+                       device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}",
+                       sandboxed=world.sandboxed, closure=world.closure)
         iso = await self.executor.run(spec, on_progress=progress)
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
@@ -179,7 +188,8 @@ class RunOps(OperationsBase):
             batch=batch,
         )
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
-                          dict(iso.output_digests))
+                          dict(iso.output_digests), {str(d): list(iso.output_sources.get(str(d), [])) for d in dirs},
+                          dict(iso.rejected_outputs))
 
     def _chip_health(self, h: _Handle, st: SessionState) -> ChipHealth:
         """The session's chips as the ledger knows them now (``tools/running/chips.py``): which failed, which are healthy.
@@ -221,7 +231,17 @@ class RunOps(OperationsBase):
                                  f"{result.timed_out}): {result.output_tail[-400:]}")
                 break
             if not dirs:
-                m.invalid.append(f"{label} {i + 1}: the run wrote no output folder")
+                m.invalid.append(f"{label} {i + 1}: the run wrote no output folder" + (
+                    f" of its own ({out.rejected_reason})" if out.rejected_outputs else ""))
+                break
+            if out.rejected_outputs:
+                m.invalid.append(f"{label} {i + 1}: output folders that were not born in this run or not compiled "
+                                 f"from its recorded copy ({out.rejected_reason}): the run's figures cannot be told "
+                                 "apart from them")
+                break
+            foreign = _foreign_sources(st, out.output_sources)
+            if foreign:
+                m.invalid.append(f"{label} {i + 1}: {foreign}")
                 break
             reasons = [r for d in dirs for r in validate_run(d, st.run_mode)]
             m.dirs.extend(dirs)
@@ -243,6 +263,8 @@ class RunOps(OperationsBase):
             m.samples.append(float(analysis.operator_time_us))
             m.e2es.append(float(analysis.e2e_us))
             m.analysis = analysis.model_dump(mode="json")
+            for entry in m.analysis.get("per_dir", []):
+                entry["sources"] = out.output_sources.get(str(entry.get("run_dir")), [])
             m.add_kernels(dirs, analysis)
             i += 1
         return m
@@ -428,6 +450,34 @@ class RunOps(OperationsBase):
         result.suggestions = shown
         return result
 
+
+
+def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:
+    """'' when every output folder was compiled from files the session's baseline measurement compiled, else why not.
+
+    Outputs are born in the run (``tools/running/run_outputs.py``) and name only recorded files; this adds the
+    session's memory: a kernel of another recorded file, compiled in the same run and put in the operator's place
+    (a test-side hook), is not the operator's kernel, whatever its trace says. Sessions whose baseline predates the
+    record of sources are not checked.
+    """
+    base = next((m for m in st.rows.get("measurements", []) if int(m["round"]) == 0 and m["valid"]), None)
+    if base is None:
+        return ""
+    known: set[str] = set()
+    recorded = False
+    for entry in (base["analysis"] or {}).get("per_dir", []):
+        if "sources" in entry:
+            recorded = True
+            known.update(entry["sources"])
+    if not recorded:
+        return ""
+    for folder, files in sorted(sources.items()):
+        other = sorted(set(files) - known)
+        if other:
+            return (f"output folder {Path(folder).name} was compiled from {', '.join(other)}, which no kernel of the "
+                    f"baseline measurement was (it compiled {', '.join(sorted(known)) or 'nothing'}): it is not the "
+                    "operator's kernel, and its figures are not this round's")
+    return ""
 
 
 def _rewritten_outputs(dirs: list[Path], digests: dict[str, str]) -> list[Path]:
