@@ -123,6 +123,10 @@ class Confirm(BaseModel):
     retry: bool = Field(description="retry the baseline precision check once more")
 
 
+class AcceptEnvironment(BaseModel):
+    accept: bool = Field(description="record this server's environment as the session's new baseline environment")
+
+
 class ServiceHolder:
     """The ``TuningService``, built once on first use (see the module docstring for why it is lazy)."""
 
@@ -184,12 +188,32 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
                                                   "precision check (when the test's success line is unusual)")] = None,
         fail_pattern: Annotated[str | None, Field(description="optional regex: a line it matches fails the precision "
                                                   "check")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
     ) -> StartSessionResult:
         """Start a tuning session with a goal (or resume the unfinished one of this workspace)."""
-        return await sync(lambda s: s.start_session(
-            workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
-            goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
-            time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern))
+        def start(s: TuningService) -> StartSessionResult:
+            return s.start_session(
+                workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
+                goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
+                time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern)
+
+        try:
+            return await sync(start)
+        except GateRefusal as refusal:
+            # issue #16: a resume from another environment; a person may accept it in the client (elicitation)
+            if refusal.rule == "environment" and ctx is not None:
+                service = holder.get()
+                found = await anyio.to_thread.run_sync(lambda: service.environment_question_in(workspace))
+                if found is not None:
+                    sid, question = found
+                    answer = await _ask_user(ctx, refusal, question=question["text"] + " Accept it?",
+                                             model=AcceptEnvironment, field="accept")
+                    if answer is not None:
+                        await anyio.to_thread.run_sync(lambda: service.confirm_environment(
+                            sid, source="elicitation", accept=answer))
+                        if answer:
+                            return await sync(start)
+            raise
 
     @reg.long_tool(title="Run the precision check", annotations=RUNS, result=PrecisionResult)
     async def run_precision_check(
@@ -484,9 +508,11 @@ def _completion(values: list[str]) -> Completion:
     return Completion(values=values[:100], total=len(values), has_more=len(values) > 100)
 
 
-async def _ask_user(ctx: Context, refusal: GateRefusal) -> bool | None:
-    """R5 through MCP elicitation when the client supports it: True/False is the person's answer, None means
-    nobody was asked (no elicitation, or the request failed) and the refusal stands."""
+async def _ask_user(ctx: Context, refusal: GateRefusal, *, question: str | None = None,
+                    model: type[BaseModel] = Confirm, field: str = "retry") -> bool | None:
+    """A question for a person through MCP elicitation when the client supports it (R5 by default; the
+    environment of a resume with ``question``/``model``): True/False is the person's answer, None means nobody was
+    asked (no elicitation, or the request failed) and the refusal stands."""
     caps = None
     try:
         caps = ctx.client_capabilities
@@ -495,11 +521,12 @@ async def _ask_user(ctx: Context, refusal: GateRefusal) -> bool | None:
     if caps is None or getattr(caps, "elicitation", None) is None:
         return None
     try:
-        answer = await ctx.elicit(f"{refusal.message}. Retry the baseline precision check once more?", Confirm)
+        answer = await ctx.elicit(question or f"{refusal.message}. Retry the baseline precision check once more?",
+                                  model)
     except Exception:  # noqa: BLE001 - the client failed to answer: the refusal stands, nothing is retried
         return None
     action = getattr(answer, "action", "")
     if action == "accept":
-        return bool(getattr(getattr(answer, "data", None), "retry", False))
+        return bool(getattr(getattr(answer, "data", None), field, False))
     return False if action == "decline" else None
 

@@ -1,4 +1,5 @@
-"""``pypto-tune confirm``: a person answers the question the server asked (R5: retry a baseline that failed 3 times).
+"""``pypto-tune confirm``: a person answers the question the server asked (R5: retry a baseline that failed 3 times;
+or accept the environment of a server that wants to resume a session recorded in another one).
 
 Why a terminal command: some MCP clients cannot ask their user anything (no elicitation), and the agent's own
 ``confirm_retry=true`` is not the user's answer (issue #10, attack 8). So the answer is typed at a terminal: stdin and
@@ -42,6 +43,17 @@ def confirm_command(workspace: Path, session: str | None = None, *, stdin: TextI
     st = service._state(service._find(sid), sid)  # noqa: SLF001 - the CLI reads the question it answers
     q = st.pending_question
     if q is None:
+        env_q = service.pending_environment_question(sid)
+        if env_q is not None:  # a server in another environment wants to resume the session (issue #16)
+            stdout.write(f"session {sid} ({st.session['operator']}) asks:\n  {env_q['text']}\n"
+                         "Type ACCEPT to record the new environment as the session's baseline, or NO: ")
+            stdout.flush()
+            answer = (stdin.readline() or "").strip()
+            if answer not in ("ACCEPT", "NO"):
+                stdout.write("no answer recorded (type ACCEPT or NO exactly).\n")
+                return 1
+            stdout.write(service.confirm_environment(sid, source="cli", accept=answer == "ACCEPT") + "\n")
+            return 0
         stdout.write(f"session {sid}: no question is waiting for an answer.\n")
         return 1
     stdout.write(f"session {sid} ({st.session['operator']}) asks:\n  {q['text']}\n"

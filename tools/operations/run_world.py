@@ -136,6 +136,19 @@ class RunWorldOps(OperationsBase):
         return next((dict(q) for q in reversed(st.rows.get("questions", []))
                      if q["kind"] == QUESTION_KIND and int(q["id"]) not in answered), None)
 
+    def environment_question_in(self, workspace: str) -> tuple[str, dict[str, Any]] | None:
+        """``(session id, question)`` of the workspace's newest session when it waits for an environment answer."""
+        from pypto_tune.tools.code.workspace import resolve_workspace
+
+        h = self._handle(resolve_workspace(workspace))
+        rows = h.ledger.rows("sessions")
+        if not rows:
+            return None
+        sid = rows[-1]["id"]
+        self._session_ws[sid] = h.workspace
+        q = self.pending_environment_question(sid)
+        return (sid, q) if q is not None else None
+
     def confirm_environment(self, session_id: str, *, source: str, accept: bool) -> str:
         """Record a person's answer to the pending environment question (``source``: "elicitation" or "cli")."""
         if source not in PERSON_SOURCES:

@@ -3,7 +3,8 @@
 Found, not listed: the interpreter the test command runs is asked (with the run's own environment) for its
 ``sys.path``, its prefixes (the virtual environment and the base installation: the interpreter binary, its shared
 library, ``pyvenv.cfg``) and the folders of editable installs (setuptools' ``__editable__`` finders map package
-names to source folders that are not on ``sys.path``). To these come the recorded ``PATH`` folders (pypto starts its
+names to source folders that are not on ``sys.path``; pypto-tune's own is left out: the server's code is no part of
+any run). To these come the recorded ``PATH`` folders (pypto starts its
 writer scripts with the ``python3`` found there, domain A.2b; an NPU box has ``npu-smi`` there), the toolchain roots
 the environment names (``PTO_TILE_LIB_CODE_PATH``, CANN's ``ASCEND_*`` homes, ``LD_LIBRARY_PATH``), the NPU device
 nodes present on the machine, and what the person starting the server declared:
@@ -46,7 +47,7 @@ _PROBE = (
     "extra = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]\n"
     "exe = os.path.realpath(sys.executable)\n"
     "for name, mod in list(sys.modules.items()):\n"
-    "    if name.startswith('__editable__'):\n"
+    "    if name.startswith('__editable__') and 'pypto_tune' not in name:\n"
     "        m = getattr(mod, 'MAPPING', None)\n"
     "        if isinstance(m, dict): extra += [str(v) for v in m.values()]\n"
     "print('PYPTO-TUNE-CLOSURE ' + json.dumps({'path': [p for p in sys.path if p], 'prefixes': extra, 'exe': exe}))\n"
