@@ -112,16 +112,10 @@ def test_a_differently_spelled_workspace_path_reaches_the_copy_not_the_live_file
 
 
 # ========================================================================================================= b, c
-HARNESS = '''"""Runs the softmax kernel; a tile may be overridden from a data file (a stranger's harness does such things)."""
-import os
-import sys
-
-import softmax
-
-DATA = {data!r}
-if os.path.exists(DATA):
-    softmax.TILE_B = int(open(DATA).read())
-sys.exit(softmax.main())
+# A stranger's operator may take a tile from an optional data file; this one names a file outside the workspace.
+OVERRIDE = '''TILE_B = 4
+if os.path.exists({data!r}):  # an optional override of the rows per block
+    TILE_B = int(open({data!r}).read())
 '''
 
 SITECUSTOMIZE = '''# Whenever the trigger file names a tile, every vector tile the kernel sets becomes that tile.
@@ -138,7 +132,7 @@ if os.path.exists(_TRIGGER):
 
 
 def test_b_c_files_outside_the_workspace_cannot_move_a_kept_number(tmp_path: Path) -> None:
-    """b: the harness reads a tile from a data file outside the workspace; c: a folder on the command's own
+    """b: the operator reads a tile from a data file outside the workspace; c: a folder on the command's own
     PYTHONPATH holds a sitecustomize.py that forces a tile — and the same folder on the server's PYTHONPATH after a
     restart and resume. The agent edits the outside files between rounds; none is a file of the recorded tree, so
     the old server fingerprinted none of them and kept what they produced."""
@@ -147,9 +141,9 @@ def test_b_c_files_outside_the_workspace_cannot_move_a_kept_number(tmp_path: Pat
     site = outside / "site"
     site.mkdir(parents=True)
     data, trigger = outside / "tile_b.txt", outside / "forced_tile.txt"
-    (ws / "test_softmax.py").write_text(HARNESS.format(data=str(data)))
+    (ws / "softmax.py").write_text(SOFTMAX.replace("TILE_B = 4\n", OVERRIDE.format(data=str(data)), 1))
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(trigger=str(trigger)))
-    cmd = ["env", f"PYTHONPATH={site}", sys.executable, "test_softmax.py", "--run-mode", "sim"]
+    cmd = ["env", f"PYTHONPATH={site}", sys.executable, "softmax.py", "--run-mode", "sim"]
     start = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=cmd, run_mode="sim",
                  goal_speedup=100.0)
     wrong: list[str] = []
