@@ -75,13 +75,13 @@ def test_the_same_runs_give_the_same_results_and_outputs_through_both_backends(r
         assert all(r["exec_hash"] == side["spec_hash"] and r["tampered"] == [] for r in side["runs"])
         assert all(len(r["outputs"]) == 1 and r["outputs"][0].startswith("output/output_") for r in side["runs"])
         assert side["copies_left"] == []
-        assert side["runs"][1]["argv1"] != side["workspace_arg"]  # the absolute script path was rewritten
+        assert side["runs"][1]["argv1"] == side["workspace_arg"]  # not rewritten: the sandbox mounts the copy there
     assert local["spec_hash"] == ray["spec_hash"]
-    # what landed in WORKSPACE/output/: the same folders with the same files and contents, env rewritten to a copy
+    # what landed in WORKSPACE/output/: the same folders with the same files and contents, the env's path the copy
     assert local["outputs"] == ray["outputs"]
     assert [o["label"] for o in ray["outputs"]] == ["s0", "s1", "s2"]
     assert ray["outputs"][1]["data_dir"] == "copy"
-    assert all(o["files"] == ["result.json", "sub/trace.txt"] for o in ray["outputs"])
+    assert all(o["files"] == ["program.json", "result.json", "sub/trace.txt"] for o in ray["outputs"])
     assert [r["executor"] for r in ray["runs"]] == ["ray"] * 3
 
 

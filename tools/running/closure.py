@@ -94,6 +94,23 @@ def _existing(paths: Iterable[str]) -> list[str]:
     return out
 
 
+def _link_targets(folders: Iterable[str]) -> list[str]:
+    """Where the programs in ``folders`` that are symbolic links lead (a PATH folder of links into a toolchain: the
+    link alone would dangle in the sandbox). Targets in the system folders are left out (mounted anyway)."""
+    out: dict[str, None] = {}
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for e in entries:
+            if e.is_symlink():
+                target = os.path.realpath(e.path)
+                if os.path.isfile(target) and not is_system_path(target):
+                    out.setdefault(target, None)
+    return list(out)
+
+
 def build(info: dict, env: dict[str, str], *, workspace: Path, declared_roots: Iterable[str] = (),
           declared_devices: Iterable[str] = ()) -> Closure:
     """The closure from an interpreter probe (:func:`probe_interpreter`), the run's environment and the declarations.
@@ -110,16 +127,18 @@ def build(info: dict, env: dict[str, str], *, workspace: Path, declared_roots: I
     prefixes = [p for p in _existing(info.get("prefixes", [])) if keep(p)]
     exe = info.get("exe") or ""
     path_dirs = [p for p in _existing(env.get("PATH", "").split(os.pathsep)) if keep(p) and os.path.isdir(p)]
+    path_dirs = [p for p in path_dirs if not is_system_path(p)]
+    linked = _link_targets(path_dirs)
     tile_lib = _existing([env.get("PTO_TILE_LIB_CODE_PATH", "")])
     toolchain = _existing([*(env.get(v, "") for v in TOOLCHAIN_VARS),
                            *env.get("LD_LIBRARY_PATH", "").split(os.pathsep)])
     decl_roots = _existing(declared_roots)
     roots = outermost([*sys_path, *prefixes, *path_dirs, *tile_lib, *toolchain, *decl_roots,
-                       *([os.path.dirname(exe)] if exe else [])])
+                       *([os.path.dirname(exe)] if exe else []), *(os.path.dirname(t) for t in linked)])
     # Fingerprinted: what an agent's user may write and a run imports or executes. The system folders are not
     # (fingerprinting /usr would cost seconds per run); a prefix that IS a system folder (a system Python under
     # /usr) contributes only its interpreter binary.
-    fp = [*sys_path, *path_dirs, *tile_lib, *decl_roots,
+    fp = [*sys_path, *path_dirs, *linked, *tile_lib, *decl_roots,
           *[p for p in prefixes if not is_system_path(p)]]
     if exe and os.path.exists(exe):
         fp.append(exe)

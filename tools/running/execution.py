@@ -33,7 +33,7 @@ from pypto_tune.tools.code.workspace import LEDGER_DIR
 from pypto_tune.tools.running import closure as closure_mod
 from pypto_tune.tools.running import sandbox
 from pypto_tune.tools.running.run_outputs import check_folder, run_folders
-from pypto_tune.tools.running.runner import ProgressCallback, RunResult, run_command
+from pypto_tune.tools.running.runner import ProgressCallback, RunResult, _check_startable, run_command
 
 EXEC_DIR = "exec"
 #: Most bytes brought back from a run's capture folder (``capture_env``); files beyond it are left out.
@@ -265,6 +265,12 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
         if capture is not None:
             capture.mkdir()
         if box is not None:
+            # "cannot start" stays a RunError, as without the sandbox: the program as the run will see it (a path in
+            # the workspace is the copy's), checked before bwrap would only report it as a failed run
+            prog = argv[0]
+            if os.path.isabs(prog) and prog.startswith(inside.rstrip("/") + "/"):
+                prog = str(copy) + prog[len(inside.rstrip("/")):]
+            _check_startable(prog, cwd=copy, env=env)
             clo = closure if closure is not None else await default_closure(argv, env, inside)
             layout = sandbox.Layout(workspace=inside, copy=copy, output=aux / "output", tmp=aux / "tmp",
                                     home=aux / "home", capture=capture,
