@@ -296,9 +296,15 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
         accepted: set[str] = set()
         rejected: dict[str, list[str]] = {}
         sources_by_name: dict[str, list[str]] = {}
+        if box is not None:
+            def closure_file(path: str) -> bool:
+                return sandbox.under(path, clo.roots) or sandbox.is_system_path(path)
+        else:  # unsandboxed: anything but the live workspace (a spelling the rewriting missed)
+            def closure_file(path: str) -> bool:
+                return not sandbox.under(path, [str(workspace), inside])
         for folder in run_folders(out_parent / "output"):
             check = check_folder(folder, run_root=run_root, files=files.keys(), started_at=result.started_at,
-                                 ended_at=result.ended_at)
+                                 ended_at=result.ended_at, closure_file=closure_file)
             if check.ok:
                 accepted.add(folder.name)
                 sources_by_name[folder.name] = check.sources

@@ -10,7 +10,9 @@ So each folder is checked against what the run compiled before it leaves the san
 2. **its own name inside it** — in SIM, ``CostModelSimulationOutput/_simulate.config.ini`` records
    ``submitTopoPath = output/<folder>/tmp_topo_json.json``: a folder renamed into place names another folder;
 3. **its sources** — every source file ``program.json`` names (``functions[].operations[].file``, domain A.7) must
-   be a file of the recorded copy, under the path the run saw it at (the workspace's own path in the sandbox).
+   be a file of the recorded copy, under the path the run saw it at (the workspace's own path in the sandbox), or a
+   file of the run's closure (PyPTO's own frontend names some of its operations after its parser's source); and at
+   least one must be the copy's.
 
 The measuring side adds one check that needs the session's memory (``operations/runs.py``): a measured folder's
 sources must be among those of the session's baseline measurement, so a kernel of another recorded file (compiled in
@@ -22,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,9 +76,10 @@ def _relative(path: str, run_root: str) -> str | None:
     return None
 
 
-def check_folder(folder: Path, *, run_root: str, files: Collection[str], started_at: float, ended_at: float
-                 ) -> OutputCheck:
-    """The three checks of the module docstring for one folder the run left in its output folder."""
+def check_folder(folder: Path, *, run_root: str, files: Collection[str], started_at: float, ended_at: float,
+                 closure_file: Callable[[str], bool] = lambda path: False) -> OutputCheck:
+    """The three checks of the module docstring for one folder the run left in its output folder;
+    ``closure_file(path)`` says whether a path outside ``run_root`` is one the run could read (its closure)."""
     out = OutputCheck(name=folder.name)
     if folder.is_symlink() or not folder.is_dir():
         out.problems.append("not a folder the run created (a link or a file)")
@@ -109,15 +112,17 @@ def check_folder(folder: Path, *, run_root: str, files: Collection[str], started
     except (orjson.JSONDecodeError, OSError) as exc:
         out.problems.append(f"program.json is unreadable: {exc}")
         return out
-    if not named:
-        out.problems.append("program.json names no source file")
     recorded = set(files)
     for src in named:
         rel = _relative(src, run_root)
+        if rel is None and closure_file(os.path.normpath(src)):
+            continue  # PyPTO's own source, or another file of the closure
         if rel is None or rel not in recorded:
             out.problems.append(f"program.json names {src}, which is not a file of this run's recorded copy")
         elif rel not in out.sources:
             out.sources.append(rel)
+    if not out.sources and not out.problems:
+        out.problems.append("program.json names no source file of this run's recorded copy")
     return out
 
 
