@@ -263,8 +263,8 @@ def main() -> int:
     text = open(ini).read()
     open(ini, "w").write(re.sub(r"output/output_[^/]+/", "output/" + name + "/", text))
     prog = os.path.join(dest, "program.json")
-    open(prog, "w").write(re.sub(r'"file": "[^"]*"', '"file": ' + json.dumps(os.path.abspath(__file__)),
-                                 open(prog).read()))
+    text = re.sub(r'"file": "[^"]*"', '"file": ' + json.dumps(os.path.abspath(__file__)), open(prog).read())
+    open(prog, "w").write(text)
     print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
     return 0
 
@@ -440,8 +440,8 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
     armed = {"on": False}
     real_adopt = execution.adopt_outputs
 
-    def adopt_then_agent_writes(copy: Path, workspace: Path, digests: Any = None) -> list[Path]:
-        moved = real_adopt(copy, workspace, digests)
+    def adopt_then_agent_writes(copy: Path, workspace: Path, digests: Any = None, **kw: Any) -> list[Path]:
+        moved = real_adopt(copy, workspace, digests, **kw)
         if armed["on"]:
             for d in moved:
                 _scale_logs(d)
@@ -468,8 +468,8 @@ def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_tra
 
     async def run_then_rewrite(argv: list[str], *, cwd: Path, **kw: Any) -> Any:
         result = await real_run(argv, cwd=cwd, **kw)
-        if armed["on"]:
-            assert _scale_logs(Path(cwd) / "output") > 0
+        if armed["on"]:  # the run's fresh output folder, beside its copy (the sandbox mounts it at output/)
+            assert _scale_logs(execution.private_folders(Path(cwd)) / "output") > 0
         return result
 
     monkeypatch.setattr(execution, "run_command", run_then_rewrite)

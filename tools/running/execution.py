@@ -201,6 +201,12 @@ def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = 
     return moved
 
 
+def private_folders(copy: Path) -> Path:
+    """Where a run's own folders live beside its copy: ``output/`` (mounted at ``WORKSPACE/output`` in the sandbox),
+    ``tmp/``, ``home/`` and ``capture/``."""
+    return copy.with_name(copy.name + ".run")
+
+
 _closures: dict[tuple, sandbox.Closure] = {}
 
 
@@ -254,7 +260,7 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
     parent = exec_parent(workspace)
     name = f"{tag or 'run'}-{uuid.uuid4().hex[:10]}"
     copy = parent / name
-    aux = parent / f"{name}.run"  # output/, tmp/, home/, capture/ of this run
+    aux = private_folders(copy)
     inside = os.path.normpath(mount_at or str(workspace))
     box = sandbox.require() if sandboxed else None
     materialize(copy, files)

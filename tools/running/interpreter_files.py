@@ -74,10 +74,9 @@ def scan(roots: list[str], skip: str | None = None) -> dict[str, Entry]:
 
 
 def _benign_addition(path: str) -> bool:
-    """Python writes bytecode caches (and their ``__pycache__`` folders) as modules are first imported; a new one is
-    not a change of the code."""
+    """Python writes bytecode caches as modules are first imported; a new one is not a change of the code."""
     p = Path(path)
-    return p.name == "__pycache__" or (p.parent.name == "__pycache__" and p.suffix == ".pyc")
+    return p.parent.name == "__pycache__" and p.suffix == ".pyc"
 
 
 def changes(before: dict[str, Entry], after: dict[str, Entry]) -> list[str]:
@@ -89,10 +88,10 @@ def changes(before: dict[str, Entry], after: dict[str, Entry]) -> list[str]:
             if not _benign_addition(path):
                 out.append(f"added: {path}")
         elif old != entry:
-            # A folder's ctime moves whenever an entry inside is added, removed or renamed — and each such entry is
-            # judged on its own (a new .pyc in __pycache__ is no change; anything else is listed as added/removed).
-            # So a folder counts as changed only when it is another folder (inode) or became a file.
-            if not (entry[0] == -1 and old[0] == -1 and entry[1] == old[1]):
+            # a __pycache__ folder changes when Python adds a cache file to it; its files are judged one by one.
+            # Any other folder whose ctime moved had an entry added, removed or renamed — also one that was put back
+            # before this scan (a .pth present during a run and gone after it): that counts.
+            if not (entry[0] == -1 and Path(path).name == "__pycache__"):
                 out.append(f"changed: {path}")
     out.extend(f"removed: {path}" for path in before if path not in after)
     return sorted(out)
