@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import logging
 import operator
-import os
+import stat
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -169,55 +169,65 @@ class OperationsBase:
         return "" if diff.empty else diff.describe()
 
     def _disk_sources(self, h: _Handle, st: SessionState) -> dict[str, str]:
-        try:
-            return read_sources(h.workspace, list(st.session["operator_files"]))
-        except FileNotFoundError as exc:
-            raise GateRefusal("drift", f"an operator file is missing on disk: {exc}",
-                              allowed=["revert_patch", "get_status"],
-                              hint="call revert_patch to restore the server's last known sources") from None
+        """The operator files as they are on disk, for the record of what a revert replaced. A file that is missing,
+        or is now a symbolic link (never read through), is recorded as a one-line note instead of its text."""
+        from pypto_tune.tools.patching.nofollow import LinkRefused
+
+        out: dict[str, str] = {}
+        for rel in st.session["operator_files"]:
+            try:
+                out.update(read_sources(h.workspace, [rel]))
+            except LinkRefused as exc:
+                out[rel] = f"# <not read: {exc.message}>\n"
+            except InputError:
+                out[rel] = "# <missing on disk>\n"
+        return out
 
     def _restore_tree(self, h: _Handle, st: SessionState) -> str:
         """Put the recorded state back: the operator files as the server wrote them, every other recorded file from
         the blob store; files added since are moved to ``.pypto-tune/quarantine/<time>/`` (nothing a person wrote is
-        deleted). Returns what was done besides the operator files."""
-        import shutil
-        import stat as stat_mod
+        deleted). Returns what was done besides the operator files.
+
+        No step follows a symbolic link (``tools/patching/nofollow.py``): a recorded folder that is now a link is
+        refused, naming it, before anything is written, removed or moved (issue #16: revert rewrote a file outside
+        the workspace, and pointed at .pypto-tune/ it overwrote the ledger). The added entry that IS the link is
+        moved into quarantine as a link; its target is never touched."""
         from datetime import datetime
 
         from pypto_tune.tools.code.codestate import BlobStore
+        from pypto_tune.tools.patching.nofollow import open_tree
 
-        self._write(h, st, st.expected_sources, "revert_patch")
-        if not st.tree:
-            return ""
-        diff = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False))
-        store = BlobStore(h.workspace)
-        restored: list[str] = []
-        moved: list[str] = []
-        for path in diff.changed + diff.removed:
-            if path in st.expected_sources:
-                continue
-            e = st.tree[path]
-            target = h.workspace / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.exists():
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
+        diff = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False)) if st.tree else None
+        restore = [p for p in (diff.changed + diff.removed if diff else []) if p not in st.expected_sources]
+        added = list(diff.added) if diff else []
+        with open_tree(h.workspace) as tree:
+            for path in [*st.expected_sources, *restore, *added]:
+                tree.check_parents(path)  # LinkRefused before the first write
+            self._write(h, st, st.expected_sources, "revert_patch")
+            if diff is None:
+                return ""
+            moved: list[str] = []
+            if added:
+                stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+                with open_tree(h.workspace, allow_server_dir=True) as own:
+                    for path in added:
+                        if any(path.startswith(m + "/") for m in moved):
+                            continue  # went with its folder
+                        tree.move_to(path, own, f"{LEDGER_DIR}/quarantine/{stamp}/{path}")
+                        moved.append(path)
+            store = BlobStore(h.workspace)
+            restored: list[str] = []
+            for path in restore:
+                e = st.tree[path]
+                tree.check_parents(path)
+                if e.link is not None:
+                    tree.symlink(path, e.link)
                 else:
-                    target.unlink()
-            if e.link is not None:
-                os.symlink(e.link, target)
-            else:
-                target.write_bytes(store.get(e.sha256))
-                mode = target.stat().st_mode
-                target.chmod(mode | stat_mod.S_IXUSR if e.executable else mode & ~stat_mod.S_IXUSR)
-            restored.append(path)
-        if diff.added:
-            dest = h.workspace / LEDGER_DIR / "quarantine" / datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-            for path in diff.added:
-                src = h.workspace / path
-                (dest / path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(src), str(dest / path))
-                moved.append(path)
+                    now = tree.lstat(path)
+                    if now is not None and stat.S_ISDIR(now.st_mode):
+                        tree.remove(path)  # a folder where the recorded file was (its own links are not followed)
+                    tree.write(path, store.get(e.sha256), executable=e.executable)
+                restored.append(path)
         parts = []
         if restored:
             parts.append("restored " + ", ".join(restored))
@@ -341,7 +351,7 @@ class OperationsBase:
             return st  # that write was recorded (or superseded): nothing of ours is pending
         try:
             disk = read_sources(h.workspace, list(st.session["operator_files"]))
-        except FileNotFoundError:
+        except (FileNotFoundError, InputError):  # missing, or a link now (never read through): not our write
             return st
         if hash_sources(disk) == st.expected_raw_hash:
             return st
@@ -397,8 +407,8 @@ def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]
     """Legacy sessions (no recorded tree): the operator files only, as they are on disk."""
     try:
         disk = read_sources(workspace, list(st.session["operator_files"]))
-    except FileNotFoundError as exc:
-        raise TreeError(f"an operator file is missing on disk: {exc}") from None
+    except (FileNotFoundError, InputError) as exc:
+        raise TreeError(f"an operator file cannot be read: {exc}") from None
     return entries_for_sources(disk, {})
 
 

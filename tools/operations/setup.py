@@ -387,7 +387,7 @@ class SetupOps(OperationsBase):
                 "helpers and data are fixed for the whole session", allowed=["revert_patch", "get_status"],
                 hint="revert_patch restores them (added files go to .pypto-tune/quarantine/); to change the test, "
                 "finish this session and start a new one"))
-        disk = self._disk_sources(h, st)
+        disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
         stage = rules.STAGES_BY_NAME[st.stage]
         adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
