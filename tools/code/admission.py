@@ -34,6 +34,7 @@ from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
 from pypto_tune.tools.patching._cst import same
+from pypto_tune.tools.patching.legality import uncatalogued
 from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
 from pypto_tune.tools.snapshot import KnobChange
 
@@ -369,6 +370,9 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     assert knob is not None
     if not knob.tunable:
         why = "; ".join(knob.context.get("problem_uses", [])) or knob.legal
+        if uncatalogued(knob.legal):  # R10 + domain C: only catalogued options with a declared domain
+            raise _refuse("catalog-stage", f"{knob.id} = {change.after!r}: {why}",
+                          "tune a knob list_knobs shows as tunable; each serves a catalogue item of a stage")
         raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
                       "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
     impure = [c for c in _exprs(change.after) if not _pure(c)]
@@ -478,17 +482,27 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
 
             check_knob_value(knob.model_copy(update={"value": next(
                 (s.knob.value for s in sites_b if s.knob.id == knob.id), knob.value)}), new_value)
+            own = f"{knob.id} = {new_value!r} within its domain ({knob.legal[:90]})"
         except KnobValueError as exc:
             raise _refuse("legality", f"{knob.id} = {new_value!r} is not legal: {exc.message}",
                           "choose a value inside the legal range (list_knobs shows it)") from None
         except InputError as exc:
             raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
+    else:
+        own = ""
+    named = (f"{knob.id} = {new_value!r}: names something the server cannot evaluate; its domain "
+             f"({knob.legal[:90]}) was not checked") if knob is not None and _exprs(new_value) else ""
     prog_b = roles.analyze({**(context or {}), **fb})
     prog_a = roles.analyze({**(context or {}), **fa})
     try:
-        return effective.check_after(effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a),
+        report = effective.check_after(effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a),
                                      effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
                                      structural=structural, changed_names=_changed_names(sites_b, sites_a))
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None
+    if own:  # the knob's own domain (type, range) was checked: recorded like every site check
+        report.checked.insert(0, own)
+    if named and not any(u.startswith(knob.id) for u in report.unchecked):  # admitted, unchecked, recorded (C)
+        report.unchecked.insert(0, named)
+    return report

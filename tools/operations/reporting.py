@@ -24,7 +24,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import load_rows
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, _patch_row,
+    exclusive, OperationsBase, _patch_row,
 )
 
 
@@ -34,6 +34,7 @@ log = logging.getLogger("pypto_tune.service")
 class ReportOps(OperationsBase):
     """render_report, get_status, list_knobs, ledger_json, snapshot."""
 
+    @exclusive
     def render_report(self, session_id: str, *, fmt: str = "md", lang: str = "zh") -> ReportResult:
         """Write the final report (R21) after restoring debug options (R22)."""
         h = self._find(session_id)

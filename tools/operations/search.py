@@ -27,7 +27,9 @@ from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.chips import implicates_chip
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.session.ledger import now_iso
-from pypto_tune.tools.operations.base import OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash
+from pypto_tune.tools.operations.base import (
+    OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash, exclusive,
+)
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
 from pypto_tune.tools.session.state import SessionState
@@ -133,6 +135,7 @@ class SearchOps(OperationsBase):
         return out
 
     # ------------------------------------------------------------------------------------------------ run
+    @exclusive
     async def run_candidates(self, session_id: str, candidates: list[Any], *, parallel: int | None = None,
                              progress: Progress = None) -> TrialsResult:
         """Run candidates as gated rounds, concurrently; keep the best one that beats the kept state."""

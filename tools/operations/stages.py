@@ -17,7 +17,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, _Handle,
+    exclusive, OperationsBase, _Handle,
 )
 
 
@@ -74,6 +74,7 @@ class StageOps(OperationsBase):
         self._transition(h, st, "stage", nxt.name, f"{st.stage} left: {reason}", summary)
         return f"stage {st.stage} left ({reason}); now {nxt.name}: collect_swimlane + analyze_bubbles first (R15)"
 
+    @exclusive
     def mark_checklist(self, session_id: str, *, catalog_id: str, status: str, reason: str) -> ChecklistResult:
         """Mark a catalogue item of the current stage as not-applicable, with a reason the server can check (R10).
 
@@ -173,6 +174,7 @@ class StageOps(OperationsBase):
                         "reason": mark["reason"] if mark else ""})
         return out
 
+    @exclusive
     def advance_stage(self, session_id: str, *, reason: str) -> ChecklistResult:
         """Leave the current stage early: only after its entry collection and analysis, with every checklist item
         tried or marked (R14). Leaving the last configuration stage early ends the session (no ALGORITHM, R23)."""
@@ -196,6 +198,7 @@ class StageOps(OperationsBase):
         st2 = self._state(h, session_id)
         return ChecklistResult(**self._base(st2, msg), stage_group=group, items=items)
 
+    @exclusive
     def stop_session(self, session_id: str, *, reason: str) -> StatusResult:
         """The user's explicit stop (R14b): the session moves to reporting."""
         h = self._find(session_id)
