@@ -503,6 +503,6 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
                       exc.hint or "choose another value") from None
     if own:  # the knob's own domain (type, range) was checked: recorded like every site check
         report.checked.insert(0, own)
-    if named and not any(u.startswith(knob.id) for u in report.unchecked):  # admitted, unchecked, recorded (C)
-        report.unchecked.insert(0, named)
+    if named:  # admitted, unchecked, recorded with the value it names (domain C)
+        report.unchecked = [named] + [u for u in report.unchecked if not u.startswith(knob.id)]
     return report
