@@ -208,8 +208,11 @@ def _plain_tree(text: str) -> ast.Module:
     return _strip_docstrings(ast.parse(text[1:] if text.startswith("\ufeff") else text))  # type: ignore[return-value]
 
 
-def _statements(node: ast.AST) -> list[ast.stmt]:
-    return list(getattr(node, "body", [])) + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", []))
+def _statements(node: ast.AST) -> list[ast.AST]:
+    """The statements directly inside ``node``, in order; a ``try``'s ``except`` handlers count as statements (each
+    with its own body), so an edit inside one is found and named like any other line."""
+    return (list(getattr(node, "body", [])) + list(getattr(node, "handlers", []))
+            + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", [])))
 
 
 def _differences(ma: ast.AST, mb: ast.AST, pb: ast.AST, text_b: str, out: list[str], depth: int = 0) -> None:
@@ -319,11 +322,13 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     parsed_b, sites_b = sites_of(fb, context)
     parsed_a, sites_a = sites_of(fa, context)
 
-    structural: list[str] = []
+    structural: list[str] = []  # what differs, for the message
+    structural_files: list[str] = []  # the decision: files whose masked syntax trees differ
     formatting: list[str] = []
     for path in changed:
         ma, mb = _masked_tree(parsed_b[path], sites_b), _masked_tree(parsed_a[path], sites_a)
         if ast.dump(ma) != ast.dump(mb):
+            structural_files.append(path)
             diffs: list[str] = []
             _differences(ma, mb, _plain_tree(fa[path]), fa[path], diffs)
             structural.extend(f"{path}: {d}" for d in (diffs or ["a difference outside any knob"]))
@@ -331,13 +336,13 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
             formatting.append(path)
 
     delta = _delta(sites_b, sites_a)
-    if structural and algorithm and allow_structural:
+    if structural_files and algorithm and allow_structural:
         outside = _outside_kernels(changed, parsed_b, parsed_a, sites_b, sites_a, fb, fa, context)
         if outside:
             raise _refuse("algorithm", "an algorithm-level change rewrites the kernel, never the test: "
                           + "; ".join(outside[:3]), "change only code inside the jit kernels (and the helpers they "
                           "call); the harness, its inputs, tolerances and verdict stay as recorded")
-    if structural:
+    if structural_files:
         if algorithm and allow_structural:
             report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
             return Admission(kind="structural", formatting_files=formatting, checked=report.checked,

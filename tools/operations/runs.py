@@ -308,7 +308,8 @@ class RunOps(OperationsBase):
                                                purpose=purpose, round_no=round_no, count=reps, label="repeat",
                                                progress=progress)
                     m.absorb(more)
-                    kept_pool += ref.samples
+                    if ref.valid:  # an invalid reference never joins the kept time (state.kept_samples_of)
+                        kept_pool += ref.samples
                     notes.append(f"not decisive at ±{rules.NPU_Z} se: measured the kept state and the candidate "
                                  f"{reps} more times each ({len(m.samples)} samples)")
                     if not (ref.valid and more.valid):

@@ -350,7 +350,8 @@ class SearchOps(OperationsBase):
                                        purpose="trial-measure", round_no=t.round_no, count=reps,
                                        label=f"candidate r{t.round_no}", progress=None, batch=batch, pooled=True)
             m.absorb(more)
-            pool += ref.samples
+            if ref.valid:  # an invalid reference never joins the kept time (state.kept_samples_of)
+                pool += ref.samples
             if not (ref.valid and more.valid):
                 break
         t.kept_pool = pool

@@ -43,12 +43,9 @@ class StageOps(OperationsBase):
             return f"session finished: {reason}"
         if st.stage is None:
             return ""
-        sdef = rules.STAGES_BY_NAME[st.stage]
         c = st.counters.get(st.stage)
-        if c and c.consecutive_no_gain >= sdef.no_gain_threshold:
-            return self._leave_stage(h, st, f"{c.consecutive_no_gain} consecutive rounds without gain "
-                                           f"(threshold {sdef.no_gain_threshold})")
-        return ""
+        why = rules.stage_exit_reason(st.stage, c.consecutive_no_gain if c else 0)
+        return self._leave_stage(h, st, why) if why else ""
 
     def _leave_stage(self, h: _Handle, st: SessionState, reason: str, *, converged: bool = True) -> str:
         """Move to the next stage. ``converged`` is False for an early exit by a complete checklist: the last
