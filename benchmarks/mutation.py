@@ -45,25 +45,27 @@ class Target:
     suite: tuple[str, ...]  # the fast tests that specify it
 
 
-ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_properties.py",
-                   "tests/admission/test_redteam_findings.py")
-RULES_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_rules_and_state.py",
-               "tests/tools/test_limit_stop.py", "tests/tools/test_regression_flags.py")
-MODULES: dict[str, Target] = {
-    "admission": Target("tools/code/admission.py",
-                        ("admit", "_pure", "_check_bytes", "_legal", "_delta", "_duplicate_keys", "_differences",
-                         "_statements", "_shell"), ADMISSION_SUITE),
+# cheapest first: with -x a killed mutant stops at the first failing test
+ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_redteam_findings.py",
+                   "tests/admission/test_admission_properties.py")
+RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
+               "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py")
+OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py",)  # the only fast tests that drive the operations
+MODULES: dict[str, Target] = {  # in the order a run takes them
+    "stages": Target("tools/operations/stages.py",
+                     ("_judge_stage", "_leave_stage", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),
+    "r19": Target("tools/operations/base.py", ("_tried", "_failed_code", "_value_key", "norm", "_fold", "ev"),
+                  OPERATIONS_SUITE),
+    "state": Target("tools/session/state.py",
+                    ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
+    "rules": Target("tools/session/rules.py",
+                    ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
     "gates": Target("tools/session/gates.py",
                     ("check", "round_phase", "has_pass", "last_precision", "time_limit_exceeded", "global_stop_reason"),
                     RULES_SUITE),
-    "rules": Target("tools/session/rules.py",
-                    ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
-    "state": Target("tools/session/state.py",
-                    ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
-    "stages": Target("tools/operations/stages.py",
-                     ("_judge_stage", "_leave_stage", "mark_checklist", "advance_stage"), RULES_SUITE),
-    "r19": Target("tools/operations/base.py", ("_tried", "_failed_code", "_value_key", "norm", "_fold", "ev"),
-                  RULES_SUITE),
+    "admission": Target("tools/code/admission.py",
+                        ("admit", "_pure", "_check_bytes", "_legal", "_delta", "_duplicate_keys", "_differences",
+                         "_statements", "_shell"), ADMISSION_SUITE),
 }
 
 # Operators kept, by cosmic-ray's name: the mutations that move a decision. The rest of its catalogue (every
@@ -95,7 +97,7 @@ def private_copy(dest: Path) -> Path:
     """The tree the mutants live in, and a shim that makes ``import pypto_tune.tools`` read it."""
     skip = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.pyc", "output", "demo-run", ".pypto-tune",
                                   "node_modules", "*.egg-info", ".hypothesis", ".pytest_cache")
-    for part in ("tools", "server", "prompts", "pypto_tune", "tests", "fixtures"):
+    for part in ("tools", "server", "prompts", "tests", "fixtures"):  # pypto_tune/ only in the shim below
         shutil.copytree(ROOT / part, dest / part, ignore=skip, symlinks=True)
     shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
     shim = dest / ".shim" / "pypto_tune"
@@ -106,9 +108,23 @@ def private_copy(dest: Path) -> Path:
     return dest / ".shim"
 
 
+def suite_command(t: Target) -> str:
+    return f"{sys.executable} -m pytest -x -q -p no:cacheprovider -m 'not sim' {' '.join(t.suite)}"
+
+
+def baseline(copy: Path, t: Target, env: dict[str, str]) -> None:
+    """The kill suite must pass on the unmutated copy (else every mutant would look killed), importing the copy."""
+    probe = subprocess.run([sys.executable, "-c", "import pypto_tune.tools, sys; print(pypto_tune.tools.__file__)"],
+                           cwd=copy, env=env, capture_output=True, text=True, check=True)
+    if not probe.stdout.strip().startswith(str(copy)):
+        raise SystemExit(f"the copy is not what the tests import: {probe.stdout.strip()}")
+    run = subprocess.run(suite_command(t), shell=True, cwd=copy, env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"the kill suite of {t.path} fails without any mutation:\n{run.stdout[-2000:]}")
+
+
 def config(copy: Path, t: Target, timeout: float) -> Path:
-    tests = " ".join(t.suite)
-    cmd = f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly -m 'not sim' {tests}"
+    cmd = suite_command(t)
     cfg = copy / f"cr-{Path(t.path).stem}.toml"
     cfg.write_text(f"""[cosmic-ray]
 module-path = "{t.path}"
@@ -194,6 +210,7 @@ def main() -> int:
                     print(f"  {t.path}:{m['line']} {m['function']} {m['operator']}")
                 continue
             t0 = time.monotonic()
+            baseline(copy, t, env)
             subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "exec", str(cfg), str(db)], cwd=copy, env=env,
                            check=True)
             r = results(db, t, copy)
@@ -203,8 +220,8 @@ def main() -> int:
                   f"{r['timeouts']} timed out, {r['incompetent']} incompetent, {r['seconds']} s", flush=True)
             for s in r["survived"]:
                 print(f"  SURVIVED {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['code']}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+            if args.json:  # after each module: a long run that is stopped keeps what it measured
+                args.json.write_text(json.dumps(report, indent=2))
     total = sum(r["mutants"] for r in report)
     alive = sum(len(r["survived"]) for r in report)
     if report:

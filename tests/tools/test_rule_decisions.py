@@ -243,3 +243,70 @@ def test_every_tunable_option_serves_a_catalogue_item_and_declares_a_checked_dom
 def test_an_option_no_catalogue_item_names_is_never_tunable(kind: str, key: str, group: str | None) -> None:
     spec = legality.spec_for(kind, key, group)
     assert not spec.tunable and not spec.catalog_ids and legality.uncatalogued(spec.legal)
+
+
+# ------------------------------------------------------------------------------------------------ checklist, R14
+
+
+def _mark(svc: TuningService, w: Writer, cid: str, reason: str) -> str:
+    try:
+        svc.mark_checklist(w.sid, catalog_id=cid, status="not-applicable", reason=reason)
+        return ""
+    except GateRefusal as refusal:
+        assert refusal.rule == "stage-exit", refusal
+        return refusal.message
+
+
+def test_a_checklist_mark_needs_a_specific_reason_where_the_item_has_a_knob(tmp_path: Path) -> None:
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    with pytest.raises(Exception, match="only 'not-applicable'"):
+        svc.mark_checklist(w.sid, catalog_id="F-4", status="tried", reason="a round tried it, trust me")
+    # F-4 (reshape hoisting): no knob of this operator serves it — a short reason of a few words is enough
+    assert "few words" in _mark(svc, w, "F-4", "too short")  # 9 characters
+    assert _mark(svc, w, "F-4", "no reshape") == ""  # 10 characters
+    # F-3 (block the loop): TILE_B serves it — the reason must name the knob or a measured figure, ≥ 30 characters
+    assert "name the knob or cite a measured figure" in _mark(svc, w, "F-3", "not useful for this operator at all")
+    assert "name the knob" in _mark(svc, w, "F-3", "TILE_B stays as it is")  # names it, but 21 characters
+    assert _mark(svc, w, "F-3", "TILE_B already blocks the batch axis well") == ""
+    # the same words for another item with a knob are boilerplate
+    assert "already given" in _mark(svc, w, "F-10", "TILE_B already blocks the batch axis well")
+    assert _mark(svc, w, "F-10", "vector tile: 20.0 µs at baseline, 8 tasks busy") == ""
+
+
+def test_a_stage_is_left_early_only_measured_and_with_every_item_marked(tmp_path: Path) -> None:
+    w = tuning(tmp_path / "ws", "INCORE_3")
+    svc = TuningService(default_workspace=w.ws)
+    items = [i["catalog_id"] for i in svc.get_status(w.sid).checklist if i["status"] == "untried"]
+    assert items and all(c.startswith("I-") for c in items)
+    for cid in items[:-1]:
+        assert _mark(svc, w, cid, f"{cid}: measured {BASE_US} µs at the stage entry ({cid.lower()})") == ""
+    with pytest.raises(GateRefusal) as refused:
+        svc.advance_stage(w.sid, reason="done")
+    assert refused.value.rule == "stage-exit" and items[-1] in refused.value.message
+    assert _mark(svc, w, items[-1], f"{items[-1]}: measured {BASE_US} µs at the stage entry (last)") == ""
+    out = svc.advance_stage(w.sid, reason="done")
+    # leaving the last configuration stage early ends the session: no ALGORITHM without measured convergence (R23)
+    assert "ALGORITHM needs measured convergence" in out.message
+    st = state(w)
+    assert st.finished and st.stage == "INCORE_3"
+
+
+def test_the_last_configuration_stage_converged_by_measurement_opens_the_algorithm_stage(tmp_path: Path) -> None:
+    w = tuning(tmp_path / "ws", "INCORE_3")
+    svc = TuningService(default_workspace=w.ws)
+    for n in range(1, THRESHOLDS["INCORE_3"] + 1):
+        no_gain_round(w, n, "INCORE_3")
+    svc._judge_stage(svc._find(w.sid), state(w))
+    st = state(w)
+    assert st.stage == "ALGORITHM" and not st.finished
+
+
+def test_advance_stage_needs_the_stages_own_collection_and_analysis(tmp_path: Path) -> None:
+    w = tuning(tmp_path / "ws")
+    w.transition("stage", "FRONTEND", "SWIMLANE_1", "test: entered without its entry collection")
+    svc = TuningService(default_workspace=w.ws)
+    with pytest.raises(GateRefusal) as refused:
+        svc.advance_stage(w.sid, reason="skip")
+    assert refused.value.rule == "stage-analysis"
+    assert state(w).stage == "SWIMLANE_1"
