@@ -20,7 +20,6 @@ SWIMLANE_1 (R19 keyed on the code state):
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import anyio
 import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff
-from tests.conftest import OPERATORS, sim_command
+from tests.conftest import make_workspace, sim_command
 from tests.server.mcp_client import Session, connect
 from tests.sessions import leave_stage_by_checklist, to_frontend
 
@@ -39,13 +38,6 @@ VEC = SM + "set_vec_tile_shapes#1"
 NBUF = SM + "pass_options.vec_nbuffer_setting"
 STITCH = SM + "runtime_options.stitch_function_max_num"
 JIT = '"stitch_function_max_num": 128}'  # the end of the jit's runtime_options dict
-
-
-def _workspace(tmp_path: Path) -> Path:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
-    return ws
 
 
 async def _ledger(s: Session, sid: str) -> dict:
@@ -62,7 +54,7 @@ def _intents(ws: Path) -> list[str]:
 
 
 def test_option_keys_concurrent_patches_and_named_values_in_frontend(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path)
+    ws = make_workspace(tmp_path)
     op = ws / "softmax.py"
 
     async def scenario() -> None:
@@ -130,7 +122,7 @@ def test_option_keys_concurrent_patches_and_named_values_in_frontend(tmp_path: P
 
 
 def test_a_failed_change_is_never_admitted_again_whatever_closed_its_round_r19(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path)
+    ws = make_workspace(tmp_path)
     op = ws / "softmax.py"
 
     async def scenario() -> None:

@@ -492,7 +492,8 @@ def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict
                 knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
 
 
-#: patch kinds that carry a change of a round (a tuning change, its correction, an adopted edit, a candidate trial)
+#: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes
+#: to the workspace for the winner and is not a second change)
 CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
 
 

@@ -30,10 +30,8 @@ from pypto_tune.tools.snapshot import (
     StageTransition,
 )
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState, kept_samples_of
+from pypto_tune.tools.operations.base import CHANGE_PATCHES
 
-# Patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same
-# bytes to the workspace for the winner and is not a second change).
-CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
 # record_round writes "noise margin 2.31 %" into the decision's notes on the NPU (tools/operations/rounds.py).
 _MARGIN = re.compile(r"noise margin (\d+(?:\.\d+)?) %")
 
