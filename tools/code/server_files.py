@@ -11,8 +11,8 @@ How a file is known to be the server's — the sealed ledger is the manifest, no
 * fixed names the server keeps open (the ledger with its WAL/SHM/journal, the session lock file);
 * ``blobs/<sha256>``: a name recorded in a sealed ``tree_files`` row, with the recorded size (the bytes are verified
   against the name on every read);
-* ``artifacts/<session>/…``: archives and trace copies a sealed ``measurements`` row names; other sessions' folders
-  are accepted by their session id;
+* ``artifacts/<session>/…``: archives and trace copies of a known session, by the server's naming (``*.tar.gz``,
+  ``*.json.gz``; written before their measurement row, so a crash may leave one unrecorded);
 * ``reports/<session>/analysis-m<id>.<lang>.md``: analysis reports, by the server's naming (a second, read-only
   window writes them without recording them; nothing reads them back); ``reports/adhoc/`` holds analyses of
   folders without a session;
@@ -45,6 +45,8 @@ _SHA = re.compile(r"^[0-9a-f]{64}$")
 _TEMP = re.compile(r"^\..+\.[0-9]+\.[0-9a-f]{8}\.pypto-tune\.tmp$")  # nofollow.Tree.write, mid-write
 _WRITING = re.compile(r"^\.(.+\.tmp|report-\w+)$")  # archives and analysis reports mid-write (mkstemp names)
 _ANALYSIS = re.compile(r"^analysis-m[0-9]+\.(zh|en)\.md$")  # tools/operations/runs.py: reports/<session>/
+# tools/operations/runs.py: artifacts/<session>/<label>-<stamp>.tar.gz and traces/<label>-<stamp>/NN-<run>-….json.gz
+_ARTIFACT = re.compile(r"^[\w.-]+\.(tar\.gz|json\.gz)$")
 
 
 @dataclass
@@ -53,8 +55,6 @@ class Known:
 
     sessions: set[str] = field(default_factory=set)
     blobs: dict[str, int] = field(default_factory=dict)  # sha256 -> size
-    files: set[str] = field(default_factory=set)  # artifacts, trace copies, analysis reports of this session
-    checked_sessions: set[str] = field(default_factory=set)  # sessions whose artifacts/reports are listed in files
 
 
 def foreign(workspace: Path, known: Known, limit: int = 50) -> list[tuple[str, str]]:
@@ -131,22 +131,17 @@ def _folder(root: Path, top: str, known: Known, add) -> bool:  # noqa: ANN001 - 
             if add(f"{top}/{e.name}"):
                 return True
             continue
-        if e.name not in known.checked_sessions or (top == "reports" and e.name == "adhoc"):
-            continue
+        named = _ARTIFACT if top == "artifacts" else _ANALYSIS
         for dirpath, dirnames, filenames in os.walk(e.path):  # os.walk does not follow links to folders
-            base = Path(dirpath).relative_to(root.parent).as_posix()
+            base = Path(dirpath).relative_to(root).as_posix()
             for n in sorted(dirnames + filenames):
-                rel = f"{base}/{n}"
-                full = Path(dirpath) / n
-                if full.is_symlink():
-                    if add(rel[len(LEDGER_DIR) + 1:], "a symbolic link"):
+                if (Path(dirpath) / n).is_symlink():
+                    if add(f"{base}/{n}", "a symbolic link"):
                         return True
-                elif n in filenames and rel not in known.files and not _WRITING.match(n) and not (
-                        top == "reports" and _ANALYSIS.match(n)):
-                    if add(rel[len(LEDGER_DIR) + 1:]):
+                elif n in filenames and not (named.match(n) or _WRITING.match(n)):
+                    if add(f"{base}/{n}"):
                         return True
     return False
-
 
 def describe(found: list[tuple[str, str]], limit: int = 6) -> str:
     shown = [f"{p} ({why})" if why else p for p, why in found[:limit]]

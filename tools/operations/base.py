@@ -237,19 +237,12 @@ class OperationsBase:
 
     def _foreign(self, h: _Handle, st: SessionState) -> list[tuple[str, str]]:
         """Entries of ``.pypto-tune/`` the server did not write (``tools/code/server_files.py``), judged against the
-        sealed ledger: every session's recorded blobs, this session's artifacts."""
+        sealed ledger: its sessions and every session's recorded blobs."""
         sessions = tuple(sorted(str(r["id"]) for r in h.ledger.rows("sessions")))
         if h.server_index is None or h.server_index[0] != sessions:
             blobs = {str(r["sha256"]): int(r["size"]) for r in h.ledger.rows("tree_files") if r["link"] is None}
             h.server_index = (sessions, blobs)
-        known = server_files.Known(sessions=set(sessions), blobs=h.server_index[1], checked_sessions={st.id})
-        for m in st.rows["measurements"]:
-            for path in [m["archive"], *((m["analysis"] or {}).get("trace_copies") or [])]:
-                if path:
-                    try:
-                        known.files.add(Path(path).relative_to(h.workspace).as_posix())
-                    except ValueError:
-                        continue
+        known = server_files.Known(sessions=set(sessions), blobs=h.server_index[1])
         return server_files.foreign(h.workspace, known)
 
     def _disk_sources(self, h: _Handle, st: SessionState) -> dict[str, str]:
