@@ -186,6 +186,7 @@ def results(db: Path, t: Target, copy: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=sorted(MODULES), help="module key (repeatable)")
+    ap.add_argument("--functions", help="comma-separated: only these of the module's functions (a targeted run)")
     ap.add_argument("--list", action="store_true", help="list the mutants that would run and stop")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
     ap.add_argument("--json", type=Path, help="write the results here too")
@@ -199,6 +200,9 @@ def main() -> int:
         env = dict(os.environ, PYTHONPATH=str(shim), PYTHONDONTWRITEBYTECODE="1")
         for key in keys:
             t = MODULES[key]
+            if args.functions:
+                wanted = tuple(f for f in t.functions if f in args.functions.split(","))
+                t = Target(t.path, wanted, t.suite)
             cfg, db = config(copy, t, args.timeout), copy / f"cr-{key}.sqlite"
             subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", str(cfg), str(db)], cwd=copy, env=env,
                            check=True, stdout=subprocess.DEVNULL)
