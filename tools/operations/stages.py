@@ -43,8 +43,8 @@ class StageOps(OperationsBase):
             return f"session finished: {reason}"
         if st.stage is None:
             return ""
-        c = st.counters.get(st.stage)
-        why = rules.stage_exit_reason(st.stage, c.consecutive_no_gain if c else 0)
+        c = st.counters.get(st.stage)  # none yet: no round of this stage was decided, no streak
+        why = rules.stage_exit_reason(st.stage, c.consecutive_no_gain) if c else ""
         return self._leave_stage(h, st, why) if why else ""
 
     def _leave_stage(self, h: _Handle, st: SessionState, reason: str, *, converged: bool = True) -> str:
