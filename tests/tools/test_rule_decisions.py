@@ -20,7 +20,7 @@ from pypto_tune.tools.operations.base import _patch_row
 from pypto_tune.tools.patching import legality
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
-from pypto_tune.tools.session.state import derive_state, load_rows
+from pypto_tune.tools.session.state import derive_state, kept_samples_of, load_rows
 from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import SOFTMAX, VEC, Writer, analysis, with_tile_b, with_vec_tile
 
@@ -119,11 +119,13 @@ def test_an_invalid_measurement_of_the_kept_code_never_moves_the_kept_time(tmp_p
     """A tampered or broken re-measurement of the kept code (here: 1 µs, invalid) must not count: the kept time is
     the median of the kept code's VALID samples only (README, keep/revert)."""
     w = tuning(tmp_path / "ws", "SWIMLANE_1")  # two valid samples of the kept code: 20.0 and 20.0
-    w.measure("stage-baseline", -1, w.kept, [22.0, 24.0], "0", analysis(22.0, active_util=40.0, busy_us=[8.0]),
-              stage="SWIMLANE_1")
+    later = w.measure("stage-baseline", -1, w.kept, [22.0, 24.0], "0",
+                      analysis(22.0, active_util=40.0, busy_us=[8.0]), stage="SWIMLANE_1")
     valid = [BASE_US, BASE_US, 22.0, 24.0]
     st = state(w)
     assert st.kept_us == statistics.median(valid) == 21.0
+    # what a decision judged at measurement `later` compared with: the samples recorded before it, not its own
+    assert kept_samples_of(st.rows["measurements"], st.kept_hash, before_id=later) == [BASE_US, BASE_US]
     w.ledger.insert("measurements", session_id=w.sid, at=w.now(), round=-2, code_hash=st.kept_hash, valid=False,
                     invalid_reasons=["the run's private copy changed"], operator_time_us=None, e2e_us=None,
                     samples=[1.0, 1.0, 1.0, 1.0, 1.0], analysis={}, archive="", run_ids=[], stage="SWIMLANE_1",
