@@ -46,8 +46,9 @@ class Target:
 
 
 # cheapest first: with -x a killed mutant stops at the first failing test
-ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_redteam_findings.py",
-                   "tests/admission/test_admission_properties.py")
+# (tests/admission/test_redteam_findings.py runs stand-in operators in child processes whose interpreter fingerprint
+# takes in the shim's folders: it fails in the copy without any mutation, so it is not part of the kill suite)
+ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_properties.py")
 RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
                "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py")
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py",)  # the only fast tests that drive the operations
