@@ -112,9 +112,10 @@ def build_npu_session(ws: Path) -> Writer:
     return w
 
 
-@pytest.fixture
-def npu(tmp_path: Path) -> tuple[SessionSnapshot, Writer]:
-    w = build_npu_session(tmp_path / "ws")
+@pytest.fixture(scope="module")
+def npu(tmp_path_factory: pytest.TempPathFactory) -> tuple[SessionSnapshot, Writer]:
+    """One session for the module: the tests only read it (writing it takes seconds of libcst hashing)."""
+    w = build_npu_session(tmp_path_factory.mktemp("npu") / "ws")
     snap = build_snapshot(derive_state(load_rows(w.ledger, w.sid)))
     return snap, w
 
