@@ -130,9 +130,9 @@ def time_chart(snap: SessionSnapshot, s: dict[str, str]) -> Chart:
         parts.insert(2, f'<polyline class="best-line" points="{" ".join(best_line)}" fill="none" stroke="{KEPT}" '
                         f'stroke-width="2"/>')
     kinds = {k for _, _, k in pts}
-    legend = [LegendItem(_swatch(_marker("baseline", 11, 7, 5)), s["lg_baseline"])]
-    legend += [LegendItem(_swatch(_marker(k, 11, 7, 5)), s["lg_" + k]) for k in ("kept", "reverted", "failed", "open")
-               if k in kinds]
+    legend = [LegendItem(_swatch(_marker("baseline", 11, 7, 5, mark=False)), s["lg_baseline"])]
+    legend += [LegendItem(_swatch(_marker(k, 11, 7, 5, mark=False)), s["lg_" + k])
+               for k in ("kept", "reverted", "failed", "open") if k in kinds]
     legend.append(LegendItem(_swatch(f'<line x1="1" y1="7" x2="21" y2="7" stroke="{KEPT}" stroke-width="2"/>'),
                              s["lg_best"]))
     if snap.target_us:
@@ -143,7 +143,12 @@ def time_chart(snap: SessionSnapshot, s: dict[str, str]) -> Chart:
     return Chart("time", _frame("time", s["chart_time"], desc, h, "".join(parts)), legend, s["time_caption"])
 
 
-def _marker(kind: str, x: float, y: float, r: float = 7.0) -> str:
+def _marker(kind: str, x: float, y: float, r: float = 7.0, mark: bool = True) -> str:
+    """The mark of a round of ``kind``; ``mark=False`` for the legend's copy (not a data point)."""
+    return _marker_shape(kind, x, y, r).replace('class="marker ', 'class="marker ' if mark else 'class="legend-')
+
+
+def _marker_shape(kind: str, x: float, y: float, r: float) -> str:
     if kind == "baseline":
         return f'<circle class="marker baseline" cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="#fff" stroke="{KEPT}" ' \
                f'stroke-width="2.5"/>'
