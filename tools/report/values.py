@@ -2,7 +2,8 @@
 
 A knob value reaches the report in its JSON form: literals, ``{"$expr": code}`` for code (``RUN_MODE``,
 ``TILE_B * 2``), dict keys that JSON turned into strings (``{"-2": 1}`` for ``{-2: 1}``). The report shows the
-source text (``RUN_MODE``, ``{-2: 1}``), one formatter for every table, so the same value reads the same everywhere.
+source text (``RUN_MODE``, ``{-2: 1}``), one formatter for every table, so the same value reads the same everywhere
+(dict keys in one order: integer keys by value, then the others).
 """
 
 from __future__ import annotations
@@ -24,10 +25,18 @@ def source_text(value: Any, default: str = "None") -> str:
     if isinstance(value, dict):
         if set(value) == {EXPR_KEY}:
             return str(value[EXPR_KEY])
-        return "{" + ", ".join(f"{_key(k)}: {source_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)}: {source_text(v)}" for k, v in sorted(value.items(), key=_order)) + "}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(source_text(v) for v in value) + "]"
     return repr(value)
+
+
+def _order(item: tuple[Any, Any]) -> tuple[int, float, str]:
+    """One key order in every table, however the value was typed: integer keys by value, then the others."""
+    k = item[0]
+    if isinstance(k, int) or (isinstance(k, str) and _INT.match(k)):
+        return 0, float(k), ""
+    return 1, 0.0, str(k)
 
 
 def _key(k: Any) -> str:
