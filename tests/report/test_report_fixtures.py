@@ -169,3 +169,16 @@ def test_the_status_board_lists_every_round_in_both_languages(name: str) -> None
         assert f"{snap.best_us:.3f}" in board and f"{snap.baseline_us:.3f}" in board
         assert f"{s['failures']}: {sum(r.decision == 'failed' for r in snap.rounds)}" in board
         assert f"### {s['stages']}" not in board
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_footnote_of_the_markdown_report_lands_on_its_definition(name: str, lang: str, tmp_path: Path) -> None:
+    """Metric names carry footnotes to the Definitions section; each one resolves, and the terms the tables use
+    (operator time, E2E, CV, load balance, SIM) are defined."""
+    text = render_report(load(name), "md", lang, tmp_path).read_text()
+    body, defs = text.split(f"\n## {strings(lang)['glossary']}\n")
+    refs = set(re.findall(r"\[\^([\w-]+)\](?!:)", body))
+    defined = set(re.findall(r"^\[\^([\w-]+)\]: \*\*", defs, flags=re.MULTILINE))
+    assert refs and refs <= defined, refs - defined
+    assert {"op-time", "e2e", "cv", "lb", "util", "bubble", "stars", "tasks", "delta"} <= refs

@@ -29,7 +29,7 @@ def round_table(snap: SessionSnapshot, lang: str) -> list[str]:
     """The round log as Markdown lines (the board's and the report's): the SIM caveat above it when it applies."""
     s = strings(lang)
     lines = [f"> ⚠️ {s['sim_short']}", ""] if snap.run_mode == "sim" else []
-    return lines + rounds_table(snap, s).markdown().splitlines()
+    return lines + rounds_table(snap, s).markdown(refs=False).splitlines()
 
 
 def _measure_lines(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:

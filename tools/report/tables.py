@@ -29,8 +29,8 @@ class Label:
     text: str
     ref: str | None = None
 
-    def markdown(self) -> str:
-        return f"{self.text}[^{self.ref}]" if self.ref else self.text
+    def markdown(self, refs: bool = True) -> str:
+        return f"{self.text}[^{self.ref}]" if self.ref and refs else self.text
 
     def __str__(self) -> str:
         return self.text
@@ -46,10 +46,10 @@ class Cell:
     code: bool = False
     ref: str | None = None  # glossary reference of a metric name
 
-    def markdown(self) -> str:
+    def markdown(self, refs: bool = True) -> str:
         text = self.text.replace("|", "\\|").replace("\n", " ")
         text = f"`{text}`" if self.code and text not in ("", "—") else text
-        return f"{text}[^{self.ref}]" if self.ref else text
+        return f"{text}[^{self.ref}]" if self.ref and refs else text
 
 
 def _cell(x: Any) -> Cell:
@@ -71,10 +71,11 @@ class Table:
         self.rows = [[_cell(c) for c in row] for row in self.rows]
         self.classes = self.classes or [""] * len(self.rows)
 
-    def markdown(self) -> str:
-        lines = ["| " + " | ".join(h.markdown().replace("|", "\\|") for h in self.head) + " |",
+    def markdown(self, refs: bool = True) -> str:
+        """``refs=False``: no footnote references (the status board has no Definitions section to point at)."""
+        lines = ["| " + " | ".join(h.markdown(refs).replace("|", "\\|") for h in self.head) + " |",
                  "|" + "".join("---:|" if i in self.num else "---|" for i in range(len(self.head)))]
-        lines += ["| " + " | ".join(c.markdown() for c in row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join(c.markdown(refs) for c in row) + " |" for row in self.rows]
         return "\n".join(lines)
 
 
