@@ -175,7 +175,7 @@ def cores_chart(before: Measurement | None, after: Measurement | None, s: dict[s
         return None
     b = {c.name: c for c in before.cores}
     a = {c.name: c for c in after.cores}
-    label_h = 7.5 * max(len(n) for n in names) + 8  # rotated core names under the axis
+    label_h = 6.6 * max(len(n) for n in names) + 8  # rotated core names under the axis
     h, x0, x1, y0 = 290 + label_h, 70.0, W - 16.0, 12.0
     y1 = y0 + 230
     y_of = lambda v: y1 - (y1 - y0) * v / 100  # noqa: E731
