@@ -177,7 +177,7 @@ async def _session(workspace: Path, lang: str, operator: str) -> int:
         print(status["board"], flush=True)
         rep = await a.call("render_report", session_id=sid, format="both", lang=lang)
         other = "zh" if lang == "en" else "en"
-        rep2 = await a.call("render_report", session_id=sid, format="md", lang=other)
+        rep2 = await a.call("render_report", session_id=sid, format="both", lang=other)
         tables = await _ledger_tables(client, sid)
         decisions = tables["round_decisions"]
         a.kernel_s = sum(float(r["duration_s"]) for r in tables["runs"])
