@@ -35,8 +35,8 @@ log = logging.getLogger("pypto_tune.server")
 
 Progress = ProgressReporter | Callable[..., Awaitable[None]]
 
-Wait = Annotated[bool, Field(description="true: block until done (progress every ≤ 2 s). false: return a job handle "
-                              "at once and poll wait_job — use it when the client times tool calls out (~60 s)")]
+Wait = Annotated[bool, Field(description="false: return a job handle at once and poll wait_job (for clients that time "
+                              "calls out near 60 s)")]
 
 
 def error_text(exc: BaseException) -> str:
@@ -108,18 +108,32 @@ def lean_schema(node: Any) -> Any:
     return node
 
 
-def output_schema(schema: Any) -> Any:
-    """The result schema clients validate against: types and required fields, without the field descriptions.
+def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The arguments' schema: lean, and an optional argument's ``default: null`` dropped (leaving it out says the
+    same)."""
+    lean_schema(schema)
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict) and "default" in prop and prop["default"] is None:
+            prop.pop("default")
+    return schema
 
-    The descriptions are for reading a result, which the short text beside it does; in ``tools/list`` they were a
-    third of the listing (47.8 KB with them, 16 tools; input parameters keep theirs — those tell the agent what to
-    pass)."""
+
+def output_schema(schema: Any) -> Any:
+    """The result schema clients validate against: types and required fields, without what only repeats them.
+
+    Dropped: field descriptions (for reading a result, which the short text beside it does; in ``tools/list`` they
+    were a third of the listing: 47.8 KB with them, 16 tools — input parameters keep theirs, they tell the agent what
+    to pass), ``default`` values (a validator ignores them; every result carries every field) and
+    ``additionalProperties: true`` (JSON Schema's default)."""
     lean_schema(schema)
 
     def strip(node: Any, top: bool) -> None:
         if isinstance(node, dict):
             if not top and isinstance(node.get("description"), str):
                 node.pop("description")
+            node.pop("default", None)
+            if node.get("additionalProperties") is True:
+                node.pop("additionalProperties")
             for key, value in node.items():
                 if key in ("properties", "$defs") and isinstance(value, dict):
                     for sub in value.values():
@@ -189,12 +203,17 @@ class ToolRegistry:
                     if not wait:
                         return reply(self.jobs.start(name, run).view())
                     reporter = ProgressReporter(name, progress_sender(ctx))
+                    failure: Exception | None = None
                     async with anyio.create_task_group() as tg:
                         tg.start_soon(reporter.heartbeat)
                         try:
                             result = await run(reporter)
+                        except Exception as exc:  # noqa: BLE001 - re-raised below as itself, not in an ExceptionGroup
+                            failure = exc
                         finally:
                             tg.cancel_scope.cancel()
+                    if failure is not None:
+                        raise failure
                     # the multi-round-trip question of a 2026-07-28 connection (server/ask.py) goes out as it is
                     return result if isinstance(result, InputRequiredResult) else reply(result)
                 except MCPError:
@@ -218,7 +237,7 @@ class ToolRegistry:
         call.__name__ = call.__qualname__ = fn.__name__
         call.__doc__ = inspect.cleandoc(fn.__doc__ or "")
         tool = Tool.from_function(call, name=fn.__name__, title=title, annotations=annotations)
-        tool.parameters = lean_schema(tool.parameters)
+        tool.parameters = input_schema(tool.parameters)
         # read once by Tool.output_schema (a cached property), so set before anyone lists the tools
         tool.fn_metadata.output_schema = output_schema(tool.fn_metadata.output_schema)
         self.tools.append(tool)

@@ -49,7 +49,7 @@ def _check_lang(value: Any) -> Any:
 
 SessionId = Annotated[str, Field(description="id returned by start_session")]
 Lang = Annotated[Literal["zh", "en"], BeforeValidator(_check_lang),
-                 Field(description="language of figures' labels and messages: zh (default) or en")]
+                 Field(description="language of labels and messages")]
 
 
 class ServiceHolder:

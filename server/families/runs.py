@@ -16,8 +16,8 @@ from pypto_tune.tools.operations.result_views import summarize_analysis
 from pypto_tune.tools.operations.results import AnalysisSummary, CollectResult, DebugResult, PrecisionResult
 
 Detail = Annotated[Literal["summary", "full"], Field(
-    description="summary (default, ≤ 8 KB: top items and counts of what was left out) or full (the whole analysis "
-    "in the 'full' field; tens of KB)")]
+    description="summary: ≤ 8 KB, top items and counts of what was left out; full: the whole analysis too (tens of "
+    "KB)")]
 
 
 def analysis_uri(session_id: str, measurement_id: int) -> str:

@@ -95,7 +95,7 @@ def register(w: Wiring) -> None:
     @w.reg.tool(title="Write the final report", annotations=EDITS_IDEMPOTENT, result=ReportResult)
     async def render_report(
         session_id: SessionId,
-        format: Annotated[Literal["md", "html", "both"], Field(description="md, html (with charts) or both")] = "md",
+        format: Annotated[Literal["md", "html", "both"], Field(description="html has the charts")] = "md",
         lang: Lang = DEFAULT_LANG,
     ) -> ReportResult:
         """Write the final tuning report next to the operator (restores debug options first, R22)."""
