@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
+from pypto_tune.tools.running.verdict import is_noise_line
 
 log = logging.getLogger("pypto_tune.server")
 
@@ -50,8 +51,9 @@ class ProgressState:
     def update(self, *, line: str | None = None, phase: str | None = None, step: int | None = None,
                steps: int | None = None, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
-        if line:
-            self.line = line.strip().splitlines()[-1] if line.strip() else self.line
+        last = line.strip().splitlines()[-1] if line and line.strip() else ""
+        if last and not is_noise_line(last):  # pypto's helpers without matplotlib: expected, and not news (A.2b)
+            self.line = last
         if phase:
             self.phase = phase
         if step is None:
