@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from mcp.server.elicitation import render_elicitation_schema
 from mcp.server.mcpserver import Context
 from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp_types.version import is_version_at_least
 from pydantic import BaseModel, Field
 from pypto_tune.tools.errors import GateRefusal
 
@@ -50,7 +51,7 @@ def question(refusal: GateRefusal) -> str:
 
 def multi_round(ctx: Context | None) -> bool:
     version = _protocol_version(ctx)
-    return version is not None and version >= MULTI_ROUND_VERSION  # ISO dates compare as strings
+    return version is not None and is_version_at_least(version, MULTI_ROUND_VERSION)
 
 
 def can_elicit(ctx: Context | None) -> bool:

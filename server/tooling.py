@@ -194,7 +194,9 @@ class ToolRegistry:
                 wait = kwargs.pop("wait", True)
                 ctx = kwargs.pop("ctx", None)
                 if wants_ctx:
-                    kwargs["ctx"] = ctx
+                    # a job outlives its call: nobody is there to answer a question, so it gets no context to ask
+                    # through (a refusal that needs a person says so in the job's error)
+                    kwargs["ctx"] = ctx if wait else None
 
                 async def run(progress: Progress) -> Any:
                     return await fn(progress=progress, **kwargs)
