@@ -57,7 +57,10 @@ class Inspector:
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         # Inspector options first, then `--` and the target: our server's own flags (--log-level, --workspace)
         # must not be read as the Inspector's.
-        return subprocess.run([str(self.exe), "--cli", "--format", "json", "-q", *args, "--", *self.target],
+        # --connect-timeout: three servers start at once, and on a loaded 2-core machine a Python start alone can
+        # take 7 s; the Inspector's default (15 s) then reports a working server unreachable
+        return subprocess.run([str(self.exe), "--cli", "--format", "json", "-q", "--connect-timeout", "90000", *args,
+                               "--", *self.target],
                               capture_output=True, text=True, timeout=180, check=False)
 
     def ok(self, *args: str) -> dict[str, Any]:
