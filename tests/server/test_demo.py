@@ -19,6 +19,12 @@ def test_the_demo_session_searches_reaches_its_goal_and_reports_the_batches(tmp_
     cli = Path(sys.executable).with_name("pypto-tune")
     proc = subprocess.run([str(cli), "demo", "--workspace", str(ws)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # a passing first run prints nothing that looks like a failure: pypto's helpers fail to import matplotlib on
+    # every SIM run (kept out on purpose, A.2b), and that traceback is not progress
+    progress = [line for line in proc.stdout.splitlines() if "    … " in line]
+    assert progress and all(line.split("… ", 1)[1].split(":", 1)[0] for line in progress)
+    for noise in ("ModuleNotFoundError", "Traceback", "matplotlib"):
+        assert noise not in proc.stdout + proc.stderr, [ln for ln in proc.stdout.splitlines() if noise in ln][:3]
 
     con = sqlite3.connect(ws / ".pypto-tune" / "ledger.sqlite3")
     trials = con.execute("SELECT batch, round, outcome FROM trials").fetchall()
