@@ -341,3 +341,25 @@ def test_a_knob_value_has_one_spelling_for_r19_however_it_arrived() -> None:
         assert _value_key(a) != _value_key(b), (a, b)
     # a value that names something keeps its canonical text (and never recurses)
     assert _value_key({"$expr": "X.value  *  512"}) == _value_key({"$expr": "X.value * 512"})
+
+
+def test_an_invalid_baseline_collection_is_no_failed_change(tmp_path: Path) -> None:
+    """R19 keys on the code of changes that failed in a ROUND: an invalid collection of the baseline (round 0, a
+    fake-task run the agent then fixed by collecting again) does not make the original code a failed change."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    original = dict(w.kept)
+    w.ledger.insert("measurements", session_id=w.sid, at=w.now(), round=0, code_hash=state(w).kept_hash,
+                    valid=False, invalid_reasons=["fake tasks (B.9.3)"], operator_time_us=None, e2e_us=None,
+                    samples=[], analysis={}, archive="", run_ids=[], stage=None, per_kernel={})
+    two = {"softmax.py": original["softmax.py"].replace("\nTILE_B = 4\n", "\nTILE_B = 2\n")}
+    w.open_round(1, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=2), two, before_us=BASE_US)
+    w.precision(w.run("precision", 1, "0", two), "passed", 1, "0", two)
+    w.decide(1, "kept", "gain", 18.0, -10.0, "", two)
+    w.open_round(2, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=2, after=4), original, before_us=18.0)
+    w.decide(2, "reverted", "abandoned", None, None, "rolled back unrun", original)
+    (w.ws / "softmax.py").write_text(two["softmax.py"])
+    assert svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=4, catalog_id="F-3",
+                                  rationale="back to the original").round == 3
