@@ -363,3 +363,25 @@ def test_an_invalid_baseline_collection_is_no_failed_change(tmp_path: Path) -> N
     (w.ws / "softmax.py").write_text(two["softmax.py"])
     assert svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=4, catalog_id="F-3",
                                   rationale="back to the original").round == 3
+
+
+def test_going_back_to_code_that_was_measured_and_kept_is_no_retry(tmp_path: Path) -> None:
+    """Only failures count as failed code: a round whose code was measured (validly) and kept, then improved upon, may
+    be returned to by a later change (it is judged again against the new kept state)."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    x = {"softmax.py": w.kept["softmax.py"].replace("\nTILE_B = 4\n", "\nTILE_B = 2\n")}
+    w.open_round(1, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=2), x, before_us=BASE_US)
+    w.precision(w.run("precision", 1, "0", x), "passed", 1, "0", x)
+    w.measure("measure", 1, x, [18.0], "0", analysis(18.0, active_util=45.0, busy_us=[8.0]), stage="FRONTEND")
+    w.decide(1, "kept", "gain", 18.0, -10.0, "", x)
+    y = with_vec_tile(x, "1, 8, 256")
+    w.open_round(2, "FRONTEND", "F-10", KnobChange(knob_id=VEC, file="softmax.py", line=33, before=[1, 4, 256],
+                                                   after=[1, 8, 256]), y, before_us=18.0)
+    w.precision(w.run("precision", 2, "0", y), "passed", 2, "0", y)
+    w.measure("measure", 2, y, [16.0], "0", analysis(16.0, active_util=50.0, busy_us=[8.0]), stage="FRONTEND")
+    w.decide(2, "kept", "gain", 16.0, -11.1, "", y)
+    (w.ws / "softmax.py").write_text(y["softmax.py"])
+    back = svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 4, 256], catalog_id="F-10", rationale="back")
+    assert back.round == 3
