@@ -3,8 +3,8 @@
 Why the whole tree and not only ``operator_files``: the test command runs a harness, imports local modules and reads
 data files. A verdict bound to the operator files alone can be had by rewriting the harness (issue #10, attack 5a).
 So a session records, at its start, every regular file under the workspace (except the folders below, which hold
-what runs and tools *produce*, never what they execute), keeps a copy of each in a content-addressed blob store, and
-from then on:
+what runs and tools *produce*, never what they execute, and the server's own reports, ``tools/report/names.py``),
+keeps a copy of each in a content-addressed blob store, and from then on:
 
 * drift = the tree on disk differs from the recorded one in any file, added or removed files included;
 * every run executes on a fresh copy **materialised from the ledger's bytes** (operator sources from the ledger, the
@@ -26,6 +26,8 @@ from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError, TreeError
 from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.patching.nofollow import LinkRefused, open_tree
+from pypto_tune.tools.report.names import is_report_file
 
 # Folders that hold what runs and tools produce (run output, caches, VCS metadata, virtual environments), never code
 # a run executes from the workspace. Matched by name at any depth.
@@ -104,6 +106,8 @@ def scan_tree(workspace: Path, *, max_bytes: int = MAX_TREE_BYTES, max_files: in
                 continue
             if not e.is_file(follow_symlinks=False) or e.name.endswith(EXCLUDED_SUFFIXES):
                 continue
+            if is_report_file(str(rel)):
+                continue  # the server's own report (render_report writes it here): output, never recorded state
             try:
                 data = Path(e.path).read_bytes()
                 mode = e.stat(follow_symlinks=False).st_mode
@@ -164,6 +168,8 @@ class TreeDiff:
 def diff_trees(expected: dict[str, FileEntry], actual: dict[str, FileEntry]) -> TreeDiff:
     d = TreeDiff()
     for path in sorted(set(expected) | set(actual)):
+        if is_report_file(path):
+            continue  # a tree recorded before reports were left out may still list one: rewriting it is no drift
         a, b = expected.get(path), actual.get(path)
         if a is None:
             d.added.append(path)
@@ -178,27 +184,32 @@ class BlobStore:
     """Content-addressed copies of the recorded files: ``.pypto-tune/blobs/<sha256>``.
 
     A blob's name is its hash, and every read checks it, so a blob altered on disk is detected instead of executed.
+    Reads and writes never follow a symbolic link (``tools/patching/nofollow.py``): a ``blobs/`` folder swapped for
+    a link can neither redirect a write nor feed a read.
     """
 
     def __init__(self, workspace: Path) -> None:
-        self.root = Path(workspace) / LEDGER_DIR / "blobs"
+        self.workspace = Path(workspace)
+        self.root = self.workspace / LEDGER_DIR / "blobs"
+
+    def _rel(self, digest: str) -> str:
+        return f"{LEDGER_DIR}/blobs/{digest}"
 
     def put(self, data: bytes) -> str:
         digest = sha256_bytes(data)
-        target = self.root / digest
-        if not target.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
+        with open_tree(self.workspace, allow_server_dir=True) as tree:
+            if tree.lstat(self._rel(digest)) is None:
+                tree.write(self._rel(digest), data, mode=0o644)
         return digest
 
     def get(self, digest: str) -> bytes:
         try:
-            data = (self.root / digest).read_bytes()
+            with open_tree(self.workspace, allow_server_dir=True) as tree:
+                data = tree.read(self._rel(digest))
+        except LinkRefused as exc:
+            raise TreeError(f"the recorded copy {digest[:12]} cannot be read: {exc.message}",
+                            hint="blobs are the bytes runs execute; restore .pypto-tune/blobs or start a new "
+                            "session") from None
         except OSError:
             raise TreeError(f"the recorded copy of a workspace file ({digest[:12]}) is missing from {self.root}",
                             hint="the session's recorded files were deleted; restore .pypto-tune/blobs or start a "
@@ -212,13 +223,17 @@ class BlobStore:
 def record_tree(workspace: Path, entries: dict[str, FileEntry]) -> None:
     """Copy every recorded file into the blob store (links need no blob: the target string is the content)."""
     store = BlobStore(workspace)
-    for e in entries.values():
-        if e.link is None:
-            data = (Path(workspace) / e.path).read_bytes()
-            if sha256_bytes(data) != e.sha256:
-                raise TreeError(f"{e.path} changed while the session was being recorded",
-                                hint="leave the workspace alone for a moment and start the session again")
-            store.put(data)
+    with open_tree(workspace) as tree:
+        for e in entries.values():
+            if e.link is None:
+                try:
+                    data = tree.read(e.path)
+                except (OSError, LinkRefused):
+                    data = b""
+                if sha256_bytes(data) != e.sha256:
+                    raise TreeError(f"{e.path} changed while the session was being recorded",
+                                    hint="leave the workspace alone for a moment and start the session again")
+                store.put(data)
 
 
 @dataclass(frozen=True)
@@ -269,17 +284,18 @@ def _safe_target(dest: Path, rel: str) -> Path:
 
 
 def materialize(dest: Path, files: dict[str, ExecFile]) -> None:
-    """Write ``files`` under ``dest`` (which must not exist yet): the run's private copy of the recorded state."""
+    """Write ``files`` under ``dest`` (which must not exist yet): the run's private copy of the recorded state.
+
+    Every file is written through directory descriptors opened without following links, so a folder of the copy
+    swapped for a link while it is being written cannot send recorded bytes anywhere else."""
     dest.mkdir(parents=True, exist_ok=False)
-    for rel, f in sorted(files.items()):
-        target = _safe_target(dest, rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if f.link is not None:
-            os.symlink(f.link, target)
-            continue
-        target.write_bytes(f.data)
-        if f.executable:
-            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    with open_tree(dest) as tree:
+        for rel, f in sorted(files.items()):
+            _safe_target(dest, rel)
+            if f.link is not None:
+                tree.symlink(rel, f.link)
+                continue
+            tree.write(rel, f.data, executable=True if f.executable else None, durable=False)
 
 
 def changed_in_copy(dest: Path, files: dict[str, ExecFile]) -> list[str]:

@@ -37,7 +37,7 @@ from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, _Handle, code_hash,
+    exclusive, OperationsBase, Progress, _Handle, code_hash,
 )
 
 
@@ -210,9 +210,9 @@ class RunOps(OperationsBase):
         i = 0
         retries = max(len(st.session["device_ids"]) - 1, 0)
         while i < count:
-            async def rep_progress(elapsed: float, line: str, i: int = i) -> None:
+            async def rep_progress(elapsed: float, line: str, i: int = i, **_: object) -> None:
                 if progress:
-                    await progress(elapsed, f"{label} {i + 1}/{count}: {line}")
+                    await progress(elapsed, line, phase=f"{label} {i + 1}/{count}", step=i, steps=count)
             out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device, sources=sources,
                                   progress=rep_progress, batch=batch, pooled=pooled)
             result, run_id, dirs = out
@@ -288,6 +288,7 @@ class RunOps(OperationsBase):
             archive=archive, run_ids=m.run_ids, stage=st.stage, per_kernel=m.per_kernel,
         )
 
+    @exclusive
     async def collect_swimlane(self, session_id: str, *, progress: Progress = None) -> CollectResult:
         """Run the test with runtime_debug_mode 1, parse the new output folders and record a measurement.
 
@@ -329,7 +330,8 @@ class RunOps(OperationsBase):
                                                purpose=purpose, round_no=round_no, count=reps, label="repeat",
                                                progress=progress)
                     m.absorb(more)
-                    kept_pool += ref.samples
+                    if ref.valid:  # an invalid reference never joins the kept time (state.kept_samples_of)
+                        kept_pool += ref.samples
                     notes.append(f"not decisive at ±{rules.NPU_Z} se: measured the kept state and the candidate "
                                  f"{reps} more times each ({len(m.samples)} samples)")
                     if not (ref.valid and more.valid):
@@ -374,6 +376,7 @@ class RunOps(OperationsBase):
         finally:
             h.busy = None
 
+    @exclusive
     def analyze_bubbles(self, session_id: str | None = None, *, output_dir: str | None = None,
                         lang: str = "zh", outer_loops: int | None = None) -> AnalyzeResult:
         """Analyse the latest valid measurement of the session (or any output folder, without a session)."""

@@ -35,7 +35,7 @@ from pypto_tune.tools.code.workspace import relative_operator_files, resolve_wor
 
 from pypto_tune.tools.running import recorded_env
 from pypto_tune.tools.operations.base import (
-    INTERPRETER_CHECK, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
+    exclusive, INTERPRETER_CHECK, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 from pypto_tune.tools.operations.run_world import RunWorldOps
 
@@ -241,6 +241,7 @@ class SetupOps(RunWorldOps):
         """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
         return {k: v for k, v in self._patterns(st).items() if v}
 
+    @exclusive
     def confirm(self, session_id: str, *, source: str, answer: bool = True) -> str:
         """Record a person's answer to the pending question (R5 retry). ``source`` is how it was given: "elicitation"
         (the MCP client asked its user) or "cli" (``pypto-tune confirm`` typed at a terminal). Never called with the
@@ -262,6 +263,7 @@ class SetupOps(RunWorldOps):
                         source=source, question_id=int(q["id"]))
         return f"retry confirmed by a person ({source}); run_precision_check may run the baseline again"
 
+    @exclusive
     async def run_precision_check(self, session_id: str, *, confirm_retry: bool = False, adopt_drift: bool = False,
                                   progress: Progress = None) -> PrecisionResult:
         """Run the fixed test command on the current code and record the verdict bound to its hash (R4/R6)."""
@@ -276,6 +278,8 @@ class SetupOps(RunWorldOps):
 
             env_checks: list[EnvCheck] = []
             if st.level1 == "S1_SETUP" and st.env_ok is not True:
+                if progress:
+                    await progress(0.0, "", phase="environment checklist (first call of the session)")
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
                     env=self._child_env(st, st.device), python=self.python,
@@ -297,14 +301,21 @@ class SetupOps(RunWorldOps):
 
             if st.level1 == "S1_SETUP" and st.env_ok and not any(
                     r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
+                if progress:
+                    await progress(0.0, "", phase="recording the interpreter's files (first call of the session)")
                 await self._scan_interpreter(h, st)
                 st = self._state(h, session_id)
 
             round_no = st.open_round.number if st.open_round else None
             device = st.device
             sources = st.expected_sources
+            async def run_progress(elapsed: float, line: str, **_: object) -> None:
+                if progress:
+                    await progress(elapsed, line, phase="precision run" + (f" of round {round_no}" if round_no
+                                                                           else " (baseline)"), step=0, steps=1)
+
             out = await self._run(h, st, purpose="precision", round_no=round_no, device_id=device,
-                                  sources=sources, progress=progress)
+                                  sources=sources, progress=run_progress)
             result, run_id, dirs = out
             verdict = judge_precision(result, st.run_mode, **self._verdict_options(st))
             v, key, reason = verdict.verdict, verdict.key_output, verdict.reason
@@ -383,7 +394,7 @@ class SetupOps(RunWorldOps):
                 "helpers and data are fixed for the whole session", allowed=["revert_patch", "get_status"],
                 hint="revert_patch restores them (added files go to .pypto-tune/quarantine/); to change the test, "
                 "finish this session and start a new one"))
-        disk = self._disk_sources(h, st)
+        disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
         stage = rules.STAGES_BY_NAME[st.stage]
         adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
@@ -407,6 +418,7 @@ class SetupOps(RunWorldOps):
                                               catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
                                               changes=changes))
 
+    @exclusive
     def enable_runtime_debug(self, session_id: str, enabled: bool = True) -> DebugResult:
         """Add (or remove) ``debug_options={"runtime_debug_mode": 1}`` on every jit (R7/R22)."""
         h = self._find(session_id)

@@ -202,9 +202,11 @@ def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = 
 
 
 def private_folders(copy: Path) -> Path:
-    """Where a run's own folders live beside its copy: ``output/`` (mounted at ``WORKSPACE/output`` in the sandbox),
-    ``tmp/``, ``home/`` and ``capture/``."""
-    return copy.with_name(copy.name + ".run")
+    """Where a run's own folders live beside its copy ``<tag>-<hex>``: ``<tag>.run-<hex>/`` holding ``output/``
+    (mounted at ``WORKSPACE/output`` in the sandbox), ``tmp/``, ``home/`` and ``capture/`` (a name of the shape the
+    server's folder check, ``tools/code/server_files.py``, knows as a run's)."""
+    tag, _, hexpart = copy.name.rpartition("-")
+    return copy.with_name(f"{tag}.run-{hexpart}")
 
 
 _closures: dict[tuple, sandbox.Closure] = {}
