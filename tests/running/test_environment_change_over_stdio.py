@@ -4,11 +4,8 @@ is recorded and its roots are fingerprinted anew."""
 
 from __future__ import annotations
 
-import os
-import pty
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -17,29 +14,9 @@ from mcp.client.stdio import get_default_environment
 
 from tests.conftest import make_workspace, sim_command
 from tests.server.mcp_client import connect
+from tests.sessions import run_in_pty
 
 pytestmark = pytest.mark.sim
-
-
-def _confirm_in_pty(ws: Path, typed: str) -> str:
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.execv(sys.executable, [sys.executable, "-m", "pypto_tune.server.cli", "confirm", "--workspace", str(ws)])
-    out, sent = b"", False
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-        if not sent and b"Type ACCEPT" in out:
-            os.write(fd, typed.encode())
-            sent = True
-    os.waitpid(pid, 0)
-    return out.decode(errors="replace")
 
 
 def test_a_changed_environment_needs_a_person(tmp_path: Path) -> None:
@@ -58,7 +35,8 @@ def test_a_changed_environment_needs_a_person(tmp_path: Path) -> None:
             msg = await s.refused("start_session", **start)
             assert "GATE environment:" in msg and f"PYTHONPATH is now '{extra}'" in msg, msg
             assert f"interpreter/toolchain roots added: {extra}" in msg
-        answer = _confirm_in_pty(ws, "ACCEPT\n")
+        answer = run_in_pty([sys.executable, "-m", "pypto_tune.server.cli", "confirm", "--workspace", str(ws)],
+                            "ACCEPT\n", prompt=b"Type ACCEPT")
         assert f"PYTHONPATH is now '{extra}'" in answer and "accepted by a person" in answer, answer
         async with connect(ws, env=other) as s:
             again = await s.ok("start_session", **start)

@@ -212,7 +212,9 @@ pypto.set_vec_tile_shapes = lambda *shape, **kw: _orig(1, 32, 256, **kw)
 def test_d_a_config_file_above_the_copy_does_not_reach_the_run(tmp_path: Path) -> None:
     """The test runs under pytest. The old run copy lived in ``WORKSPACE/.pypto-tune/exec/``: a ``pytest.ini`` and a
     ``conftest.py`` dropped into ``.pypto-tune/`` (never drift: the server's own folder) made that folder pytest's
-    rootdir, and its conftest forced a tile. In the sandbox nothing exists above the workspace's own path."""
+    rootdir, and its conftest forced a tile. In the sandbox nothing exists above the workspace's own path. (Files
+    the server did not write in its folder are drift at every gate — tools/code/server_files.py — so the agent drops
+    them while the measurement runs and takes them away before recording the round.)"""
     ws = _ws(tmp_path)
     (ws / "test_softmax.py").write_text(PYTEST_HARNESS)
     cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_softmax.py"]
@@ -226,10 +228,13 @@ def test_d_a_config_file_above_the_copy_does_not_reach_the_run(tmp_path: Path) -
         (server_dir / "pytest.ini").unlink()
         (server_dir / "conftest.py").unlink()
 
+    async def dropped() -> None:  # once the measurement passed its gate (a file there at a gate is drift now)
+        drop()
+
     async def scenario() -> None:
         async with connect(ws) as s:
             sid = await to_frontend(s, ws, ["softmax.py"], cmd)
-            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", before_collect=drop,
+            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", during_collect=dropped,
                              after_collect=remove)
             assert r["after_us"] == _approx(US["vec16"]), (
                 f"kept {r['after_us']} µs: a conftest.py above the run copy forced the tile (recorded code: "
