@@ -31,6 +31,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.running.chips import ChipHealth, chip_health
 from pypto_tune.tools.code.codestate import ExecFile, exec_files
 from pypto_tune.tools.running.execution import dir_digest
+from pypto_tune.tools.running.run_outputs import foreign_sources
 from pypto_tune.tools.running.executors.base import RunSpec
 from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.session.state import SessionState
@@ -456,31 +457,10 @@ class RunOps(OperationsBase):
 
 
 def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:
-    """'' when every output folder was compiled from files the session's baseline measurement compiled, else why not.
-
-    Outputs are born in the run (``tools/running/run_outputs.py``) and name only recorded files; this adds the
-    session's memory: a kernel of another recorded file, compiled in the same run and put in the operator's place
-    (a test-side hook), is not the operator's kernel, whatever its trace says. Sessions whose baseline predates the
-    record of sources are not checked.
-    """
+    """'' when every output folder was compiled from files the session's baseline measurement compiled, else why not
+    (``tools/running/run_outputs.py::foreign_sources``)."""
     base = next((m for m in st.rows.get("measurements", []) if int(m["round"]) == 0 and m["valid"]), None)
-    if base is None:
-        return ""
-    known: set[str] = set()
-    recorded = False
-    for entry in (base["analysis"] or {}).get("per_dir", []):
-        if "sources" in entry:
-            recorded = True
-            known.update(entry["sources"])
-    if not recorded:
-        return ""
-    for folder, files in sorted(sources.items()):
-        other = sorted(set(files) - known)
-        if other:
-            return (f"output folder {Path(folder).name} was compiled from {', '.join(other)}, which no kernel of the "
-                    f"baseline measurement was (it compiled {', '.join(sorted(known)) or 'nothing'}): it is not the "
-                    "operator's kernel, and its figures are not this round's")
-    return ""
+    return foreign_sources((base["analysis"] or {}).get("per_dir", []), sources) if base is not None else ""
 
 
 def _rewritten_outputs(dirs: list[Path], digests: dict[str, str]) -> list[Path]:

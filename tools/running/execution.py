@@ -243,6 +243,22 @@ def _take_captured(folder: Path | None) -> dict[str, bytes]:
     return out
 
 
+def _in_sandbox(box: sandbox.Status, argv: list[str], env: dict[str, str], *, inside: str, copy: Path, aux: Path,
+                capture: Path | None, closure: sandbox.Closure, ro_binds: tuple[str, ...],
+                pythonpath_first: tuple[str, ...], capture_env: str | None) -> tuple[list[str], dict[str, str]]:
+    """The bwrap command line and environment of one sandboxed run. "Cannot start" stays a RunError, as without the
+    sandbox: the program is checked as the run will see it (a path in the workspace is the copy's) before bwrap
+    would only report it as a failed run."""
+    prog = argv[0]
+    if os.path.isabs(prog) and prog.startswith(inside.rstrip("/") + "/"):
+        prog = str(copy) + prog[len(inside.rstrip("/")):]
+    _check_startable(prog, cwd=copy, env=env)
+    layout = sandbox.Layout(workspace=inside, copy=copy, output=aux / "output", tmp=aux / "tmp", home=aux / "home",
+                            capture=capture, extra_ro=tuple(ro_binds) + tuple(pythonpath_first))
+    run_env = sandbox.run_env(env, pythonpath_first=pythonpath_first, capture_env=capture_env)
+    return sandbox.command(box.bwrap, list(argv), layout=layout, closure=closure, home=env.get("HOME", "")), run_env
+
+
 async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace: Path, env: dict[str, str],
                        timeout_s: float, on_progress: ProgressCallback | None = None, tag: str = "",
                        keep_copy: bool = False, sandboxed: bool = True, closure: sandbox.Closure | None = None,
@@ -260,8 +276,7 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
     private folders are removed on every path.
     """
     parent = exec_parent(workspace)
-    name = f"{tag or 'run'}-{uuid.uuid4().hex[:10]}"
-    copy = parent / name
+    copy = parent / f"{tag or 'run'}-{uuid.uuid4().hex[:10]}"
     aux = private_folders(copy)
     inside = os.path.normpath(mount_at or str(workspace))
     box = sandbox.require() if sandboxed else None
@@ -273,25 +288,22 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
         if capture is not None:
             capture.mkdir()
         if box is not None:
-            # "cannot start" stays a RunError, as without the sandbox: the program as the run will see it (a path in
-            # the workspace is the copy's), checked before bwrap would only report it as a failed run
-            prog = argv[0]
-            if os.path.isabs(prog) and prog.startswith(inside.rstrip("/") + "/"):
-                prog = str(copy) + prog[len(inside.rstrip("/")):]
-            _check_startable(prog, cwd=copy, env=env)
             clo = closure if closure is not None else await default_closure(argv, env, inside)
-            layout = sandbox.Layout(workspace=inside, copy=copy, output=aux / "output", tmp=aux / "tmp",
-                                    home=aux / "home", capture=capture,
-                                    extra_ro=tuple(ro_binds) + tuple(pythonpath_first))
-            run_env = sandbox.run_env(env, pythonpath_first=pythonpath_first, capture_env=capture_env)
-            run_argv = sandbox.command(box.bwrap, list(argv), layout=layout, closure=clo,
-                                       home=env.get("HOME", ""))
+            run_argv, run_env = _in_sandbox(box, argv, env, inside=inside, copy=copy, aux=aux, capture=capture,
+                                            closure=clo, ro_binds=ro_binds, pythonpath_first=pythonpath_first,
+                                            capture_env=capture_env)
             run_root, out_parent = inside, aux
+
+            def closure_file(path: str) -> bool:
+                return sandbox.under(path, clo.roots) or sandbox.is_system_path(path)
         else:
             run_argv, run_env = rewrite_command(argv, env, workspace, copy)
             run_env = sandbox.run_env(run_env, pythonpath_first=pythonpath_first, capture_env=capture_env,
                                       capture_path=str(capture) if capture is not None else None)
             run_root, out_parent = str(copy), copy
+
+            def closure_file(path: str) -> bool:  # anything but the live workspace (a spelling the rewrite missed)
+                return not sandbox.under(path, [str(workspace), inside])
         watch = CopyWatch(copy, files)  # every write to a recorded file of the copy while the run executes
         try:
             result = await run_command(run_argv, cwd=copy, env=run_env, timeout_s=timeout_s,
@@ -301,31 +313,18 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
         shown_argv = list(argv) if box is not None else run_argv
         result = result.model_copy(update={"argv": shown_argv})
         tampered = sorted(set(changed_in_copy(copy, files)) | set(touched))
-        accepted: set[str] = set()
-        rejected: dict[str, list[str]] = {}
-        sources_by_name: dict[str, list[str]] = {}
-        if box is not None:
-            def closure_file(path: str) -> bool:
-                return sandbox.under(path, clo.roots) or sandbox.is_system_path(path)
-        else:  # unsandboxed: anything but the live workspace (a spelling the rewriting missed)
-            def closure_file(path: str) -> bool:
-                return not sandbox.under(path, [str(workspace), inside])
-        for folder in run_folders(out_parent / "output"):
-            check = check_folder(folder, run_root=run_root, files=files.keys(), started_at=result.started_at,
-                                 ended_at=result.ended_at, closure_file=closure_file)
-            if check.ok:
-                accepted.add(folder.name)
-                sources_by_name[folder.name] = check.sources
-            else:
-                rejected[folder.name] = check.problems
+        checks = [check_folder(folder, run_root=run_root, files=files.keys(), started_at=result.started_at,
+                               ended_at=result.ended_at, closure_file=closure_file)
+                  for folder in run_folders(out_parent / "output")]
+        sources = {c.name: c.sources for c in checks if c.ok}
         digests: dict[str, str] = {}
         names: dict[str, str] = {}
-        outputs = adopt_outputs(out_parent, workspace, digests, only=accepted, names=names)
+        outputs = adopt_outputs(out_parent, workspace, digests, only=set(sources), names=names)
         return IsolatedRun(result=result, exec_hash=files_hash(files), exec_dir=str(copy), tampered=tampered,
                            output_dirs=outputs, argv=shown_argv, output_digests=digests,
-                           output_sources={p: sources_by_name[n] for p, n in names.items()},
-                           rejected_outputs=rejected, sandbox=box.tool if box is not None else "none",
-                           captured=_take_captured(capture))
+                           output_sources={p: sources[n] for p, n in names.items()},
+                           rejected_outputs={c.name: c.problems for c in checks if not c.ok},
+                           sandbox=box.tool if box is not None else "none", captured=_take_captured(capture))
     finally:
         if not keep_copy:
             shutil.rmtree(copy, ignore_errors=True)

@@ -131,3 +131,22 @@ def run_folders(output: Path) -> list[Path]:
     if not output.is_dir():
         return []
     return sorted(d for d in output.iterdir() if d.name.startswith("output_"))
+
+
+def foreign_sources(baseline_folders: list[dict], sources: dict[str, list[str]]) -> str:
+    """'' when every measured folder (``sources``: folder → recorded files its program names) was compiled from files
+    the session's baseline folders were (``baseline_folders``: the baseline measurement's ``per_dir`` entries, each
+    with the ``sources`` recorded for it), else why not. A kernel of another recorded file, compiled in the same run
+    and put in the operator's place by a test-side hook, is not the operator's kernel, whatever its trace says.
+    Baselines recorded before sources were are not checked."""
+    recorded = [entry["sources"] for entry in baseline_folders if "sources" in entry]
+    if not recorded:
+        return ""
+    known = {f for files in recorded for f in files}
+    for folder, files in sorted(sources.items()):
+        other = sorted(set(files) - known)
+        if other:
+            return (f"output folder {Path(folder).name} was compiled from {', '.join(other)}, which no kernel of the "
+                    f"baseline measurement was (it compiled {', '.join(sorted(known)) or 'nothing'}): it is not the "
+                    "operator's kernel, and its figures are not this round's")
+    return ""
