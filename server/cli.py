@@ -1,4 +1,4 @@
-"""Command line: ``pypto-tune serve | demo | analyze | status | report``.
+"""Command line: ``pypto-tune serve | demo | campaign | knowledge | analyze | status | report | confirm``.
 
 Only parses flags and turns library errors into one-line messages; logs go to stderr because on stdio the
 stdout stream belongs to the MCP protocol.
@@ -47,6 +47,22 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--lang", choices=["zh", "en"], default="en")
     d.add_argument("--operator", default="softmax", help="bundled operator to tune")
 
+    from pypto_tune.tools.campaign.commands import HELP as CAMPAIGN_HELP
+    from pypto_tune.tools.campaign.commands import add_arguments as campaign_arguments
+
+    k = sub.add_parser("campaign", help="tune every operator of a manifest or folder, each a full gated session "
+                       "driven by the server's own search", epilog=CAMPAIGN_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    campaign_arguments(k)
+
+    kn = sub.add_parser("knowledge", help="the knowledge store distilled from ledgers: export it as one file, "
+                        "import a file (or ledgers, or workspaces) into it")
+    kn.add_argument("action", choices=["export", "import", "show"])
+    kn.add_argument("files", nargs="*", type=Path, help="export: the file to write; import: knowledge files, "
+                    "ledgers (.sqlite3) or workspaces")
+    kn.add_argument("--store", type=Path, default=None, help="the store (default: PYPTO_TUNE_KNOWLEDGE, else "
+                    "~/.config/pypto-tune/knowledge.json)")
+
     a = sub.add_parser("analyze", help="one-shot analysis of a run's output folder (NPU or SIM layout)")
     a.add_argument("args", nargs=argparse.REMAINDER, help="OUTPUT_DIR [--json] [--lang zh|en] [--outer-loops N]")
 
@@ -76,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
             from pypto_tune.server.demo import run_demo
 
             return run_demo(workspace=args.workspace, lang=args.lang, operator=args.operator)
+        if args.command == "campaign":
+            from pypto_tune.tools.campaign.commands import campaign_command
+
+            return campaign_command(args)
+        if args.command == "knowledge":
+            from pypto_tune.tools.knowledge.commands import knowledge_command
+
+            return knowledge_command(args.action, list(args.files), store=args.store)
         if args.command == "analyze":
             from pypto_tune.tools.analysis.cli import analyze_command
 
