@@ -377,6 +377,10 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
         jobs.cancel(job_id)
         return await jobs.wait(job_id, 10.0)
 
+    from pypto_tune.server import campaign_tools
+
+    campaign_tools.register(reg, workspace)  # start_campaign, campaign_status, stop_campaign
+
     # ------------------------------------------------------------------------------------------------ server
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:

@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --executor ray: the cluster to join (HOST:PORT of its head, from a cluster node); "
                    "default: RAY_ADDRESS, else a local Ray instance")
+    s.add_argument("--knowledge", type=Path, default=None, metavar="FILE",
+                   help="a knowledge store (pypto-tune knowledge export): its observations rank propose_candidates "
+                   "as labelled priors (default: PYPTO_TUNE_KNOWLEDGE, else none)")
     s.add_argument("--log-level", default="INFO")
 
     d = sub.add_parser("demo", help="the main job: a complete scripted tuning session on a bundled operator (SIM)")
@@ -122,6 +125,10 @@ def _serve(args: argparse.Namespace) -> int:
     from pypto_tune.server.app import build_server
 
     ws = args.workspace.resolve() if args.workspace else None
+    if args.knowledge is not None:
+        from pypto_tune.tools.search.priors import configure_knowledge
+
+        configure_knowledge(args.knowledge.resolve())  # read now: a malformed file is a one-line error, exit 2
     if args.executor != "local" or args.ray_address:
         from pypto_tune.tools.running.executors import configure_default
 

@@ -13,13 +13,15 @@ import os
 from datetime import datetime
 from html import escape
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pypto_tune.tools.campaign.facts import SessionFacts
 from pypto_tune.tools.campaign.journal import CampaignDir, now_iso
 from pypto_tune.tools.campaign.manifest import CampaignSpec
+
+if TYPE_CHECKING:  # the board is read by the MCP server's campaign tools, which must not import the ledger to start
+    from pypto_tune.tools.campaign.facts import SessionFacts
 
 BOARD_JSON = "board.json"
 BOARD_HTML = "board.html"

@@ -29,7 +29,7 @@ import anyio
 
 from pypto_tune.tools.campaign.facts import SessionFacts, facts_of, session_state
 from pypto_tune.tools.campaign.manifest import OperatorSpec
-from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
+from pypto_tune.tools.errors import InputError, PyptoTuneError
 from pypto_tune.tools.session import gates, rules
 from pypto_tune.tools.session.ledger import Ledger
 

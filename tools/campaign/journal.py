@@ -6,7 +6,7 @@ again elsewhere, an operator that failed and why, a driver that started or resum
 line, written with ``O_APPEND`` and fsync'd, so a killed driver leaves at most one torn last line, which the reader
 skips (and says so).
 
-Layout of a campaign folder (``--out``; default ``<manifest folder>/.pypto-tune-campaign/<name>/``)::
+Layout of a campaign folder (``--out``; default ``<manifest folder or --copy-to>/.pypto-tune-campaign/<name>/``)::
 
     campaign.json      the resolved spec, its digest and the campaign id (written once)
     journal.jsonl      events
@@ -36,8 +36,10 @@ CAMPAIGN_DIR = ".pypto-tune-campaign"
 
 
 def default_out(spec: CampaignSpec) -> Path:
+    """``<home>/.pypto-tune-campaign/<name>/``: home is the manifest's folder, or the folder operators are copied to
+    (never inside a folder of operators that is only read)."""
     origin = Path(spec.origin)
-    base = origin if origin.is_dir() else origin.parent
+    base = Path(spec.home) if spec.home else origin if origin.is_dir() else origin.parent
     return base / CAMPAIGN_DIR / spec.name
 
 

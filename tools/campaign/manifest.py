@@ -81,6 +81,8 @@ class CampaignSpec(BaseModel):
 
     name: str
     origin: str = Field(description="the manifest file or operators folder it was read from")
+    home: str = Field("", description="where the campaign's folder goes by default: the manifest's folder, or the "
+                      "folder the operators are copied to")
     batch: int = Field(DEFAULT_BATCH, ge=1, le=MAX_BATCH)
     concurrency: int | None = Field(None, ge=1, le=256)
     trials: int | None = Field(None, ge=0, description="overall trial budget")
@@ -205,10 +207,10 @@ def load_manifest(path: Path, **overrides: Any) -> CampaignSpec:
     ops = [_operator(r, defaults, path.parent, i, path) for i, r in enumerate(raws)]
     top = {k: v for k, v in data.items() if k in ("batch", "concurrency", "trials", "wall_h")}
     top.update({k: v for k, v in overrides.items() if v is not None})
-    return _campaign(data.get("name") or path.stem, str(path), top, ops)
+    return _campaign(data.get("name") or path.stem, str(path), top, ops, home=path.parent)
 
 
-def _campaign(name: str, origin: str, top: dict[str, Any], ops: list[OperatorSpec]) -> CampaignSpec:
+def _campaign(name: str, origin: str, top: dict[str, Any], ops: list[OperatorSpec], *, home: Path) -> CampaignSpec:
     names = [o.name for o in ops]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -220,7 +222,7 @@ def _campaign(name: str, origin: str, top: dict[str, Any], ops: list[OperatorSpe
         raise InputError(f"{origin}: workspace(s) shared by several operators: {', '.join(shared)}",
                          hint="one workspace holds one session at a time: give each operator its own folder")
     try:
-        return CampaignSpec(name=str(name), origin=origin, operators=ops, **top)
+        return CampaignSpec(name=str(name), origin=origin, home=str(home), operators=ops, **top)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise InputError(f"{origin}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}",
@@ -280,7 +282,7 @@ def scan_folder(folder: Path, *, copy_to: Path | None = None, run_mode: str = "s
     if not ops:
         raise InputError(f"{folder}: no sub-folder holds a @pypto.frontend.jit kernel",
                          hint="pass the folder whose sub-folders are the operators, or a manifest")
-    return _campaign(settings.get("name") or folder.name, str(folder), top, ops)
+    return _campaign(settings.get("name") or folder.name, str(folder), top, ops, home=copy_to or folder)
 
 
 def load(target: Path, **options: Any) -> CampaignSpec:
