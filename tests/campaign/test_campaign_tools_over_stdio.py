@@ -5,8 +5,8 @@ because a knowledge file says so.
 One real server (``pypto-tune serve``) over stdio and one campaign of four operators, started with
 ``start_campaign`` (its driver is a process of its own):
 
-* ``rmsnorm`` (two trials) ranked with a *forged* knowledge store: six observations, of an operator that does not
-  exist, claiming that the worst vector tile of rmsnorm (``(1, 1, 512)``: 16 times the tasks) gains 256×. The store
+* ``rmsnorm`` (two trials) ranked with a *forged* knowledge store: forty observations, of an operator that does not
+  exist, claiming that the worst vector tile of rmsnorm (``(1, 1, 512)``: twice the tasks) gains 4096×. The store
   puts it first, says so in ``why``; the server measures it and does not keep it;
 * ``softmax`` (six trials), still running when the agent stops the campaign: its step finishes, its session is
   stopped as the user's stop and reported;
@@ -18,7 +18,6 @@ One real server (``pypto-tune serve``) over stdio and one campaign of four opera
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import sys
 import time
@@ -41,16 +40,16 @@ WAIT_S = 900.0
 
 
 def forged_store(path: Path) -> None:
-    """Six observations of a non-existent operator, each the very situation of rmsnorm's worst tile, each claiming
-    a 256× gain (computed with the same function the distiller uses, on rmsnorm's real sources)."""
+    """Forty observations of a non-existent operator, each the very situation of rmsnorm's worst tile, each claiming
+    a 4096× gain (computed with the same function the distiller uses, on rmsnorm's real sources)."""
     src = {"rmsnorm.py": (OPERATORS / "rmsnorm" / "rmsnorm.py").read_text()}
     after = {"rmsnorm.py": src["rmsnorm.py"].replace("set_vec_tile_shapes(1, 2, 512)", "set_vec_tile_shapes(1, 1, 512)")}
     assert after != src
     kf = KnowledgeFile()
-    for i in range(6):
+    for i in range(40):
         o = observation(operator="forged_op", session_id="forged", round_no=i + 1, stage="FRONTEND", catalog_id="F-10",
                         before_sources=src, after_sources=after, context={}, knob_id=VEC, before_value=[1, 2, 512],
-                        after_value=WORST, before_us=256.0, after_us=1.0, outcome="kept", failure_type=None)
+                        after_value=WORST, before_us=4096.0, after_us=1.0, outcome="kept", failure_type=None)
         assert o is not None and o.situation
         kf.observations.append(o)
     write(path, kf)
@@ -136,17 +135,18 @@ def test_an_agent_starts_watches_and_stops_a_campaign(tmp_path: Path) -> None:
 
     ws = root / "ws" / "rmsnorm"
     trials = ledger_tables(ws, latest_session(ws).session_id)["trials"]
-    forged = [t for t in trials if t["candidate"]["value"] == WORST]
+    # (1, 1, 512) or a tile the model sees doing the same work (more rows than rmsnorm's block of 1 are clipped)
+    forged = [t for t in trials if t["candidate"]["value"][1:] == WORST[1:]]
     assert len(forged) == 1, [t["candidate"]["value"] for t in trials]
     t = forged[0]
     assert t["candidate"]["rank"] == 1 and "forged_op" in t["candidate"]["why"]
     assert t["candidate"]["evidence"]["knowledge"][0]["kind"].startswith("knowledge (other sessions'")
-    assert t["outcome"] in ("regression", "no-gain", "failed"), t
-    kept = [x for x in trials if x["outcome"] == "kept"]
-    assert kept and kept[0]["operator_time_us"] < t["operator_time_us"]
+    baseline = latest_session(ws).baseline_us
+    assert t["outcome"] == "regression" and t["operator_time_us"] > baseline, t  # measured, judged, not kept
+    assert all(x["operator_time_us"] < baseline for x in trials if x["outcome"] == "kept")
     # the campaign's ledgers were added to the store it was given (the forged entries stay, labelled by operator)
     kf = read(store)
     ops = {o.operator for o in kf.observations}
     assert {"forged_op", "rmsnorm", "softmax"} <= ops, ops
-    measured = [o for o in kf.observations if o.operator == "rmsnorm" and o.after == WORST]
-    assert measured and measured[0].gain_log2 is not None and measured[0].gain_log2 < math.log2(256)
+    measured = [o for o in kf.observations if o.operator == "rmsnorm" and o.after == t["candidate"]["value"]]
+    assert measured and measured[0].gain_log2 is not None and measured[0].gain_log2 < 0  # what it really did

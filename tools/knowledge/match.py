@@ -4,12 +4,13 @@ Similar means: the same class of change (:mod:`.situation`), then close in its s
 the tasks (the ``d_`` quantities, weighed fully), how far a task overshoots the buffers (fully: those limits do not
 move), the option's number (fully), the regime around it (waves and parallel tasks on the cores, tiles per
 iteration: a quarter) — with a penalty for another kind of kernel (vector / cube / mixed) or another stage. Each
-observation weighs ``exp(-d²/2)`` for a root-mean-square distance ``d`` in log2 steps; those under ``MIN_WEIGHT`` do
-not count.
+observation weighs ``exp(-d²/2σ²)`` for a weighted Euclidean distance ``d`` in log2 steps (σ = 1.5); those under
+``MIN_WEIGHT`` do not count.
 
 The prediction is the weighted mean of the measured gains (log2 of before/after; a regression counts negative, no
 gain zero) and the weighted share of failures (compile failure, runtime error...), with a confidence
-``n_eff / (n_eff + PRIOR_COUNT)`` from the effective number of neighbours. The ranker turns it into one term that
+``n_eff / (n_eff + PRIOR_COUNT)`` where ``n_eff`` is the neighbours' total weight (an exact match counts one, a
+distant one a fraction: six distant observations do not make a confident prediction). The ranker turns it into one term that
 moves the candidate's score from the hand-written model's prediction toward the measured one, as far as the
 confidence goes (:func:`experience_score`): the seed rules rank a kernel nobody has seen, the observations take over
 where similar changes were measured.
@@ -25,7 +26,8 @@ from typing import Any
 from pypto_tune.tools.knowledge.store import Observation
 
 MIN_WEIGHT = 0.1
-PRIOR_COUNT = 2.0  # pseudo-observations: one close neighbour gives confidence 1/3, four give 2/3
+SIGMA = 1.5  # log2 steps: two changes 1.5 steps apart weigh 0.61, 3 steps 0.14
+PRIOR_COUNT = 2.0  # pseudo-observations: one exact neighbour gives confidence 1/3, four give 2/3
 KIND_PENALTY = 1.0
 STAGE_PENALTY = 0.5
 FAIL_SCORE = -3.0  # the score of a predicted failure (priors.json: cube-l0c-budget, a predicted compile failure)
@@ -62,17 +64,14 @@ def _key_weight(k: str) -> float:
 
 
 def distance(q: dict[str, float], o: dict[str, float]) -> float:
-    """Root mean square difference over the quantities either side has, weighted (see FULL / STATE): "on average
-    this many log2 steps apart"."""
-    total = weights = 0.0
+    """Weighted Euclidean distance over the quantities either side has (see FULL / STATE), in log2 steps."""
+    total = 0.0
     for k in set(q) | set(o):
         w = _key_weight(k)
-        if not w:
-            continue
-        delta = (q[k] - o[k]) if k in q and k in o else MISSING
-        total += w * delta * delta
-        weights += w
-    return math.sqrt(total / weights) if weights else 0.0
+        if w:
+            delta = (q[k] - o[k]) if k in q and k in o else MISSING
+            total += w * delta * delta
+    return math.sqrt(total)
 
 
 def predict(observations: Iterable[Observation], *, change_class: str, kernel_kind: str, group: str,
@@ -88,14 +87,14 @@ def predict(observations: Iterable[Observation], *, change_class: str, kernel_ki
             d += KIND_PENALTY
         if o.group != group:
             d += STAGE_PENALTY
-        w = math.exp(-d * d / 2.0)
+        w = math.exp(-d * d / (2.0 * SIGMA * SIGMA))
         if w >= MIN_WEIGHT:
             scored.append((w, o))
     if not scored:
         return None
     scored.sort(key=lambda x: (-x[0], x[1].key))
     total = sum(w for w, _ in scored)
-    n_eff = total * total / sum(w * w for w, _ in scored)
+    n_eff = total  # the neighbours' weight: an exact match counts one, a distant one a fraction
     measured = [(w, o) for w, o in scored if o.gain_log2 is not None]
     gain = (sum(w * float(o.gain_log2) for w, o in measured) / sum(w for w, _ in measured)) if measured else None
     p_fail = sum(w for w, o in scored if o.outcome == "failed") / total
