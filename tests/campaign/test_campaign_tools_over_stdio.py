@@ -113,8 +113,8 @@ def test_an_agent_starts_watches_and_stops_a_campaign(tmp_path: Path) -> None:
             assert rows["rmsnorm"]["status"] == "done", running["board"]
             stopped = await s.ok("stop_campaign", campaign=folder)
             assert stopped["message"].startswith("stop requested")
-            end = await until(s, folder, lambda v: v["state"] in ("stopped", "finished", "driver-gone"),
-                              "the campaign to stop")
+            end = await until(s, folder, lambda v: v["state"] in ("stopped", "finished", "driver-gone")
+                              and v["driver_pid"] is None, "the campaign to stop")
             again = await s.ok("stop_campaign", campaign=folder)  # idempotent: nothing left to stop
             return {"folder": folder, "end": end, "again": again, "running": running}
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from pypto_tune.tools.campaign.journal import CampaignDir, now_iso
+from pypto_tune.tools.campaign.journal import CampaignDir, atomic_write, now_iso
 from pypto_tune.tools.campaign.manifest import CampaignSpec
 
 if TYPE_CHECKING:  # the board is read by the MCP server's campaign tools, which must not import the ledger to start
@@ -289,10 +289,7 @@ def render_html(b: Board) -> str:
 
 def write_board(cdir: CampaignDir, b: Board) -> None:
     for name, text in ((BOARD_JSON, b.model_dump_json(indent=1)), (BOARD_HTML, render_html(b))):
-        path = cdir.path / name
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(cdir.path / name, text)
 
 
 def read_board(cdir: CampaignDir) -> Board | None:

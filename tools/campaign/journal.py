@@ -47,7 +47,8 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="milliseconds")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write a whole file so that a reader (the board page, campaign_status) never sees half of it."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -71,7 +72,7 @@ class CampaignDir:
         """Write the spec once; returns the campaign id."""
         self.path.mkdir(parents=True, exist_ok=True)
         cid = f"{spec.name}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        _atomic_write(self.spec_file, json.dumps({"id": cid, "created_at": now_iso(), "digest": spec.digest(),
+        atomic_write(self.spec_file, json.dumps({"id": cid, "created_at": now_iso(), "digest": spec.digest(),
                                                   "spec": spec.model_dump(mode="json")}, indent=1))
         return cid
 
@@ -125,7 +126,7 @@ class CampaignDir:
         return self.path / DRIVER_FILE
 
     def claim_driver(self) -> None:
-        _atomic_write(self.driver_file, json.dumps({"pid": os.getpid(), "since": now_iso()}))
+        atomic_write(self.driver_file, json.dumps({"pid": os.getpid(), "since": now_iso()}))
 
     def release_driver(self) -> None:
         try:
@@ -153,7 +154,7 @@ class CampaignDir:
         return self.path / STOP_FILE
 
     def request_stop(self, reason: str, *, force: bool = False) -> None:
-        _atomic_write(self.stop_file, json.dumps({"at": now_iso(), "reason": reason, "force": force}))
+        atomic_write(self.stop_file, json.dumps({"at": now_iso(), "reason": reason, "force": force}))
 
     def stop_request(self) -> dict[str, Any] | None:
         try:

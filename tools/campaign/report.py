@@ -7,12 +7,11 @@ board as ``campaign_report.md/.html`` (zh, the project's default language) and `
 
 from __future__ import annotations
 
-import os
 from html import escape
 from pathlib import Path
 
 from pypto_tune.tools.campaign.board import _STYLE, Board, OperatorRow, _rel, fmt_s, fmt_us, fmt_x
-from pypto_tune.tools.campaign.journal import CampaignDir
+from pypto_tune.tools.campaign.journal import CampaignDir, atomic_write
 
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
@@ -169,8 +168,6 @@ def write_reports(cdir: CampaignDir, b: Board) -> list[Path]:
     for lang, suffix in (("zh", ""), ("en", "_en")):
         for ext, render in (("md", render_md), ("html", render_html)):
             path = cdir.path / f"campaign_report{suffix}.{ext}"
-            tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-            tmp.write_text(render(b, lang, cdir.path), encoding="utf-8")
-            os.replace(tmp, path)
+            atomic_write(path, render(b, lang, cdir.path))
             out.append(path)
     return out

@@ -224,13 +224,14 @@ class Campaign:
             if self.stop.force:
                 state = "interrupted"
             cdir.log("campaign-ended", state=state, reason=self.stop.reason)
-            board = self._publish(state)
             from pypto_tune.tools.campaign.report import write_reports
 
+            knowledge = self._update_knowledge()
+            # the final board is written once, with its report paths: a watcher that sees the end sees the report
+            board = self.board(state)
             reports = write_reports(cdir, board)
             board.reports = [str(p) for p in reports]
             write_board(cdir, board)
-            knowledge = self._update_knowledge()
             if self.opts.show is not None:
                 from pypto_tune.tools.campaign.board import render_terminal
 
