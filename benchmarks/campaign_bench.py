@@ -50,9 +50,12 @@ def manifest(root: Path, names: list[str], trials: int, goal: float) -> Path:
     lines = ['name = "bench"', "batch = 2", "", "[defaults]", 'run_mode = "sim"', f"goal_speedup = {goal}",
              f"trials = {trials}", "wall_h = 6", ""]
     for name in names:
-        spec = json.loads((OPERATORS / name / "grid.json").read_text())
-        files = sorted({k["file"] for k in spec["knobs"]})
-        cmd = ["python", *spec["command"]]
+        if (OPERATORS / name / "grid.json").is_file():
+            spec = json.loads((OPERATORS / name / "grid.json").read_text())
+            files = sorted({k["file"] for k in spec["knobs"]})
+            cmd = ["python", *spec["command"]]
+        else:  # the single-file fixtures: <name>.py --run-mode sim
+            files, cmd = [f"{name}.py"], ["python", f"{name}.py", "--run-mode", "sim"]
         lines += ["[[operator]]", f'name = "{name}"', f'workspace = "ws/{name}"', f'source = "{OPERATORS / name}"',
                   "operator_files = " + json.dumps(files), "test_command = " + json.dumps(cmd), ""]
     root.mkdir(parents=True, exist_ok=True)
@@ -233,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=None)
     ap.add_argument("--ray", action="store_true", help="also run the campaign on a Ray cluster of k CPUs (root)")
     ap.add_argument("--operators", default="", help="comma-separated (default: every operator with a grid)")
+    ap.add_argument("--also", default="softmax,rmsnorm,matmul", help="operators without a grid that the campaign "
+                    "tunes too (their ledgers feed the store; no leave-one-out for them)")
     ap.add_argument("--ledgers", type=Path, default=None, help="knowledge part: a folder of workspaces to distill "
                     "(default: the ones the wall part wrote)")
     ap.add_argument("--batch", type=int, default=1, help="knowledge part: replay batch size")
@@ -242,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     names = [x for x in args.operators.split(",") if x] or grid_operators()
+    names += [x for x in args.also.split(",") if x and x not in names]
     parts = set(args.part.split(","))
     work = args.keep or Path(tempfile.mkdtemp(prefix="pypto-tune-campaign-bench-"))
     report: dict[str, Any] = {"operators": names, "date": time.strftime("%Y-%m-%d %H:%M"),
