@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -29,27 +29,20 @@ START_WAIT_S = 60.0
 
 
 class CampaignView(BaseModel):
-    """A campaign as its folder shows it."""
+    """A campaign, as its folder shows it."""
 
     campaign_id: str
-    folder: str = Field(description="the campaign's folder: pass it (or the id) to campaign_status / stop_campaign")
-    state: Literal["starting", "running", "stopping", "finished", "stopped", "interrupted", "driver-gone"]
-    driver_pid: int | None = Field(None, description="the process driving the campaign now (None: none)")
+    folder: str
+    state: str = Field(description="starting, running, stopping, finished, stopped, interrupted or driver-gone")
+    driver_pid: int | None
     message: str
-    counts: dict[str, int] = Field(default_factory=dict, description="operators done / running / queued / failed / "
-                                   "stopped / not-started")
-    best_speedup: float | None = None
-    best_operator: str | None = None
-    trials_used: int = 0
-    elapsed_s: float = 0.0
-    wall_left_s: float | None = Field(None, description="overall wall-time budget left")
-    eta_s: float | None = Field(None, description="estimated time to go (from the runs measured so far)")
-    board: str = Field("", description="the board as text (operator, status, stage, trials, times, speed-up)")
-    board_html: str = Field("", description="path of the self-contained board page (refreshes while running)")
-    reports: list[str] = Field(default_factory=list, description="the campaign report files, once it has ended")
-    operators: list[dict[str, Any]] = Field(default_factory=list, description="per operator: name, status, "
-                                            "session_id, stage, trials, baseline_us, best_us, speedup, reason")
-    next_actions: list[str] = Field(default_factory=list)
+    counts: dict[str, int]
+    best_speedup: float | None
+    trials_used: int
+    board: str
+    operators: list[dict[str, Any]]
+    reports: list[str]
+    next_actions: list[str]
 
 
 def view(cdir: CampaignDir, message: str = "") -> CampaignView:
@@ -69,12 +62,12 @@ def view(cdir: CampaignDir, message: str = "") -> CampaignView:
            "starting": ["campaign_status"], "driver-gone": ["start_campaign(resume=true)"],
            }.get(state, ["start_campaign (a new campaign, or resume=true with more budget)"])
     out = CampaignView(campaign_id=cdir.campaign_id, folder=str(cdir.path), state=state, driver_pid=pid,
-                       message=msg, board_html=str(cdir.path / "board.html") if board else "", next_actions=nxt)
+                       message=msg, counts={}, best_speedup=None, trials_used=0, board="", operators=[], reports=[],
+                       next_actions=nxt)
     if board is not None:
-        out.counts, out.best_speedup, out.best_operator = board.counts, board.best_speedup, board.best_operator
-        out.trials_used, out.elapsed_s = board.trials_used, board.elapsed_s
-        out.wall_left_s, out.eta_s, out.reports = board.wall_left_s, board.eta_s, list(board.reports)
-        out.board = render_terminal(board)
+        out.counts, out.best_speedup, out.trials_used = board.counts, board.best_speedup, board.trials_used
+        out.reports = list(board.reports)
+        out.board = render_terminal(board) + f"\nboard page: {cdir.path / 'board.html'}"
         out.operators = [r.model_dump(include={"name", "status", "session_id", "stage", "trials", "trials_budget",
                                                "baseline_us", "best_us", "speedup", "reason", "activity"})
                          for r in board.operators]
