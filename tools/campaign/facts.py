@@ -57,6 +57,19 @@ def has_ledger(workspace: Path) -> bool:
     return (workspace / LEDGER_DIR / LEDGER_FILE).is_file()
 
 
+def ledger_signature(workspace: Path) -> tuple[int, ...]:
+    """Changes whenever the ledger does (size and mtime of the database and its write-ahead log): the board reads a
+    session's facts again only then, since deriving them costs tens of milliseconds of the driver's CPU."""
+    out: list[int] = []
+    for name in (LEDGER_FILE, LEDGER_FILE + "-wal"):
+        try:
+            st = (workspace / LEDGER_DIR / name).stat()
+            out += [st.st_size, st.st_mtime_ns]
+        except FileNotFoundError:
+            out += [-1, -1]
+    return tuple(out)
+
+
 def session_state(ledger: Ledger, session_id: str) -> SessionState:
     return derive_state(load_rows(ledger, session_id))
 

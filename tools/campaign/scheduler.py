@@ -36,7 +36,7 @@ import anyio
 
 from pypto_tune.tools.campaign.board import Board, build_board, write_board
 from pypto_tune.tools.campaign.driver import DriverContext, OperatorDriver, OperatorOutcome, TrialPool
-from pypto_tune.tools.campaign.facts import SessionFacts, latest_session
+from pypto_tune.tools.campaign.facts import SessionFacts, latest_session, ledger_signature
 from pypto_tune.tools.campaign.journal import CampaignDir
 from pypto_tune.tools.campaign.manifest import CampaignSpec
 from pypto_tune.tools.campaign.resilient import ResilientExecutor
@@ -44,7 +44,7 @@ from pypto_tune.tools.errors import InputError
 
 log = logging.getLogger("pypto_tune.campaign")
 
-BOARD_EVERY_S = 2.0
+BOARD_EVERY_S = 3.0
 
 
 @dataclass
@@ -131,6 +131,7 @@ class Campaign:
         self._last_shown = 0.0
         self._lock = threading.Lock()
         self._last_facts: dict[str, SessionFacts] = {}
+        self._facts_cache: dict[str, tuple[tuple[int, ...], SessionFacts | None]] = {}
 
     # ------------------------------------------------------------------------------------------------ budgets
     def _wall_left_s(self) -> float | None:
@@ -158,6 +159,11 @@ class Campaign:
         out: dict[str, SessionFacts | None] = {}
         touched = self._touched
         for op in self.spec.operators:
+            sig = ledger_signature(op.workspace)
+            cached = self._facts_cache.get(op.name)
+            if cached is not None and cached[0] == sig:
+                out[op.name] = cached[1]
+                continue
             d = self.drivers.get(op.name)
             try:
                 if d is not None and (d.sid or d.final_facts):
@@ -166,6 +172,8 @@ class Campaign:
                     out[op.name] = latest_session(op.workspace) if op.name in touched else None
             except Exception:  # noqa: BLE001 - a ledger mid-migration: the board shows the last known facts
                 out[op.name] = self._last_facts.get(op.name)
+                continue
+            self._facts_cache[op.name] = (sig, out[op.name])
         self._last_facts.update({k: v for k, v in out.items() if v is not None})
         return out
 
