@@ -16,8 +16,9 @@ driver's cores, which are the runs' cores here: it is part of the ratio, not hid
 *other* operators' ledgers (those the wall-time part just wrote, or ``--ledgers DIR``: a folder of workspaces); the
 left-out operator's grid is then replayed offline under the server's rules (``benchmarks/search_offline.py``'s
 replay: one knob per trial from the kept state, keep on strict gain, stage exits) ranked twice — by the seed priors
-alone (``model``: the hand-written rules, held out as that benchmark does) and by seed and store
-(``model+knowledge``). Printed per operator: trials to 90 % and 99 % of the grid's speed-up, failed trials, the
+alone (``model``: the hand-written rules, held out as that benchmark does), by seed and store
+(``model+knowledge``), and by the store alone in place of the hand-written model (``knowledge-only``: what the other
+operators' ledgers teach by themselves). Printed per operator: trials to 90 % and 99 % of the grid's speed-up, failed trials, the
 speed-up after the budget; goal: fewer trials on most operators, and never a failed trial kept (a replay keeps only
 strict gains, so a failure can never be kept: the count of failed trials is what the store can lower).
 """
@@ -173,18 +174,28 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
     from pypto_tune.tools.search import priors as priors_mod
 
     so.VARIANTS["model+knowledge"] = ("model", frozenset({"model", "history", "analysis", "knowledge"}))
+    so.VARIANTS["knowledge-only"] = ("model", frozenset({"history", "analysis", "knowledge"}))
     spaces = sorted(p for p in ledgers.iterdir() if (p / ".pypto-tune" / "ledger.sqlite3").is_file())
+    # one store per workspace (named after its operator in the manifest): a session names its operator after its
+    # first file (softmax_op for upstream_softmax), so leaving one out goes by workspace, never by that name
+    by_ws = {ws.name: distill_workspace(ws) for ws in spaces}
     full = KnowledgeFile()
-    for ws in spaces:
-        full.merge(distill_workspace(ws))
-    per_op = {}
-    for o in full.observations:
-        per_op[o.operator] = per_op.get(o.operator, 0) + 1
+    for kf in by_ws.values():
+        full.merge(kf)
+
+    def without(name: str) -> KnowledgeFile:
+        kf = KnowledgeFile()
+        for ws, part in by_ws.items():
+            if ws != name:
+                kf.merge(part)
+        return kf
+    per_op = {ws: len(kf.observations) for ws, kf in by_ws.items()}
     print(f"\n## Knowledge, leave one operator out: {len(full.observations)} observations from {len(spaces)} "
           f"workspaces in {ledgers} ({', '.join(f'{k} {v}' for k, v in sorted(per_op.items()))})")
     print("| left out | N | grid × | store: observations (operators) | seed only: trials → 90 % / 99 % | "
-          "seed + store | failed trials (seed / +store) | × after budget (seed / +store) |")
-    print("|---|---:|---:|---|---|---|---|---|")
+          "seed + store | store alone | failed trials (seed / +store / alone) | × after budget (seed / +store / "
+          "alone) |")
+    print("|---|---:|---:|---|---|---|---|---|---|")
     mg = so._load_measure_grid()
     cache = AdmissionCache(Path(args.cache))
     vec_cache = cache.entries.setdefault("__grid_vectors__", {})
@@ -194,11 +205,12 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
         grid = so.Grid(name, mg, vec_cache)
         # the store from every OTHER operator's ledger (load_priors(holdout=name) drops that operator's too)
         store = tmp / f"without-{name}.json"
-        write(store, full.without_operator(name))
+        others = without(name)
+        write(store, others)
         priors_mod.configure_knowledge(store)
         try:
             res = {}
-            for rk in ("model", "model+knowledge"):
+            for rk in ("model", "model+knowledge", "knowledge-only"):
                 run = so.replay(grid, rk, batch=args.batch, budget=args.budget, holdout=True, cache=cache)
                 s = so.summarise(grid, [run], args.batch)
                 kept_failed = sum(1 for t in run["trials"] if t["outcome"] == "kept" and t["time_us"] is None)
@@ -209,14 +221,14 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
         finally:
             priors_mod.configure_knowledge(None)
         cache.save()
-        others = full.without_operator(name)
-        ops = sorted({o.operator for o in others.observations})
-        a, b = res["model"], res["model+knowledge"]
+        ops = sorted(w for w in by_ws if w != name and by_ws[w].observations)
+        a, b, c = res["model"], res["model+knowledge"], res["knowledge-only"]
 
         def t(x: dict) -> str:
             return f"{x['trials_90'] or 'never'} / {x['trials_99'] or 'never'}"
         print(f"| {name} | {grid.n} | {grid.speedup:.2f} | {len(others.observations)} ({len(ops)}) | {t(a)} | "
-              f"{t(b)} | {a['failed']} / {b['failed']} | {a['final']} / {b['final']} |")
+              f"{t(b)} | {t(c)} | {a['failed']} / {b['failed']} / {c['failed']} | {a['final']} / {b['final']} / "
+              f"{c['final']} |")
         rows[name] = res
     better = sum(1 for r in rows.values() if (r["model+knowledge"]["trials_90"] or 99) < (r["model"]["trials_90"] or 99))
     worse = sum(1 for r in rows.values() if (r["model+knowledge"]["trials_90"] or 99) > (r["model"]["trials_90"] or 99))
