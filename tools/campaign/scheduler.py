@@ -272,6 +272,9 @@ class Campaign:
                     tg.start_soon(one, d)
             outer.cancel_scope.cancel()
         for op in self.spec.operators:
+            if op.name in self.drivers:  # cancelled by a forced stop: its session is left as the ledger has it
+                self.outcomes.setdefault(op.name, OperatorOutcome(
+                    op.name, "stopped", self.drivers[op.name].sid, "interrupted by a forced stop; resume to continue"))
             self.outcomes.setdefault(op.name, OperatorOutcome(op.name, "not-started", reason=self.stop.reason or ""))
 
     async def _watch(self) -> None:
