@@ -1,4 +1,4 @@
-"""The campaign tools: start, watch and stop a campaign over an operator library (``tools/campaign/control.py``).
+"""Campaign family: start, watch and stop a campaign over an operator library (``tools/campaign/control.py``).
 
 A campaign runs as its own process (``pypto-tune campaign``), not inside this server: it outlives a client's
 connection and is watched through its folder. Each of its sessions goes through the same gates and ledger as an
@@ -13,12 +13,11 @@ from typing import Annotated, Literal
 import anyio
 from mcp.types import ToolAnnotations
 from pydantic import Field
-from pypto_tune.server.tooling import ToolRegistry
+from pypto_tune.server.wiring import RO, Wiring
 from pypto_tune.tools.campaign.control import CampaignView
 from pypto_tune.tools.operations.results import JsonValue
 
 STARTS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
-WATCH = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 STOPS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 
 Campaign = Annotated[str, Field(description="the campaign's folder (or its id, if this server started it)")]
@@ -26,10 +25,11 @@ OPTIONS = ("the CLI's options: goal_speedup | goal_target_us, copy_to, trials, w
            "batch, concurrency, trials_total, wall_h_total")
 
 
-def register(reg: ToolRegistry, workspace: Path | None) -> None:
+def register(w: Wiring) -> None:
     known: dict[str, Path] = {}  # campaign id -> folder, for campaigns this server started
 
-    @reg.tool(title="Start (or resume) a campaign over an operator library", annotations=STARTS, result=CampaignView)
+    @w.reg.tool(title="Start (or resume) a campaign over an operator library", annotations=STARTS,
+                result=CampaignView)
     async def start_campaign(
         manifest: Annotated[str, Field(description="absolute path: a manifest (.toml/.yaml) or a folder of "
                                        "operators")],
@@ -46,12 +46,12 @@ def register(reg: ToolRegistry, workspace: Path | None) -> None:
         from pypto_tune.tools.campaign import control
 
         result = await anyio.to_thread.run_sync(lambda: control.start(
-            manifest, base=workspace, out=out, executor=executor, ray_address=ray_address, resume=resume,
+            manifest, base=w.holder.workspace, out=out, executor=executor, ray_address=ray_address, resume=resume,
             knowledge=knowledge, options=dict(options or {})))
         known[result.campaign_id] = Path(result.folder)
         return result
 
-    @reg.tool(title="Campaign board", annotations=WATCH, result=CampaignView)
+    @w.reg.tool(title="Campaign board", annotations=RO, result=CampaignView)
     async def campaign_status(campaign: Campaign) -> CampaignView:
         """The campaign's board: operators done, running, queued, failed; best speed-up; trials; time left; the
         report once it has ended."""
@@ -59,7 +59,7 @@ def register(reg: ToolRegistry, workspace: Path | None) -> None:
 
         return await anyio.to_thread.run_sync(lambda: control.view(control.find(campaign, known)))
 
-    @reg.tool(title="Stop a campaign", annotations=STOPS, result=CampaignView)
+    @w.reg.tool(title="Stop a campaign", annotations=STOPS, result=CampaignView)
     async def stop_campaign(
         campaign: Campaign,
         force: Annotated[bool, Field(description="cancel the running steps (sessions stay resumable)")] = False,
