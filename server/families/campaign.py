@@ -8,14 +8,13 @@ agent's; while it runs, a ``start_session`` on one of its workspaces from this s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.types import ToolAnnotations
 from pydantic import Field
 from pypto_tune.server.wiring import RO, Wiring
 from pypto_tune.tools.campaign.control import CampaignView
-from pypto_tune.tools.operations.results import JsonValue
 
 STARTS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
 STOPS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -38,11 +37,10 @@ def register(w: Wiring) -> None:
         ray_address: Annotated[str | None, Field(description="executor=ray: the head's HOST:PORT")] = None,
         resume: Annotated[bool, Field(description="continue the campaign in `out`")] = False,
         knowledge: Annotated[str | None, Field(description="a knowledge store file")] = None,
-        options: Annotated[dict[str, JsonValue] | None, Field(description=OPTIONS)] = None,
+        options: Annotated[dict[str, Any] | None, Field(description=OPTIONS)] = None,
     ) -> CampaignView:
-        """Tune every operator of a manifest or folder: each a full gated session driven by the server's own search,
-        within per-operator and overall budgets, as a process of its own. Returns at once: watch with
-        campaign_status."""
+        """Tune every operator of a manifest or folder, each a gated session driven by the server's search, within
+        budgets, as a process of its own; returns at once."""
         from pypto_tune.tools.campaign import control
 
         result = await anyio.to_thread.run_sync(lambda: control.start(

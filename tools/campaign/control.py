@@ -37,8 +37,6 @@ class CampaignView(BaseModel):
     driver_pid: int | None
     message: str
     counts: dict[str, int]
-    best_speedup: float | None
-    trials_used: int
     board: str
     operators: list[dict[str, Any]]
     reports: list[str]
@@ -62,11 +60,9 @@ def view(cdir: CampaignDir, message: str = "") -> CampaignView:
            "starting": ["campaign_status"], "driver-gone": ["start_campaign(resume=true)"],
            }.get(state, ["start_campaign (a new campaign, or resume=true with more budget)"])
     out = CampaignView(campaign_id=cdir.campaign_id, folder=str(cdir.path), state=state, driver_pid=pid,
-                       message=msg, counts={}, best_speedup=None, trials_used=0, board="", operators=[], reports=[],
-                       next_actions=nxt)
+                       message=msg, counts={}, board="", operators=[], reports=[], next_actions=nxt)
     if board is not None:
-        out.counts, out.best_speedup, out.trials_used = board.counts, board.best_speedup, board.trials_used
-        out.reports = list(board.reports)
+        out.counts, out.reports = board.counts, list(board.reports)
         out.board = render_terminal(board) + f"\nboard page: {cdir.path / 'board.html'}"
         out.operators = [r.model_dump(include={"name", "status", "session_id", "stage", "trials", "trials_budget",
                                                "baseline_us", "best_us", "speedup", "reason", "activity"})
