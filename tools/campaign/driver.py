@@ -116,9 +116,10 @@ class OperatorDriver:
     def _progress_mark(self, st: Any) -> tuple[int, ...]:
         return tuple(len(st.rows.get(t, [])) for t in _PROGRESS_TABLES)
 
-    def _progress_cb(self, what: str) -> Callable[[float, str], Awaitable[None]]:
-        async def cb(elapsed: float, line: str) -> None:
-            self._say(f"{what} ({elapsed:.0f} s): {line.strip()[-80:]}")
+    def _progress_cb(self, what: str) -> Callable[..., Awaitable[None]]:
+        async def cb(elapsed: float, line: str, *, phase: str | None = None, **_: Any) -> None:
+            # the operations' progress: elapsed seconds, the last output line, and a phase in words when known
+            self._say(f"{what} ({elapsed:.0f} s)" + (f" {phase}" if phase else "") + f": {line.strip()[-80:]}")
         return cb
 
     # ------------------------------------------------------------------------------------------------ the run
@@ -134,6 +135,14 @@ class OperatorDriver:
             text = str(exc)
             self.ctx.log("operator-failed", operator=name, session_id=self.sid, reason=text[:2000])
             return OperatorOutcome(name, "failed", self.sid, text.splitlines()[0][:500])
+        except Exception as exc:  # noqa: BLE001 - one operator's bug must not end the others' sessions
+            import traceback
+
+            log.exception("campaign: operator %s failed with an internal error", name)
+            text = f"internal error ({type(exc).__name__}: {exc}); its session is left as its ledger has it"
+            self.ctx.log("operator-failed", operator=name, session_id=self.sid, reason=text[:500],
+                         traceback=traceback.format_exc()[-4000:])
+            return OperatorOutcome(name, "failed", self.sid, text[:500])
         finally:
             self.ctx.activity.pop(name, None)
             if self.ledger is not None:
