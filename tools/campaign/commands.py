@@ -67,6 +67,20 @@ def _spec(args: argparse.Namespace) -> CampaignSpec:
     return load(args.target, **options)
 
 
+def _default_folder(args: argparse.Namespace) -> Path:
+    """Where a campaign started with these arguments keeps its folder — without loading its spec (``--status`` and
+    ``--stop`` need no goal)."""
+    from pypto_tune.tools.campaign.journal import CAMPAIGN_DIR
+    from pypto_tune.tools.campaign.manifest import _read_table
+
+    target = args.target.resolve()
+    if target.is_dir():
+        home = args.copy_to.resolve() if args.copy_to else target
+        return home / CAMPAIGN_DIR / target.name
+    name = _read_table(target).get("name") or target.stem
+    return target.parent / CAMPAIGN_DIR / str(name)
+
+
 def campaign_command(args: argparse.Namespace) -> int:
     from pypto_tune.tools.campaign.board import read_board, render_terminal
 
@@ -74,7 +88,7 @@ def campaign_command(args: argparse.Namespace) -> int:
         raise InputError(f"{args.target} does not exist", hint="pass a manifest (.toml / .yaml) or a folder of "
                          "operators")
     if args.status or args.stop:
-        out = args.out or (default_out(_spec(args)))
+        out = args.out or _default_folder(args)
         cdir = CampaignDir(out)
         if not cdir.exists():
             raise InputError(f"no campaign in {cdir.path}", hint="pass --out with the campaign's folder")
