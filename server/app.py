@@ -238,19 +238,25 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
     @reg.tool(title="Analyse bubbles, utilisation and load balance", annotations=LEDGER_IDEMPOTENT,
               result=AnalysisSummary)
     async def analyze_bubbles(
-        session_id: Annotated[str | None, Field(description="analyse the session's latest measurement")] = None,
+        session_id: Annotated[str | None, Field(description="analyse a measurement of this session: the kept "
+                                                "state's by default")] = None,
         output_dir: Annotated[str | None, Field(description="or: any run folder / output folder, no session "
                                                 "needed (the newest run is picked)")] = None,
         lang: Lang = DEFAULT_LANG,
         outer_loops: Annotated[int | None, Field(description="product of the non-innermost pypto.loop trip counts, "
                                                  "for t/iter (inferred when omitted)")] = None,
         detail: Detail = "summary",
+        measurement: Annotated[int | None, Field(description="with session_id: the id of the measurement to "
+                                                 "analyse (collect_swimlane and run_candidates name it)")] = None,
+        round: Annotated[int | None, Field(description="with session_id: analyse this round's measurement (0 = the "
+                                           "baseline), e.g. a trial that was not kept")] = None,  # noqa: A002
     ) -> AnalysisSummary:
         """Bubble / utilisation / load-balance analysis with catalogue suggestions and evidence. Returns a summary
         (top items first, counts of what was left out); the whole analysis is a resource (detail_uri) or
         detail='full'."""
         def work(s: TuningService) -> AnalysisSummary:
-            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang, outer_loops=outer_loops)
+            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang, outer_loops=outer_loops,
+                                     measurement=measurement, round=round)
             if full.session_id and full.measurement_id is None:
                 # the analysis just recorded in the ledger names its measurement
                 full.measurement_id = s.last_analysed_measurement(full.session_id)
@@ -280,9 +286,12 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
             session_id, catalog_id=catalog_id, rationale=rationale, knob=knob, value=value, target=target, diff=diff,
             algorithm=algorithm))
 
-    @reg.tool(title="Propose concrete candidates", annotations=RO, result=CandidatesResult)
+    # a long tool for its wait=false job mode only (issue #17): it reads and ranks, it runs nothing, but admitting
+    # candidates on a large operator can outlast a client's patience
+    @reg.long_tool(title="Propose concrete candidates", annotations=RO, result=CandidatesResult)
     async def propose_candidates(
         session_id: SessionId,
+        progress: Progress,
         limit: Annotated[int, Field(description="how many candidates (1–64), best first")] = 8,
         knob: Annotated[str | None, Field(description="only candidates of this knob (id or name)")] = None,
     ) -> CandidatesResult:

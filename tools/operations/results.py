@@ -73,6 +73,11 @@ class PrecisionResult(_Result):
     device_id: str | None = None
     env_checks: list[EnvCheck] = Field(default_factory=list)
     attempts_left: int | None = Field(default=None, description="baseline retries left before the user must confirm")
+    command_problem: bool = Field(False, description="the test exited 0 but printed no verdict line: a problem of the "
+                                  "command (start_session again with a pass_pattern), not of the operator; never "
+                                  "counted as a baseline failure")
+    suggested_pass_pattern: str | None = Field(None, description="with command_problem: a pattern for the last line "
+                                               "the test printed, if that is its success line")
 
 
 class DebugResult(_Result):
