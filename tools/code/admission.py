@@ -559,12 +559,19 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
     prog_a = roles.analyze({**(context or {}), **fa})
     try:
         values_b, values_a = effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a)
+        blocks: tuple[list[str], list[str]] = ([], [])
         if runmap is not None:
             values_b, values_a = runmap_mod.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
                                                     values_b, values_a, change, changed_site)
-        return effective.check_after(values_b, values_a,
-                                     effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
-                                     structural=structural, changed_names=_changed_names(sites_b, sites_a))
+            blocks = runmap_mod.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site)
+        report = effective.check_after(values_b, values_a,
+                                       effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
+                                       structural=structural, changed_names=_changed_names(sites_b, sites_a))
+        report.checked.extend(blocks[0])
+        report.unchecked.extend(blocks[1])
+        if runmap is not None:
+            report.unchecked = runmap_mod.annotate_unchecked(runmap, report.unchecked, report.checked)
+        return report
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None

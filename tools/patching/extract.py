@@ -169,10 +169,10 @@ def source_sites(pf: ParsedFile, program: roles.Program) -> list[Site]:
         if node is None:
             continue
         base = (f"{src.cls}({src.field})" if src.kind == "field" else src.label)
-        seen[base] = seen.get(base, 0) + 1
         sid = f"{pf.path}:{src.scope + '.' if src.scope != roles.MODULE else ''}{base}"
-        if seen[base] > 1:
-            sid += f"#{seen[base]}"
+        seen[sid] = seen.get(sid, 0) + 1
+        if seen[sid] > 1:
+            sid += f"#{seen[sid]}"
         spec = legality.spec_for("tile_source", src.label)
         ids = [cid for c in sorted(src.consumers) for cid in CONSUMER_CATALOG.get(c, ())]
         context: dict[str, Any] = {"consumers": sorted(src.consumers), "source": src.kind, "at": [src.line, src.col],

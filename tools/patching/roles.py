@@ -35,6 +35,7 @@ TUNING_CALLS = {
     "set_operation_options": "operation_options", "view": "view", "reshape": "view", "assemble": "view",
 }
 DATA_FIRST_ARG = {"view", "reshape", "assemble"}
+PYPTO_SCALAR_PASSTHROUGH = {"min", "max"}
 JIT_NAMES = {"frontend.jit", "jit", "frontend.parser.entry.jit"}
 REDUCTIONS = {"sum", "amax", "amin", "max", "min", "mean", "prod", "reduce_sum", "reduce_max", "reduce_min",
               "var", "std", "logsumexp", "softmax", "argmax", "argmin"}
@@ -643,6 +644,10 @@ class _Analysis:
         q = f.qname(call.func)
         d = dotted(call.func)
         if q is not None:
+            if q in PYPTO_SCALAR_PASSTHROUGH:
+                # pypto.min(n - i * block, block): the result flows on and its own uses decide (a valid_shape is
+                # tiling; a tensor clamped by it would be data, and is refused where it is used)
+                return self._use(f, call)
             if q in JIT_NAMES:
                 return {("jit_options", f.path, call.lineno)}, []
             kind = TUNING_CALLS.get(q) or TUNING_CALLS.get(q.rsplit(".", 1)[-1])

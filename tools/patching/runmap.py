@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,16 +160,19 @@ class RunMap:
         self.kernels: dict[str, dict[str, Any]] = {}
         self.calls: list[dict[str, Any]] = []
         self.frames: set[tuple[str, int]] = set()
+        self.functions: set[tuple[str, str]] = set()  # (file, code name) of every workspace frame recorded
         self.traced: dict[str, set[int]] = {}
         if self.run is not None:
             self.run = _remap(self.run, files)
             self.kernels = {k["key"]: k for k in self.run.get("kernels", [])}
             self.calls = [c for c in self.run.get("calls", []) if c.get("in_workspace")]
-            for c in self.calls:
-                self.frames.update((fr["file"], fr["line"]) for fr in c.get("stack", []) if fr.get("in_workspace"))
-            for k in self.kernels.values():
-                for chain in k.get("called_from", []):
-                    self.frames.update((fr["file"], fr["line"]) for fr in chain if fr.get("in_workspace"))
+            chains = [c.get("stack", []) for c in self.calls] + [
+                chain for k in self.kernels.values() for chain in k.get("called_from", [])]
+            for chain in chains:
+                for fr in chain:
+                    if fr.get("in_workspace"):
+                        self.frames.add((fr["file"], fr["line"]))
+                        self.functions.add((fr["file"], fr["function"]))
             self.traced = {f: set(v) for f, v in self.run.get("traced", {}).items()}
         self._cache: dict[str, KnobRun] = {}
 
@@ -224,6 +228,17 @@ class RunMap:
         if apis and self.calls_at(file, line, apis):
             return True
         return self.executed(file, line)
+
+    def scope_ran(self, file: str, scope: str) -> bool:
+        """Did the run execute the function ``scope`` of ``file``? Module level counts as run; a jit kernel when
+        it was called; any other function when one of the recorded frames is in it."""
+        if scope == roles.MODULE or (file, scope) in self.kernels_ran():
+            return True
+        if (file, scope.rsplit(".", 1)[-1]) in self.functions:
+            return True
+        # a function nested in a kernel body that pypto's parser inlined: its statements were traced
+        return any((f, sc) in self.kernels_ran() and scope.startswith(sc + ".") for f, sc in [(file, scope)]
+                   for _ in [0]) and bool(self.traced.get(file))
 
     def tests_of(self, stacks: list[list[dict[str, Any]]]) -> list[str]:
         """Test functions on these call stacks: a workspace function named test*, else the outermost one."""
@@ -309,6 +324,11 @@ class RunMap:
         consumers = self._consumers(site)
         if consumers is None:
             return KnobRun(live=None, why="the server does not know where this knob is used")
+        if not consumers:
+            return KnobRun(live=None, why="it feeds no tiling call (not a tuning knob)")
+        scope = k.function or roles.MODULE
+        if not self.scope_ran(k.file, scope):
+            return KnobRun(live=False, why=f"the test never ran {scope} of {k.file}, where it is set")
         ran = [(kind, f, line) for kind, f, line in consumers if self.consumer_ran(kind, f, line)]
         if not ran:
             where = ", ".join(sorted({f"{f}:{line}" for _, f, line in consumers})[:3])
@@ -508,16 +528,18 @@ class _NoValue(Exception):
 class _Deriver:
     """Evaluates a tile call's arguments with a tiling source set to a given value (see :func:`derive`)."""
 
-    def __init__(self, files: dict[str, str], program: roles.Program, source: Any, value: Any) -> None:
+    def __init__(self, files: dict[str, str], program: roles.Program, source: Any, value: Any,
+                 choice: dict[str, int] | None = None) -> None:
         self.files = files
         self.program = program
         self.source = source  # flows.Source
         self.value = value
+        self.choice = choice or {}  # name bound several times → which binding the run took
         self.siblings: dict[str, Any] = {}
         if source.kind == "field":
             self.siblings = _sibling_keywords(files.get(source.file, ""), source.line, source.col)
 
-    def eval(self, node: ast.AST, env: dict[str, Any], locals_: dict[str, ast.AST], depth: int = 0) -> Any:
+    def eval(self, node: ast.AST, env: dict[str, Any], locals_: dict[str, list[ast.AST]], depth: int = 0) -> Any:
         if depth > 20:
             raise _NoValue("too deep")
         ev = functools.partial(self.eval, env=env, locals_=locals_, depth=depth + 1)
@@ -536,7 +558,11 @@ class _Deriver:
             if src.kind == "name" and node.id == src.label:
                 return self.value
             if node.id in locals_:
-                return ev(locals_[node.id])
+                bound = locals_[node.id]
+                value_node = bound[self.choice.get(node.id, 0)] if len(bound) > 1 else bound[0]
+                if value_node is _OPAQUE:
+                    raise _NoValue(f"{node.id} is rebound in a loop")
+                return ev(value_node)
             if node.id in env:
                 return env[node.id]
             raise _NoValue(node.id)
@@ -574,7 +600,7 @@ class _Deriver:
             return ev(node.args[0])
         raise _NoValue(type(node).__name__)
 
-    def call_value(self, call: ast.Call, kind: str, env: dict[str, Any], locals_: dict[str, ast.AST],
+    def call_value(self, call: ast.Call, kind: str, env: dict[str, Any], locals_: dict[str, list[ast.AST]],
                    ran: Any) -> Any:
         args: list[Any] = []
         repeats: list[int] = []
@@ -628,16 +654,28 @@ def _listify(v: Any) -> Any:
     return [_listify(x) for x in v] if isinstance(v, (tuple, list)) else v
 
 
-def _single_assignments(fn: ast.AST) -> dict[str, ast.AST]:
-    """Names assigned exactly once in a function body (``t = config.cube_tile_shape``)."""
-    seen: dict[str, list[ast.AST]] = {}
+_OPAQUE = ast.Constant(value=None)  # a binding the deriver cannot follow (loop target, augmented assignment)
+
+
+def _assignments(fn: ast.AST) -> dict[str, list[ast.AST]]:
+    """Every value a name is bound to in a function body (``t = config.cube_tile_shape``; ``a, b = cfg.shape``
+    binds ``a`` to ``cfg.shape[0]``); a branch may bind it twice (``if …: tiles = […] else: tiles = [4096]``)."""
+    out: dict[str, list[ast.AST]] = {}
     for n in ast.walk(fn):
-        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-            seen.setdefault(n.targets[0].id, []).append(n.value)
-        elif isinstance(n, (ast.AugAssign, ast.For, ast.comprehension)) and isinstance(
-                getattr(n, "target", None), ast.Name):
-            seen.setdefault(n.target.id, []).extend([n, n])  # type: ignore[union-attr]
-    return {k: v[0] for k, v in seen.items() if len(v) == 1}
+        if isinstance(n, ast.Assign) and len(n.targets) == 1:
+            t = n.targets[0]
+            if isinstance(t, ast.Name):
+                out.setdefault(t.id, []).append(n.value)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                for i, el in enumerate(t.elts):
+                    if isinstance(el, ast.Name):
+                        out.setdefault(el.id, []).append(
+                            ast.Subscript(value=n.value, slice=ast.Constant(value=i), ctx=ast.Load()))
+        elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For, ast.comprehension, ast.NamedExpr)):
+            t = getattr(n, "target", None)
+            if isinstance(t, ast.Name):
+                out.setdefault(t.id, []).append(_OPAQUE)
+    return out
 
 
 def _call_and_function(text: str, line: int, callee: str) -> tuple[ast.Call | None, ast.AST | None, str]:
@@ -673,11 +711,21 @@ def derive(files: dict[str, str], program: roles.Program, source: Any, site: Sit
     if call is None:
         raise _NoValue("call not found")
     env = program.env(site.file, scope)
-    locals_ = _single_assignments(fn) if fn is not None else {}
-    before = _Deriver(files, program, source, old).call_value(call, site.knob.kind, env, locals_, ran)
-    if _norm(before) != _norm(ran):
-        raise _NoValue(f"the server's reading gives {before!r} where the run had {ran!r}")
-    return _Deriver(files, program, source, new).call_value(call, site.knob.kind, env, locals_, ran)
+    locals_ = _assignments(fn) if fn is not None else {}
+    several = sorted(n for n, b in locals_.items() if len(b) > 1)[:4]
+    last: _NoValue | None = None
+    for picks in itertools.product(*(range(len(locals_[n])) for n in several)):
+        choice = dict(zip(several, picks))
+        try:
+            before = _Deriver(files, program, source, old, choice).call_value(call, site.knob.kind, env, locals_, ran)
+        except _NoValue as exc:
+            last = exc
+            continue
+        if _norm(before) != _norm(ran):
+            last = _NoValue(f"the server's reading gives {before!r} where the run had {ran!r}")
+            continue
+        return _Deriver(files, program, source, new, choice).call_value(call, site.knob.kind, env, locals_, ran)
+    raise last or _NoValue("no reading reproduces what ran")
 
 
 def _norm(v: Any) -> Any:
@@ -783,3 +831,98 @@ def overlay(files_before: dict[str, str], program_before: roles.Program, run: Ru
             vb[key] = SiteValue(k.id, k.kind, k.line, e.value, ctx)
             va[key] = SiteValue(k.id, k.kind, k.line, new, ctx)
     return vb, va
+
+
+# ----------------------------------------------------------------------------------------------- loop blocks
+
+
+def _kernel_dims(run: RunMap, key: str | None) -> list[int]:
+    k = run.kernels.get(key or "")
+    dims: list[int] = []
+    for call in (k.get("inputs") or [])[:1] if k else []:
+        for a in call:
+            if isinstance(a, dict) and "$tensor" in a:
+                dims.extend(d for d in a["$tensor"] if isinstance(d, int))
+    return sorted(set(dims))
+
+
+def loop_checks(files_before: dict[str, str], program_before: roles.Program, run: RunMap, change: Any,
+                changed_site: Site | None) -> tuple[list[str], list[str]]:
+    """Domain C (F-1, F-3) on the loops a changed block size feeds, with the axis taken from what ran.
+
+    A loop ``pypto.loop(…, X // B, …)`` whose block ``B`` comes from the changed knob: the run recorded its trip
+    count S with the old block b, so the axis X lies in [S·b, S·b + b − 1]; the kernel's input tensors name the
+    one dimension in that range. The new block must be ≥ 1, ≤ X and divide X (floor division drops the rest); a
+    ceil-division loop ``(X + B − 1) // B`` only needs 1 ≤ B ≤ X. Returns (checked, unchecked) lines; raises
+    KnobValueError for an illegal block."""
+    feeder = _feeder(program_before, changed_site)
+    if feeder is None or not run.reported or change is None:
+        return [], []
+    checked: list[str] = []
+    unchecked: list[str] = []
+    for kind, file, line in sorted(feeder.consumer_sites):
+        if kind != "loop":
+            continue
+        for rec in run.calls_at(file, line, {"loop", "loop_unroll"}):
+            call, fn, scope = _call_and_function(files_before.get(file, ""), line, rec["api"])
+            if call is None:
+                continue
+            pos = [a for a in call.args if not isinstance(a, ast.Starred)]
+            stop_node = pos[0] if len(pos) == 1 else (pos[1] if len(pos) >= 2 else None)
+            args = rec.get("args") or []
+            stop_ran = args[0] if len(args) == 1 else (args[1] if len(args) >= 2 else None)
+            if not (isinstance(stop_node, ast.BinOp) and isinstance(stop_node.op, ast.FloorDiv)) \
+                    or not isinstance(stop_ran, int):
+                continue
+            where = f"the loop at {file}:{line}"
+            env = program_before.env(file, scope)
+            locals_ = _assignments(fn) if fn is not None else {}
+            try:
+                b_old = _Deriver(files_before, program_before, feeder, change.before).eval(stop_node.right, env,
+                                                                                         locals_)
+                b_new = _Deriver(files_before, program_before, feeder, change.after).eval(stop_node.right, env,
+                                                                                        locals_)
+            except _NoValue:
+                continue  # the divisor is not the changed block
+            if b_old == b_new or not isinstance(b_old, int) or not isinstance(b_new, int) or b_old < 1:
+                continue
+            left = stop_node.left
+            ceil = (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub)
+                    and isinstance(left.left, ast.BinOp) and isinstance(left.left.op, ast.Add))
+            lo, hi = ((stop_ran - 1) * b_old + 1, stop_ran * b_old) if ceil else \
+                (stop_ran * b_old, stop_ran * b_old + b_old - 1)
+            axes = [d for d in _kernel_dims(run, rec.get("kernel")) if lo <= d <= hi]
+            if len(axes) != 1:
+                unchecked.append(f"{where} ran {stop_ran} iteration(s) of {b_old}; the server cannot tell which "
+                                 "axis it blocks, so whether the new block divides it was not checked")
+                continue
+            x = axes[0]
+            if b_new < 1 or b_new > x or (not ceil and x % b_new):
+                why = ("a block must be ≥ 1" if b_new < 1 else f"block {b_new} exceeds the axis length {x}"
+                       if b_new > x else f"{x} is not a multiple of {b_new}: the last {x % b_new} rows would never "
+                       "be computed (floor division drops them)")
+                raise KnobValueError(f"{change.knob_id} = {change.after!r} makes {where} block {b_new}: {why} — "
+                                     f"the run blocked an axis of {x} ({stop_ran} × {b_old}, kernel "
+                                     f"{run.kernel_name(rec.get('kernel'))})", rule="C/F-3",
+                                     legal="a block size that divides the axis it blocks",
+                                     hint=f"choose a divisor of {x}")
+            trips = -(-x // b_new) if ceil else x // b_new
+            checked.append(f"{where}: axis {x} (from the run) in {trips} block(s) of {b_new}")
+    return checked, unchecked
+
+
+def annotate_unchecked(run: RunMap, unchecked: list[str], checked: list[str]) -> list[str]:
+    """The static 'not checked' notes, less the loops the run check covered, and with the loops that never ran in
+    this test said so (their value changes nothing this test measures)."""
+    covered = {c.split(":", 2)[0].removeprefix("the loop at ") + ":" + c.split(":", 2)[1] for c in checked
+               if c.startswith("the loop at ")}
+    out = []
+    for note in unchecked:
+        head = note.split(" ", 1)[0]
+        file, _, line = head.partition(":")
+        if head in covered:
+            continue
+        if run.reported and line.isdigit() and file in run.files and not run.executed(file, int(line)):
+            note += " (this line never ran in this test)"
+        out.append(note)
+    return out
