@@ -1,7 +1,7 @@
 """pypto-tune's run-time probe: what a PyPTO test actually did, recorded from inside its Python process.
 
-Loaded by the ``sitecustomize`` next to this file, which the server puts first on the run's ``PYTHONPATH`` from a
-folder it owns (never the workspace). Standard library only: the test's interpreter may not have pypto-tune.
+Loaded by the ``sitecustomize`` next to this file (which the server puts first on the run's ``PYTHONPATH`` from a
+folder it owns, never the workspace) the first time the process looks for ``pypto``. Standard library only: the test's interpreter may not have pypto-tune.
 
 What it records, once ``pypto`` has finished importing (wrapping while pypto is half-initialised raises a circular
 import, domain.md G.2), into ``$PYPTO_TUNE_PROBE_DIR/probe-<pid>.json``:
@@ -469,20 +469,25 @@ class _AfterPypto:
 
 
 def install(hook_dir: str) -> bool:
-    """Called by the hook's sitecustomize at interpreter start. Does nothing without ``$PYPTO_TUNE_PROBE_DIR``."""
+    """Called by the hook's sitecustomize when the process first looks for ``pypto``. Does nothing without
+    ``$PYPTO_TUNE_PROBE_DIR``. Instruments at once if pypto is already imported."""
     global _P
     out_dir = os.environ.get(DIR_ENV)
     if not out_dir or _P is not None:
         return False
     _P = _Probe(os.path.abspath(out_dir), os.path.abspath(hook_dir))
-    if "pypto" in sys.modules:
-        instrument()
-    else:
-        sys.meta_path.insert(0, _AfterPypto())
     import atexit
 
     atexit.register(_at_exit)
+    if "pypto" in sys.modules:
+        instrument()
+        return False
     return True
+
+
+def after_pypto_finder() -> "_AfterPypto":
+    """The finder that imports pypto as it would be imported anyway, and instruments it once that finished."""
+    return _AfterPypto()
 
 
 def _at_exit() -> None:
