@@ -5,8 +5,9 @@
 Each operator's test command runs 2·N times in a scratch copy of its fixture folder, alternating probe on (the
 hook first on PYTHONPATH, ``$PYPTO_TUNE_PROBE_DIR`` set: exactly what ``run_isolated(probe=True)`` adds) and probe
 off, so that load changes on the machine fall on both sides alike. Printed per operator: median wall time and
-median CPU time (user + system of the child and its children) of each side, their ratios, the probe record's size
-and what it saw. Goal (issue #17): ≤ 3 % of a SIM run. The simulated operator time of every run is compared too:
+median CPU time (user + system of the child and its children) of each side, their ratios, the time the probe's own
+code took in the last probed run (``self_s``, timed inside the hook: loading, wrapping, recording, writing — load
+noise does not reach it) and its share of that run's CPU time, the record's size and what it saw. Goal (issue #17): ≤ 3 % of a SIM run. The simulated operator time of every run is compared too:
 the probe must never change it. Figures only; no test asserts timings.
 """
 
@@ -82,6 +83,7 @@ def bench(name: str, n: int, scratch: Path) -> dict[str, object]:
         "cpu_off_s": round(med[False][1], 3), "cpu_on_s": round(med[True][1], 3),
         "cpu_ratio": round(med[True][1] / med[False][1], 4),
         "operator_time_us": sorted(times), "same_operator_time": len(times) == 1,
+        "probe_self_s": record.self_s, "self_share_of_cpu": round(record.self_s / med[True][1], 4),
         "record_bytes": size, "probe": record.summary(),
     }
 
