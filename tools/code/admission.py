@@ -559,14 +559,15 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
     prog_a = roles.analyze({**(context or {}), **fa})
     try:
         values_b, values_a = effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a)
-        blocks: tuple[list[str], list[str]] = ([], [])
         if runmap is not None:
             values_b, values_a = runmap_mod.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
                                                     values_b, values_a, change, changed_site)
-            blocks = runmap_mod.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site)
         report = effective.check_after(values_b, values_a,
                                        effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
                                        structural=structural, changed_names=_changed_names(sites_b, sites_a))
+        # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
+        blocks = runmap_mod.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site) \
+            if runmap is not None else ([], [])
         report.checked.extend(blocks[0])
         report.unchecked.extend(blocks[1])
         if runmap is not None:

@@ -874,7 +874,7 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
             if not (isinstance(stop_node, ast.BinOp) and isinstance(stop_node.op, ast.FloorDiv)) \
                     or not isinstance(stop_ran, int):
                 continue
-            where = f"the loop at {file}:{line}"
+            where = f"the loop at {file}:{line} ({ast.unparse(stop_node)})"
             env = program_before.env(file, scope)
             locals_ = _assignments(fn) if fn is not None else {}
             try:
@@ -914,8 +914,7 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
 def annotate_unchecked(run: RunMap, unchecked: list[str], checked: list[str]) -> list[str]:
     """The static 'not checked' notes, less the loops the run check covered, and with the loops that never ran in
     this test said so (their value changes nothing this test measures)."""
-    covered = {c.split(":", 2)[0].removeprefix("the loop at ") + ":" + c.split(":", 2)[1] for c in checked
-               if c.startswith("the loop at ")}
+    covered = {c.removeprefix("the loop at ").split(" ", 1)[0] for c in checked if c.startswith("the loop at ")}
     out = []
     for note in unchecked:
         head = note.split(" ", 1)[0]
