@@ -36,6 +36,8 @@ from pypto_tune.tools.running.verdict import judge_precision
 log = logging.getLogger("pypto_tune.service")
 
 MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, not a next step
+# how a measured trial's reason names its judgement against the kept state (rules.judge_measurement)
+_JUDGED = {"gain": "gain", "no-gain": "no gain", "regression": "slower"}
 
 
 @dataclass
@@ -168,12 +170,13 @@ class SearchOps(OperationsBase):
             status: dict[int, str] = {t.round_no: "queued" for t in trials}
 
             async def report() -> None:
-                while True:
-                    await anyio.sleep(4.0)
+                while True:  # at once, then every 2 s: a client learns the batch's size first
                     if progress:
                         done = sum(1 for v in status.values() if v.startswith("done"))
-                        await progress(time.monotonic() - t0, f"{done}/{len(trials)} trials done; " + ", ".join(
-                            f"r{n}: {v}" for n, v in sorted(status.items()))[:300])
+                        await progress(time.monotonic() - t0, ", ".join(
+                            f"r{n}: {v}" for n, v in sorted(status.items()))[:300],
+                            phase=f"{done}/{len(trials)} trials done", step=done, steps=len(trials))
+                    await anyio.sleep(2.0)
 
             async with anyio.create_task_group() as outer:
                 outer.start_soon(report)
@@ -368,8 +371,9 @@ class SearchOps(OperationsBase):
             t.margin_pct = j.margin_pct
             t.result_type = j.result_type
             t.decision = "reverted"
-            if j.note:
-                t.reason = j.note
+            # why it was judged so (its precision reason stays in 'verdict'): the measurement against the kept state
+            t.reason = "; ".join(x for x in (f"{_JUDGED[j.result_type]}: {j.delta_pct:+.2f} % against the kept "
+                                             f"state", j.note) if x)
             if j.result_type == "gain":
                 gains.append(t)
         if not gains:
@@ -378,8 +382,12 @@ class SearchOps(OperationsBase):
         for t in gains:
             if t is not winner:
                 t.result_type = "not-chosen"
-                t.reason = (f"a gain ({t.delta_pct:+.2f} %) but round {winner.round_no} was better "
-                            f"({winner.delta_pct:+.2f} %)")
+                if statistics.median(t.samples) == statistics.median(winner.samples):
+                    t.reason = (f"a gain ({t.delta_pct:+.2f} %) equal to round {winner.round_no}'s: one change is "
+                                "kept per batch, and a tie goes to the one listed first")
+                else:
+                    t.reason = (f"a gain ({t.delta_pct:+.2f} %), smaller than round {winner.round_no}'s "
+                                f"({winner.delta_pct:+.2f} %), which was kept")
         winner.decision = "kept"
         return winner
 
