@@ -124,7 +124,8 @@ class SearchOps(OperationsBase):
             c = patch["knob_changes"][0]
             rt = d["result_type"]
             outcome = ("kept" if d["decision"] == "kept" else "failed" if d["decision"] == "failed"
-                       else "regression" if rt == "regression" else "no-gain")
+                       else "regression" if rt == "regression" else "not-chosen" if rt == "not-chosen"
+                       else "no-gain")
             out.append({"knob_id": c["knob_id"], "value": c["after"], "before_value": c["before"],
                         "from_kept_hash": r["before_hash"], "outcome": outcome,
                         "failure_type": rt if d["decision"] == "failed" else None, "before_us": r["before_us"],

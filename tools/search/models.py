@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 StageGroup = Literal["frontend", "swimlane", "incore"]
-Outcome = Literal["kept", "regression", "no-gain", "failed"]
+#: not-chosen: a gain over the kept state that another trial of the same batch beat (it was not kept)
+Outcome = Literal["kept", "not-chosen", "regression", "no-gain", "failed"]
 CATALOG_PREFIX = {"frontend": "F-", "swimlane": "S-", "incore": "I-"}
 
 

@@ -39,6 +39,7 @@ from pypto_tune.tools.errors import (
 )
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
 from pypto_tune.tools.patching.models import Knob
+from pypto_tune.tools.search import linked
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -79,6 +80,18 @@ class _Raw:
         if ranking == "plain":
             return (*self.plain, *tail)
         return (-round(self.score, 9), *self.plain, *tail)
+
+
+def tile_view(knob: Knob, kernel: dict[str, Any] | None) -> list[int | None] | None:
+    """The view a vector-tile knob tiles in its kernel (one loop iteration's data), from the kernel picture."""
+    if kernel is None:
+        return None
+    for v in kernel.get("vec", []):
+        if knob.kind == "vec_tile" and v.get("line") == knob.line:
+            return v.get("block")
+        if knob.kind in ("tile_constant", "local_constant") and norm_value(v.get("tile")) == norm_value(knob.value):
+            return v.get("block")
+    return None
 
 
 def _stage_group(stage: str) -> StageGroup:
@@ -235,12 +248,23 @@ class _Context:
 
     def after(self, knob: Knob, value: Any) -> list[dict[str, Any]] | None:
         """Features of every kernel with the knob at ``value``; None when the model cannot see this knob."""
-        scopes = self.scopes_of(knob)
-        if knob.kind in ("vec_tile", "cube_tile"):
-            return self.model.features(site_override={(knob.file, knob.line): value}, scopes=scopes)
-        if knob.kind in ("tile_constant", "local_constant"):
-            return self.model.features(env_override={knob.name: value}, scopes=scopes)
-        return None
+        return self.after_many([(knob, value)])
+
+    def after_many(self, changes: list[tuple[Knob, Any]]) -> list[dict[str, Any]] | None:
+        """Features of every kernel with several knobs at trial values at once (a linked pair's joint point);
+        None when the model cannot see one of them."""
+        env: dict[str, Any] = {}
+        sites: dict[tuple[str, int], Any] = {}
+        scopes: set[tuple[str, str]] = set()
+        for knob, value in changes:
+            if knob.kind in ("vec_tile", "cube_tile"):
+                sites[(knob.file, knob.line)] = value
+            elif knob.kind in ("tile_constant", "local_constant"):
+                env[knob.name] = value
+            else:
+                return None
+            scopes |= self.scopes_of(knob)
+        return self.model.features(env_override=env or None, site_override=sites or None, scopes=scopes)
 
     def loops_before(self) -> dict[str, Any]:
         if self._loops_before is None:
@@ -279,28 +303,106 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     return value, ""
 
 
+def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Term], dict[str, Any]]:
+    """The model's terms for going from the kept kernels (``ctx.base``) to ``after``, per kernel weighed by its share
+    of the operator time, and what changes in each kernel."""
+    terms: list[R.Term] = []
+    info: dict[str, Any] = {}
+    for fb, fa in zip(ctx.base, after):
+        if fb == fa:
+            continue
+        kt = R.vector_terms(fb, fa, ctx.priors, ctx.facts.vector_cores)
+        kt += R.cube_terms(fb, fa, ctx.priors, ctx.facts.cube_cores)
+        share = ctx.facts.kernel_share.get(fb["scope"].rsplit(".", 1)[-1])
+        gain = sum(t.score for t in kt)
+        if share is not None and gain:
+            # Amdahl: a kernel that takes a fraction of the operator time can only save that fraction
+            op_gain = R.amdahl(gain, share)
+            for t in kt:
+                t.score *= op_gain / gain
+            kt.append(R.Term("analysis", "kernel-share", 0.0, f"kernel {fb['scope']} takes {share * 100:.0f} % "
+                             f"of the operator time: predicted {gain:+.2f} on it is {op_gain:+.2f} overall",
+                             {"kernel": fb["scope"], "share_pct": round(share * 100, 2)}))
+        terms += kt
+        info[fb["scope"]] = _describe_change(fb, fa)
+    return terms, info
+
+
+def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
+    """Candidate values of one knob for a kernel picture (the kept one, or a trial one for a pair's lookahead)."""
+    kd = dict(kernel) if kernel else None
+    if kd is not None and k.kind in ("tile_constant", "local_constant") and isinstance(k.value, int):
+        trips = kd.get("trips") or []
+        if len(trips) == 1 and trips[0]:
+            kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
+    reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
+            if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
+    has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
+    has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
+        (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
+    return values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector,
+                      view=tile_view(k, kernel))
+
+
+def _pair_plans(ctx: _Context, knobs: list[Knob]) -> dict[str, linked.PairPlan]:
+    """Plans of the linked (block, tile) pairs among ``knobs``, keyed by the block knob's id (the best plan of a
+    block that feeds several tiles)."""
+    out: dict[str, linked.PairPlan] = {}
+    ids = {k.id for k in knobs}
+
+    def score(feats: list[dict[str, Any]]) -> float:
+        return sum(t.score for t in kernel_terms(ctx, feats)[0])
+
+    for link in linked.find_links(ctx.knobs, ctx.base, ctx.after_many):
+        if link.block.id not in ids or link.tile.id not in ids:
+            continue
+        blocks = [v.value for v in _knob_values(ctx, link.block, ctx.kernel_of(link.block))]
+        pl = linked.plan(link, base=ctx.base, after=ctx.after_many, score=score, block_values=blocks,
+                         tile_values=lambda kern, t=link.tile: [v.value for v in _knob_values(ctx, t, kern)])
+        prev = out.get(link.block.id)
+        if prev is None or pl.best_score > prev.best_score:
+            out[link.block.id] = pl
+    return out
+
+
+def _pair_terms(plans: dict[str, linked.PairPlan], k: Knob, value: Any, terms: list[R.Term],
+                info: dict[str, Any]) -> list[R.Term]:
+    """A block step that opens room for a linked tile scores the best point reachable through it (discounted); a
+    tile step of such a pair says what caps it. Nothing when the pair buys nothing over single steps, and nothing
+    for a block direction this session already saw fail or regress (the plan assumed the step would be kept)."""
+    out: list[R.Term] = []
+    pl = plans.get(k.id)
+    if pl is not None and pl.needs_pair:
+        key = value_key(value)
+        through = pl.through.get(key)
+        own = sum(t.score for t in terms)
+        stopped = any(t.source == "history" and t.score <= -1.0 for t in terms)
+        if through is not None and not stopped and linked.LOOKAHEAD_DISCOUNT * through > own:
+            tile = pl.link.tile
+            extra = linked.LOOKAHEAD_DISCOUNT * through - own
+            out.append(R.Term("model", "opens-room", extra,
+                              f"opens room for {tile.name}: with {k.name} = {value!r} its view is "
+                              f"{pl.view_for.get(key)}, where {tile.name} = {pl.tile_for.get(key)!r} is predicted "
+                              f"{through:+.2f} in two steps (best point it can see: {k.name} = {pl.best_block!r}, "
+                              f"{tile.name} = {pl.best_tile!r}; a linked pair, the block first)",
+                              {"linked_pair": pl.summary(), "two_step_score": round(through, 3)}))
+            info["linked_pair"] = pl.summary()
+    for pl in plans.values():
+        if pl.needs_pair and pl.link.tile.id == k.id:
+            b = pl.link.block
+            info["linked_pair"] = pl.summary()
+            out.append(R.Term("model", "capped-by-block", 0.0,
+                              f"capped by {b.name} = {b.value!r} (the view it tiles); the best point it can see "
+                              f"needs {b.name} = {pl.best_block!r} first", {"linked_pair": pl.summary()}))
+    return out
+
+
 def _model_terms(ctx: _Context, knob: Knob, value: Any) -> tuple[list[R.Term], dict[str, Any]]:
     terms: list[R.Term] = []
     info: dict[str, Any] = {}
     after = ctx.after(knob, value)
     if after is not None:
-        for fb, fa in zip(ctx.base, after):
-            if fb == fa:
-                continue
-            kt = R.vector_terms(fb, fa, ctx.priors, ctx.facts.vector_cores)
-            kt += R.cube_terms(fb, fa, ctx.priors, ctx.facts.cube_cores)
-            share = ctx.facts.kernel_share.get(fb["scope"].rsplit(".", 1)[-1])
-            gain = sum(t.score for t in kt)
-            if share is not None and gain:
-                # Amdahl: a kernel that takes a fraction of the operator time can only save that fraction
-                op_gain = R.amdahl(gain, share)
-                for t in kt:
-                    t.score *= op_gain / gain
-                kt.append(R.Term("analysis", "kernel-share", 0.0, f"kernel {fb['scope']} takes {share * 100:.0f} % "
-                                 f"of the operator time: predicted {gain:+.2f} on it is {op_gain:+.2f} overall",
-                                 {"kernel": fb["scope"], "share_pct": round(share * 100, 2)}))
-            terms += kt
-            info[fb["scope"]] = _describe_change(fb, fa)
+        terms, info = kernel_terms(ctx, after)
         if not info and knob.kind in ("tile_constant", "local_constant", "vec_tile", "cube_tile"):
             info["note"] = "the static model sees no change in this operator's tiles or loops"
     kernel = ctx.kernel_of(knob)
@@ -331,7 +433,8 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
         return (f"plain ranking: catalogue priority of {raw.catalog_id} ({_catalog_title(raw.catalog_id)}), then the "
                 f"nearest value ({raw.step:.1f} log2 step(s) from {raw.knob.value!r})")
     parts = [f"analysis: {t.text}" for t in raw.terms if t.name == "kernel-share"]
-    for t in sorted(raw.terms, key=lambda t: (-abs(t.score), t.name)):
+    # the session's own measurements first: they are about this operator, the model and priors are predictions
+    for t in sorted(raw.terms, key=lambda t: (t.source != "history", -abs(t.score), t.name)):
         if t.name == "kernel-share":
             continue
         if not t.text or abs(t.score) < 1e-9:
@@ -421,21 +524,12 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                              hint="list_knobs shows every knob; pass its id or name")
         knobs = chosen
 
+    plans = _pair_plans(ctx, knobs) if ranking == "model" and "model" in signals else {}
     raws: list[_Raw] = []
     considered = 0
     for k in knobs:
         kernel = ctx.kernel_of(k)
-        kd = dict(kernel) if kernel else None
-        if kd is not None and k.kind in ("tile_constant", "local_constant") and isinstance(k.value, int):
-            trips = kd.get("trips") or []
-            if len(trips) == 1 and trips[0]:
-                kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
-        reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
-                if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
-        has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
-        has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
-            (lf.get("core_type") == "AIV") for lf in (analysis or {}).get("leaves", []) or [])
-        for v in values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector):
+        for v in _knob_values(ctx, k, kernel):
             considered += 1
             cid = choose_catalog_id(k, group, v.value, kernel, ctx.facts)
             if cid is None:
@@ -465,6 +559,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                 if "history" in signals:
                     for s in history_signals(k.id, k.value, value, hist):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
+                terms += _pair_terms(plans, k, value, terms, info)
                 if "analysis" in signals:
                     merges = k.name == "vec_nbuffer_setting" or k.name == "cube_nbuffer_setting"
                     after = ctx.after(k, value) or ctx.base
@@ -502,6 +597,13 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     notes = []
     if not ctx.facts.present:
         notes.append("no analysis given: ranked on the model, the priors and the history only")
+    for pl in plans.values():
+        if pl.needs_pair:
+            b, t = pl.link.block, pl.link.tile
+            notes.append(f"linked pair: the best point the model can see needs {b.name} = {pl.best_block!r} and "
+                         f"{t.name} = {pl.best_tile!r} together (predicted {pl.best_score:+.2f}, against "
+                         f"{max(pl.tile_alone, pl.block_alone):+.2f} for either alone): {pl.link.describe()}, so "
+                         f"{b.name} is raised first and {t.name} follows once its view has room")
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
                     exhausted=checked_all and not out, considered=considered, excluded=excluded,
                     refusals=refusals, notes=notes)

@@ -23,6 +23,7 @@ CUBE_NBUF_VALUES = (1, 2, 4)
 STITCH_VALUES = (128, 256, 512, 1024)
 MAX_DIM = 4096  # when an axis length is unknown: the largest tile or block considered
 MAX_COMBOS = 4000  # vector tiles of rank 3+: the per-dim options are thinned until the product fits
+MAX_VEC_TILE_BYTES = 64 * 1024  # F-10: vector tiles of 16–64 KB
 
 
 @dataclass
@@ -48,19 +49,24 @@ def _is_expr(v: Any) -> bool:
     return isinstance(v, dict) and EXPR_KEY in v
 
 
-def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_axes: set[int]) -> list[Value]:
-    """Vector tiles of the same rank: per dim the powers of two up to the axis, the axis itself and the current
-    value; a reduce axis only at its current value or larger (splitting it is never proposed)."""
+def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_axes: set[int], *,
+                    elem_bytes: int = 4, max_bytes: int | None = MAX_VEC_TILE_BYTES) -> list[Value]:
+    """Vector tiles of the same rank: per dim the powers of two up to the view the tile covers (``dims``: the data
+    one loop iteration tiles, or the tensor when there is no loop), that view dim itself and the current value —
+    never a tile larger than the view it tiles (issue #17: a larger one is clipped to it and only looks like a
+    change); a reduce axis only whole or at its current size or larger (splitting it is never proposed, F-10);
+    at most ``max_bytes`` per tile (F-10's 16–64 KB: every measured grid failed to compile above 64 KB)."""
     rank = len(current)
     opts: list[list[int]] = []
     for i in range(rank):
         full = dims[i] if dims and i < len(dims) and dims[i] else None
         hi = full or max(MAX_DIM // 8, current[i] * 8)
-        o = set(_pow2_upto(hi)) | {current[i]}
+        o = set(_pow2_upto(hi)) | ({current[i]} if full is None or current[i] <= full else set())
         if full:
             o.add(full)
+            o = {x for x in o if x <= full}
         if i in reduce_axes or (i - rank) in reduce_axes:
-            o = {x for x in o if x >= current[i]}
+            o = {x for x in o if x >= min(current[i], full or current[i])}
         opts.append(sorted(o))
     # thin the widest dims (keep the current value, the ends and every other power of two) until the product fits
     while math.prod(len(o) for o in opts) > MAX_COMBOS:
@@ -72,8 +78,11 @@ def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_ax
     out = []
     for combo in itertools.product(*opts):
         v = list(combo)
-        if v != current:
-            out.append(Value(v))
+        if v == current:
+            continue
+        if max_bytes is not None and math.prod(v) * elem_bytes > max_bytes and math.prod(v) > math.prod(current):
+            continue  # the unified buffer: larger than the budget (and larger than what runs now)
+        out.append(Value(v, note="within the view it tiles" if dims else ""))
     return out
 
 
@@ -172,9 +181,10 @@ def stitch_values(current: Any, root_instances: int | None) -> list[Value]:
 
 
 def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[int], has_cube: bool,
-               has_vector: bool) -> list[Value]:
+               has_vector: bool, view: list[int | None] | None = None) -> list[Value]:
     """Every value worth considering for ``knob`` (current value excluded). Empty for knobs the search does not
-    tune (problem sizes, run mode, debug options, sg_set_scope ids, valid_shape expressions)."""
+    tune (problem sizes, run mode, debug options, sg_set_scope ids, valid_shape expressions). ``view``: for a
+    vector tile, the shape of the data it tiles as it ran (one loop iteration's view); tiles never exceed it."""
     if not knob.tunable:
         return []
     cur = knob.value
@@ -182,8 +192,8 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
     if kind == "vec_tile":
         if not isinstance(cur, list) or not all(_is_int(x) for x in cur):
             return []  # written as an expression (*VEC_TILE): the name it reads is the knob
-        dims = _dims_for(kernel, len(cur))
-        return vec_tile_values(cur, dims, reduce_axes)
+        dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
     if kind == "cube_tile":
         if not isinstance(cur, dict) or not all(isinstance(cur.get(a), list) for a in ("m", "k", "n")):
             return []
@@ -198,8 +208,8 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
                 axis = kernel.get("_axis_for_block")
             return block_values(cur, axis)
         if isinstance(cur, list) and all(_is_int(x) for x in cur) and "vec_tile" in consumers:
-            dims = _dims_for(kernel, len(cur))
-            return vec_tile_values(cur, dims, reduce_axes)
+            dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
+            return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
         if isinstance(cur, list) and consumers <= {"unroll", "loop"} and "unroll" in consumers:
             trip = (kernel or {}).get("trips", [None])[-1] if kernel and kernel.get("trips") else None
             return unroll_values(cur, trip)
@@ -230,6 +240,14 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
     if kind == "cache_policy" and isinstance(cur, dict):
         return [Value({**cur, t: not flag}) for t, flag in cur.items() if isinstance(flag, bool)]
     return []
+
+
+def _view_dims(view: list[int | None] | None, rank: int) -> list[int | None] | None:
+    return list(view) if view and len(view) == rank and any(x for x in view) else None
+
+
+def _elem(kernel: dict[str, Any] | None) -> int:
+    return int((kernel or {}).get("elem_bytes") or 4)
 
 
 def _dims_for(kernel: dict[str, Any] | None, rank: int) -> list[int | None] | None:
