@@ -36,6 +36,9 @@ from pypto_tune.tools.running.verdict import judge_precision
 log = logging.getLogger("pypto_tune.service")
 
 MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, not a next step
+#: propose_candidates admits candidates (the server's admission: 0.5–4 s each on a loaded 2-core machine) for at most
+#: this long, then answers; the rest are marked admitted=false and admitted when run (issue #17: answer within 5 s)
+PROPOSE_BUDGET_S = 3.0
 
 
 @dataclass
@@ -81,7 +84,7 @@ class SearchOps(OperationsBase):
         self._gate(h, st, "propose_candidates", mutating=False)
         if not 1 <= int(limit) <= 64:
             raise InputError(f"limit must be 1..64, got {limit}", hint="the default is 8")
-        proposal = self._search(h, st, limit=int(limit), knob=knob)
+        proposal = self._search(h, st, limit=int(limit), knob=knob, budget_s=PROPOSE_BUDGET_S)
         cands = [c.model_dump(mode="json") for c in proposal.candidates]
         self._proposals.setdefault(st.id, {}).update({c["id"]: c for c in cands})
         msg = (f"{len(cands)} candidate(s) for {st.stage}" + (" (the stage's knobs are exhausted)"
@@ -92,9 +95,11 @@ class SearchOps(OperationsBase):
                                 needs_algorithm_stage=[n.model_dump(mode="json") for n in
                                                        proposal.needs_algorithm_stage],
                                 exhausted=proposal.exhausted, excluded=dict(proposal.excluded),
-                                notes=list(proposal.notes))
+                                notes=list(proposal.notes), ranking_flat=proposal.ranking_flat,
+                                dead_sites=len(proposal.dead_sites))
 
-    def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None) -> Any:
+    def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None,
+                budget_s: float | None = None) -> Any:
         """tools/search on this session: the kept sources, the stage, this operator's latest analysis and the
         session's history (what was tried, from which kept state, with which outcome)."""
         from pypto_tune.tools.search import AdmissionCache, search
@@ -102,7 +107,7 @@ class SearchOps(OperationsBase):
         cache = self._admission_caches.setdefault(st.id, AdmissionCache())
         return search(st.kept_sources, stage=st.stage or "", context=self._context(h, st),
                       analysis=self._kept_analysis(st), history=self._history(st), limit=limit, knob=knob,
-                      kept_hash=st.kept_hash, cache=cache)
+                      kept_hash=st.kept_hash, cache=cache, budget_s=budget_s)
 
     def _kept_analysis(self, st: SessionState) -> dict[str, Any]:
         m = st.last_valid_measurement(st.kept_hash) or st.last_valid_measurement()
@@ -220,7 +225,7 @@ class SearchOps(OperationsBase):
         if unknown_ids:
             # ids from an earlier server process (or a proposal of another kept state): ask the search again; an id
             # is a hash of (knob, value, kept state), so a stale one simply stays unknown
-            fresh = self._search(h, st, limit=64)
+            fresh = self._search(h, st, limit=64, budget_s=PROPOSE_BUDGET_S)
             known = {**known, **{c.id: c.model_dump(mode="json") for c in fresh.candidates}}
         trials: list[_Trial] = []
         refused: list[str] = []

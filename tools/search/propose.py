@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -61,6 +62,7 @@ Ranking = Literal["model", "plain"]
 ALL_SIGNALS = frozenset({"model", "history", "analysis"})
 ANALYSIS_ONLY = {"S-1"}  # catalogue items that are an analysis, not a change
 MAX_REFUSALS_SHOWN = 5
+FLAT_SCORE = 0.05  # scores closer than this are the same prediction (predicted log2 speed-up units)
 
 
 @dataclass
@@ -219,9 +221,16 @@ class _Context:
         self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
         self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
         self._loops_before: dict[str, Any] | None = None
+        self._after_memo: dict[tuple, list[dict[str, Any]] | None] = {}
+        self._scopes_memo: dict[str, set[tuple[str, str]]] = {}
 
     # which kernels a knob's value reaches
     def scopes_of(self, knob: Knob) -> set[tuple[str, str]]:
+        if knob.id not in self._scopes_memo:
+            self._scopes_memo[knob.id] = self._scopes_of(knob)
+        return self._scopes_memo[knob.id]
+
+    def _scopes_of(self, knob: Knob) -> set[tuple[str, str]]:
         if knob.function is None:
             name = knob.name
             out = set()
@@ -253,6 +262,9 @@ class _Context:
     def after_many(self, changes: list[tuple[Knob, Any]]) -> list[dict[str, Any]] | None:
         """Features of every kernel with several knobs at trial values at once (a linked pair's joint point);
         None when the model cannot see one of them."""
+        memo_key = tuple((k.id, value_key(v)) for k, v in changes)
+        if memo_key in self._after_memo:
+            return self._after_memo[memo_key]
         env: dict[str, Any] = {}
         sites: dict[tuple[str, int], Any] = {}
         scopes: set[tuple[str, str]] = set()
@@ -262,9 +274,12 @@ class _Context:
             elif knob.kind in ("tile_constant", "local_constant"):
                 env[knob.name] = value
             else:
+                self._after_memo[memo_key] = None
                 return None
             scopes |= self.scopes_of(knob)
-        return self.model.features(env_override=env or None, site_override=sites or None, scopes=scopes)
+        out = self.model.features(env_override=env or None, site_override=sites or None, scopes=scopes)
+        self._after_memo[memo_key] = out
+        return out
 
     def loops_before(self) -> dict[str, Any]:
         if self._loops_before is None:
@@ -488,7 +503,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
            kept_hash: str | None = None, ranking: Ranking = "model", cache: AdmissionCache | None = None,
            exclude: Iterable[tuple[str, Any]] = (),
            only: Callable[[str, Any], bool] | None = None,
-           signals: frozenset[str] = ALL_SIGNALS) -> Proposal:
+           signals: frozenset[str] = ALL_SIGNALS, budget_s: float | None = None) -> Proposal:
     """Rank and admit candidates for the current stage of one operator.
 
     ``kept``: the kept operator sources (relative path → exact text); ``context``: the workspace's other Python
@@ -502,11 +517,14 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     ``cache``: admission results to reuse. ``exclude``: (knob id, value) pairs to leave out (e.g. those already in a
     running batch). ``only``: a predicate (knob id, value) → bool restricting the values considered (the offline
     benchmark uses it to stay inside a measured grid). ``signals``: which families the model ranking adds up
-    (``model``, ``history``, ``analysis``; the offline benchmark's ablations drop one).
+    (``model``, ``history``, ``analysis``; the offline benchmark's ablations drop one). ``budget_s``: admit candidates
+    (0.5–4 s each on a loaded 2-core machine) only until this many seconds have passed since the call began; the
+    remaining ones are returned with ``admitted=False`` (None: admit every one, deterministic).
 
     Returns a :class:`Proposal`; never raises for a value the admission refuses (it is counted in ``excluded``).
     Raises InputError for an unknown stage or knob, or sources that do not parse.
     """
+    started = time.monotonic()
     group = _stage_group(stage)
     hist = [h if isinstance(h, TriedChange) else TriedChange.model_validate(h) for h in history]
     priors = priors or load_priors()
@@ -575,10 +593,18 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     skey = state_key(kept, context)
     out: list[Candidate] = []
     checked_all = True
+    unchecked = 0
     for raw in raws:
         if limit is not None and len(out) >= limit:
             checked_all = False
             break
+        key = cache.key(skey, raw.knob.id, raw.value)
+        if budget_s is not None and out and time.monotonic() - started > budget_s and cache.entries.get(key) is None:
+            # out of time: the rest go out checked by the legality functions only (the pre-screen above); the
+            # server's admission judges each again when it is run, and refuses what it would have refused here
+            unchecked += 1
+            out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, "", admitted=False))
+            continue
         entry = _admit(cache, skey, kept, context, raw)
         if not entry["ok"]:
             excluded["illegal"] = excluded.get("illegal", 0) + 1
@@ -589,12 +615,11 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         if bad is not None:
             excluded["failed-code"] = excluded.get("failed-code", 0) + 1
             continue
-        out.append(Candidate(
-            id=_candidate_id(kept_hash, raw.knob.id, raw.value), knob=raw.knob.id, value=raw.value,
-            catalog_id=raw.catalog_id, why=_why(raw, ranking), evidence=_evidence(raw, priors),
-            knob_name=raw.knob.name, before=raw.knob.value, rank=len(out) + 1,
-            score=round(raw.score, 4), stage=group, diff=entry.get("diff", "")))
+        out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, entry.get("diff", "")))
     notes = []
+    if unchecked:
+        notes.append(f"{unchecked} candidate(s) past the {budget_s:g} s answer budget were checked by the legality "
+                     "functions only (admitted=false); run_candidates admits each before it runs")
     if not ctx.facts.present:
         notes.append("no analysis given: ranked on the model, the priors and the history only")
     for pl in plans.values():
@@ -604,9 +629,34 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                          f"{t.name} = {pl.best_tile!r} together (predicted {pl.best_score:+.2f}, against "
                          f"{max(pl.tile_alone, pl.block_alone):+.2f} for either alone): {pl.link.describe()}, so "
                          f"{b.name} is raised first and {t.name} follows once its view has room")
+    flat = ranking == "model" and _flat(out)
+    if flat:
+        n = sum(1 for c in out if abs(c.score - out[0].score) <= FLAT_SCORE)
+        notes.append(f"ranking is flat: the first {n} candidates score the same ({out[0].score:+.2f}); nothing "
+                     "measured or modelled tells them apart, so their order is the catalogue's priority and the "
+                     "nearest value, not a prediction")
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
                     exhausted=checked_all and not out, considered=considered, excluded=excluded,
-                    refusals=refusals, notes=notes)
+                    refusals=refusals, notes=notes, ranking_flat=flat)
+
+
+def _candidate(raw: _Raw, kept_hash: str, ranking: Ranking, priors: Priors, group: StageGroup, rank: int,
+               diff: str, *, admitted: bool = True) -> Candidate:
+    return Candidate(id=_candidate_id(kept_hash, raw.knob.id, raw.value), knob=raw.knob.id, value=raw.value,
+                     catalog_id=raw.catalog_id, why=_why(raw, ranking), evidence=_evidence(raw, priors),
+                     knob_name=raw.knob.name, before=raw.knob.value, rank=rank, score=round(raw.score, 4),
+                     stage=group, diff=diff, admitted=admitted)
+
+
+def _flat(out: list[Candidate]) -> bool:
+    """The ranking cannot tell the leaders apart: no candidate has a score at all, or the first half of them (at
+    least two) share the top score."""
+    if len(out) < 2:
+        return False
+    if all(abs(c.score) <= FLAT_SCORE for c in out):
+        return True
+    ties = sum(1 for c in out if abs(c.score - out[0].score) <= FLAT_SCORE)
+    return ties >= max(2, (len(out) + 1) // 2)
 
 
 def _spread(raws: list[_Raw]) -> list[_Raw]:
