@@ -248,6 +248,10 @@ class PatchResult(_Result):
     code_hash: str
     legality_checked: list[str] = Field(default_factory=list, description="effective values checked (domain C)")
     legality_unchecked: list[str] = Field(default_factory=list, description="values the server could not evaluate")
+    ran_with: list[JsonValue] = Field(default_factory=list, description="the values the changed site had when the "
+                                      "test ran it (run-time probe)")
+    shared_with: list[str] = Field(default_factory=list, description="other kernels and tests whose code reaches the "
+                                   "changed site: the change changes them too")
 
 
 class RevertResult(_Result):
@@ -312,10 +316,27 @@ class KnobOut(BaseModel):
     kernel: str | None = Field(None, description="the jit kernel this knob configures")
     kernel_ran: bool | None = Field(None, description="false: the test never ran this kernel (tuning it changes "
                                     "nothing measured); null: not known yet")
+    live: bool | None = Field(None, description="true: this test runs the site (run-time probe); false: it never "
+                              "does (listed under dead_knobs, never proposed, a change is refused); null: no record")
+    effective: list[JsonValue] = Field(default_factory=list, description="the values the site had when it ran "
+                                       "(one per distinct kernel execution)")
+    ran_in: list[str] = Field(default_factory=list, description="kernels and tests that ran it")
+    shapes: list[JsonValue] = Field(default_factory=list, description="shapes of the tensors and views of the "
+                                    "kernels that ran it (what its tile tiles)")
+    shared_with: list[str] = Field(default_factory=list, description="other kernels and tests whose code reaches "
+                                   "this site: a change here changes them too")
+    tune_by: list[str] = Field(default_factory=list, description="for a site whose value is an expression: the "
+                               "knobs that tune it — this site's own id (pin the call's arguments to literals) and "
+                               "the tiling sources its value flows from")
+    feeds: list[str] = Field(default_factory=list, description="for a tiling source: the tile calls it feeds")
+    why: str = Field("", description="why the site is dead, or why the run says nothing")
 
 
 class KnobsResult(_Result):
-    knobs: list[KnobOut]
+    knobs: list[KnobOut] = Field(description="live knobs (and, without a probe record, every knob)")
+    dead_knobs: list[KnobOut] = Field(default_factory=list, description="sites this test never runs: listed apart, "
+                                      "never proposed, a change to them is refused (GATE live-site)")
+    probe: str = Field("", description="which run-time probe record the map is built on, or why there is none")
 
 
 class ChecklistResult(_Result):

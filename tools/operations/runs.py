@@ -32,6 +32,7 @@ from pypto_tune.tools.running.chips import ChipHealth, chip_health
 from pypto_tune.tools.code.codestate import ExecFile, exec_files
 from pypto_tune.tools.running.execution import dir_digest
 from pypto_tune.tools.running.executors.base import RunSpec
+from pypto_tune.tools.running.probe import store as probe_store
 from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
@@ -42,6 +43,10 @@ from pypto_tune.tools.operations.base import (
 
 
 log = logging.getLogger("pypto_tune.service")
+
+# Runs that carry the run-time probe (tools/running/probe/): every precision run — the baseline's and each change's
+# verification, so the kept state always has a record — never a measurement (its figures stay probe-free).
+PROBED_PURPOSES = frozenset({"precision", "trial-precision"})
 
 
 @dataclass
@@ -157,7 +162,8 @@ class RunOps(OperationsBase):
             pool = self._chip_health(h, st).for_trials(avoid)
         spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
                        timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
-                       device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}")
+                       device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}",
+                       probe=purpose in PROBED_PURPOSES)
         iso = await self.executor.run(spec, on_progress=progress)
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
@@ -168,8 +174,8 @@ class RunOps(OperationsBase):
         if iso.tampered:
             log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
             dirs = []
-        run_id = h.ledger.insert(
-            "runs", session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
+        run_row = dict(
+            session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
             env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
             duration_s=result.duration_s, started_epoch=result.started_at, output_head=result.output_head,
@@ -178,6 +184,15 @@ class RunOps(OperationsBase):
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
         )
+        probed = iso.probe is not None and not iso.tampered  # a discarded run's probe says nothing either
+        known = [r["modules_hash"] for r in h.ledger.rows("probes", st.id)] if probed else []
+        with h.ledger.transaction() as tx:
+            run_id = tx.insert("runs", **run_row)
+            if probed:
+                assert iso.probe is not None
+                record = iso.probe.model_copy(update={"ran_sources": dict(sources)})
+                tx.insert("probes", session_id=st.id, at=run_row["at"], run_id=run_id,
+                          code_hash=run_row["code_hash"], **probe_store.to_row(record, known))
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
                           dict(iso.output_digests))
 
