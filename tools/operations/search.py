@@ -38,7 +38,7 @@ log = logging.getLogger("pypto_tune.service")
 MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, not a next step
 #: propose_candidates admits candidates (the server's admission: 0.5–4 s each on a loaded 2-core machine) for at most
 #: this long, then answers; the rest are marked admitted=false and admitted when run (issue #17: answer within 5 s)
-PROPOSE_BUDGET_S = 3.0
+PROPOSE_BUDGET_S = 2.5
 
 
 @dataclass
@@ -107,7 +107,18 @@ class SearchOps(OperationsBase):
         cache = self._admission_caches.setdefault(st.id, AdmissionCache())
         return search(st.kept_sources, stage=st.stage or "", context=self._context(h, st),
                       analysis=self._kept_analysis(st), history=self._history(st), limit=limit, knob=knob,
-                      kept_hash=st.kept_hash, cache=cache, budget_s=budget_s)
+                      kept_hash=st.kept_hash, cache=cache, budget_s=budget_s, run=self._kept_record(h, st))
+
+    def _kept_record(self, h: _Handle, st: SessionState) -> dict[str, Any] | None:
+        """The probe record of the kept state: looked up by the kept hash the state already carries (the same
+        functional code hash ``probes.record_for`` computes, without re-reading the sources)."""
+        from pypto_tune.tools.operations import probes
+
+        rows = h.ledger.rows("probes", st.id, "code_hash = ?", (st.kept_hash,))
+        if not rows:
+            return probes.record_for(h.ledger, st.id, st.kept_sources)
+        reported = [r for r in rows if r["status"] == "reported"]
+        return dict((reported or rows)[-1]["record"])
 
     def _kept_analysis(self, st: SessionState) -> dict[str, Any]:
         m = st.last_valid_measurement(st.kept_hash) or st.last_valid_measurement()

@@ -77,11 +77,29 @@ class PairPlan:
 
 
 def _is_block(k: Knob) -> bool:
-    return (k.kind in ("tile_constant", "local_constant") and isinstance(k.value, int)
+    return (k.kind in ("tile_constant", "local_constant", "tile_source") and isinstance(k.value, int)
             and not isinstance(k.value, bool) and bool(set(k.context.get("consumers", [])) & {"loop", "slice", "view"}))
 
 
+def _feeds(k: Knob) -> set[tuple[str, int]]:
+    out = set()
+    for x in k.context.get("feeds", []):
+        f, _, line = str(x).rpartition(":")
+        if line.isdigit():
+            out.add((f, int(line)))
+    return out
+
+
 def _tile_of(knobs: list[Knob], f: dict[str, Any], kind: str, entry: dict[str, Any]) -> Knob | None:
+    """The knob that sets this tile: a tiling source that feeds it (the form the author wrote), else the call's
+    own knob (pinning)."""
+    for k in knobs:
+        if k.tunable and k.kind == "tile_source" and (f["file"], entry.get("line")) in _feeds(k):
+            return k
+    for k in knobs:
+        if k.tunable and k.kind == ("vec_tile" if kind == "vec" else "cube_tile") and k.file == f["file"] \
+                and k.line == entry.get("line"):
+            return k
     for k in knobs:
         if not k.tunable or k.file != f["file"]:
             continue

@@ -39,8 +39,8 @@ from pypto_tune.tools.errors import (
     PyptoTuneError,
 )
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
-from pypto_tune.tools.patching.models import Knob
-from pypto_tune.tools.search import linked
+from pypto_tune.tools.patching.models import EXPR_KEY, Knob
+from pypto_tune.tools.search import linked, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -76,6 +76,7 @@ class _Raw:
     step: float = 0.0
     note: str = ""
     model: dict[str, Any] = field(default_factory=dict)
+    after_sig: str | None = None  # the kernel picture after the change (same picture: same prediction)
 
     def sort_key(self, ranking: Ranking) -> tuple:
         tail = (self.knob.id, value_key(self.value))
@@ -84,12 +85,23 @@ class _Raw:
         return (-round(self.score, 9), *self.plain, *tail)
 
 
+def _has_expr(v: Any) -> bool:
+    if isinstance(v, dict):
+        return EXPR_KEY in v or any(_has_expr(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_has_expr(x) for x in v)
+    return False
+
+
 def tile_view(knob: Knob, kernel: dict[str, Any] | None) -> list[int | None] | None:
     """The view a vector-tile knob tiles in its kernel (one loop iteration's data), from the kernel picture."""
     if kernel is None:
         return None
+    feeds = {int(x.rsplit(":", 1)[1]) for x in knob.context.get("feeds", []) if str(x).rsplit(":", 1)[-1].isdigit()}
     for v in kernel.get("vec", []):
         if knob.kind == "vec_tile" and v.get("line") == knob.line:
+            return v.get("block")
+        if knob.kind == "tile_source" and v.get("line") in feeds:
             return v.get("block")
         if knob.kind in ("tile_constant", "local_constant") and norm_value(v.get("tile")) == norm_value(knob.value):
             return v.get("block")
@@ -153,13 +165,17 @@ def choose_catalog_id(knob: Knob, stage: StageGroup, value: Any, fb: dict[str, A
     kind, name = knob.kind, knob.name
     consumers = set(knob.context.get("consumers", []))
     grows = _grows(knob.value, value)
+    named = kind in ("tile_constant", "local_constant", "tile_source")
+    is_vec = kind == "vec_tile" or ("vec_tile" in consumers and (isinstance(knob.value, list)
+                                                                 or kind == "tile_source"))
+    is_cube = kind == "cube_tile" or (kind == "tile_source" and "cube_tile" in consumers)
     prefs: list[str] = []
     if stage == "frontend":
-        if kind == "vec_tile" or (isinstance(knob.value, list) and "vec_tile" in consumers):
+        if is_vec:
             prefs = ["F-10"]
-        elif kind == "cube_tile":
+        elif is_cube:
             prefs = ["F-9"]
-        elif kind in ("tile_constant", "local_constant") and consumers & {"loop", "slice", "view"}:
+        elif named and consumers & {"loop", "slice", "view"}:
             iters = (fb or {}).get("iterations") or 0
             cube = bool((fb or {}).get("has_cube"))
             if grows:
@@ -171,9 +187,9 @@ def choose_catalog_id(knob: Knob, stage: StageGroup, value: Any, fb: dict[str, A
         elif name == "combine_axis":
             prefs = ["F-15"]
     elif stage == "swimlane":
-        if kind == "vec_tile" or (isinstance(knob.value, list) and "vec_tile" in consumers):
+        if is_vec:
             prefs = ["S-3", "S-12"] if facts.load_gap_severe else ["S-12", "S-3"]
-        elif kind == "cube_tile":
+        elif is_cube:
             prefs = (["S-3"] if facts.load_gap_severe else []) + (["S-11", "S-2"] if grows else ["S-2", "S-11"])
         elif name == "vec_nbuffer_setting":
             prefs = ["S-5", "S-8"]
@@ -208,12 +224,20 @@ class _Context:
     """Everything computed once per call: knobs, kernel model, base features, facts, history lookups."""
 
     def __init__(self, kept: dict[str, str], context: dict[str, str] | None, stage: StageGroup,
-                 analysis: dict[str, Any] | None, history: list[TriedChange], priors: Priors, kept_hash: str) -> None:
+                 analysis: dict[str, Any] | None, history: list[TriedChange], priors: Priors, kept_hash: str,
+                 run: dict[str, Any] | None = None) -> None:
         self.kept, self.context, self.stage, self.priors = kept, context, stage, priors
         self.kept_hash = kept_hash
+        self.run = run if run and run.get("status") == "reported" else None
         self.knobs = extract_knobs(kept, context)
         self.model = KernelModel(kept, context)
-        self.base = self.model.features()
+        # what ran, when the kept state has a probe record: the kernels as they ran replace the static reading
+        built = runpicture.build(kept, context, self.run) if self.run is not None else None
+        self.runmap, self.picture = built if built is not None else (None, None)
+        base = self.picture.features() if self.picture is not None and self.picture.reported else None
+        if base is None:
+            self.picture = None
+        self.base = base if base is not None else self.model.features()
         self.facts = R.read_facts(analysis, priors)
         self.analysis = analysis
         self.history = history
@@ -244,7 +268,28 @@ class _Context:
                 if f["file"] == knob.file and (f["scope"] == fn or f["scope"].startswith(fn + ".")
                                                or fn.startswith(f["scope"] + "."))}
 
+    def as_ran(self, knob: Knob) -> Knob:
+        """A tile call written as an expression (``set_vec_tile_shapes(*tile_list)``) with the one value it ran
+        with as its value, so that pinning it to literals starts from what ran; other knobs as they are."""
+        if knob.kind not in ("vec_tile", "cube_tile") or self.runmap is None or not _has_expr(knob.value):
+            return knob
+        site = runpicture.site_of(self.runmap, knob.id)
+        eff = self.runmap.of(site).effective if site is not None else []
+        if len(eff) != 1 or _has_expr(eff[0]):
+            return knob
+        return knob.model_copy(update={"value": norm_value(eff[0])})
+
+    def live(self, knob: Knob) -> bool | None:
+        """Whether the test ran the knob's site (None: no probe record says)."""
+        if self.runmap is None:
+            return None
+        site = runpicture.site_of(self.runmap, knob.id)
+        return self.runmap.of(site).live if site is not None else None
+
     def kernel_of(self, knob: Knob) -> dict[str, Any] | None:
+        if self.picture is not None:
+            keys = self.picture.kernel_keys_of(knob)
+            return next((f for f in self.base if f.get("kernel_key") in keys), None)
         scopes = self.scopes_of(knob)
         for f in self.base:
             if (f["file"], f["scope"]) in scopes:
@@ -265,6 +310,10 @@ class _Context:
         memo_key = tuple((k.id, value_key(v)) for k, v in changes)
         if memo_key in self._after_memo:
             return self._after_memo[memo_key]
+        if self.picture is not None:
+            pic = self.picture.features(changes)
+            self._after_memo[memo_key] = pic
+            return pic
         env: dict[str, Any] = {}
         sites: dict[tuple[str, int], Any] = {}
         scopes: set[tuple[str, str]] = set()
@@ -345,8 +394,9 @@ def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Ter
 
 def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
     """Candidate values of one knob for a kernel picture (the kept one, or a trial one for a pair's lookahead)."""
+    k = ctx.as_ran(k)
     kd = dict(kernel) if kernel else None
-    if kd is not None and k.kind in ("tile_constant", "local_constant") and isinstance(k.value, int):
+    if kd is not None and k.kind in ("tile_constant", "local_constant", "tile_source") and isinstance(k.value, int):
         trips = kd.get("trips") or []
         if len(trips) == 1 and trips[0]:
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
@@ -368,7 +418,7 @@ def _pair_plans(ctx: _Context, knobs: list[Knob]) -> dict[str, linked.PairPlan]:
     def score(feats: list[dict[str, Any]]) -> float:
         return sum(t.score for t in kernel_terms(ctx, feats)[0])
 
-    for link in linked.find_links(ctx.knobs, ctx.base, ctx.after_many):
+    for link in linked.find_links([ctx.as_ran(k) for k in ctx.knobs], ctx.base, ctx.after_many):
         if link.block.id not in ids or link.tile.id not in ids:
             continue
         blocks = [v.value for v in _knob_values(ctx, link.block, ctx.kernel_of(link.block))]
@@ -418,7 +468,7 @@ def _model_terms(ctx: _Context, knob: Knob, value: Any) -> tuple[list[R.Term], d
     after = ctx.after(knob, value)
     if after is not None:
         terms, info = kernel_terms(ctx, after)
-        if not info and knob.kind in ("tile_constant", "local_constant", "vec_tile", "cube_tile"):
+        if not info and knob.kind in ("tile_constant", "local_constant", "vec_tile", "cube_tile", "tile_source"):
             info["note"] = "the static model sees no change in this operator's tiles or loops"
     kernel = ctx.kernel_of(knob)
     terms += R.option_terms(knob.name, value, knob.value, [kernel] if kernel else ctx.base, ctx.priors, ctx.facts)
@@ -503,7 +553,8 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
            kept_hash: str | None = None, ranking: Ranking = "model", cache: AdmissionCache | None = None,
            exclude: Iterable[tuple[str, Any]] = (),
            only: Callable[[str, Any], bool] | None = None,
-           signals: frozenset[str] = ALL_SIGNALS, budget_s: float | None = None) -> Proposal:
+           signals: frozenset[str] = ALL_SIGNALS, budget_s: float | None = None,
+           run: dict[str, Any] | None = None) -> Proposal:
     """Rank and admit candidates for the current stage of one operator.
 
     ``kept``: the kept operator sources (relative path → exact text); ``context``: the workspace's other Python
@@ -519,7 +570,9 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     benchmark uses it to stay inside a measured grid). ``signals``: which families the model ranking adds up
     (``model``, ``history``, ``analysis``; the offline benchmark's ablations drop one). ``budget_s``: admit candidates
     (0.5–4 s each on a loaded 2-core machine) only until this many seconds have passed since the call began; the
-    remaining ones are returned with ``admitted=False`` (None: admit every one, deterministic).
+    remaining ones are returned with ``admitted=False`` (None: admit every one, deterministic). ``run``: the
+    run-time probe's record of the kept state (``tools/operations/probes.record_for``): dead sites are never
+    proposed, values and predictions come from the shapes that ran, and the admission judges on what ran.
 
     Returns a :class:`Proposal`; never raises for a value the admission refuses (it is counted in ``excluded``).
     Raises InputError for an unknown stage or knob, or sources that do not parse.
@@ -529,12 +582,14 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     hist = [h if isinstance(h, TriedChange) else TriedChange.model_validate(h) for h in history]
     priors = priors or load_priors()
     kept_hash = kept_hash or code_hash(kept)
-    ctx = _Context(kept, context, group, analysis, hist, priors, kept_hash)
+    ctx = _Context(kept, context, group, analysis, hist, priors, kept_hash, run)
     excluded: dict[str, int] = {}
     refusals: list[str] = []
     skip = {(kid, value_key(norm_value(v))) for kid, v in exclude}
 
     knobs = [k for k in ctx.knobs if k.tunable]
+    dead = [k.id for k in knobs if ctx.live(k) is False]
+    knobs = [k for k in knobs if k.id not in set(dead)]  # a site this test never runs is never proposed
     if knob is not None:
         chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
         if not chosen:
@@ -546,6 +601,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     raws: list[_Raw] = []
     considered = 0
     for k in knobs:
+        k = ctx.as_ran(k)
         kernel = ctx.kernel_of(k)
         for v in _knob_values(ctx, k, kernel):
             considered += 1
@@ -584,13 +640,18 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                     terms += R.analysis_terms(cid, ctx.base, after, merges, ctx.facts)
                 raw.terms, raw.model = terms, info
                 raw.score = sum(t.score for t in terms)
+                pic = ctx.after(k, value)
+                if pic is not None and pic != ctx.base:
+                    raw.after_sig = "after:" + hashlib.sha256(json.dumps(pic, sort_keys=True, default=str)
+                                                              .encode()).hexdigest()
             raws.append(raw)
     raws.sort(key=lambda r: r.sort_key(ranking))
     if ranking == "model":
         raws = _spread(raws)
 
     cache = cache if cache is not None else AdmissionCache()
-    skey = state_key(kept, context)
+    skey = state_key(kept, context) + (":run:" + hashlib.sha256(json.dumps(ctx.run, sort_keys=True, default=str)
+                                                                   .encode()).hexdigest()[:16] if ctx.run else "")
     out: list[Candidate] = []
     checked_all = True
     unchecked = 0
@@ -599,13 +660,15 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             checked_all = False
             break
         key = cache.key(skey, raw.knob.id, raw.value)
-        if budget_s is not None and out and time.monotonic() - started > budget_s and cache.entries.get(key) is None:
+        expected = cache.admit_s if cache.admit_s is not None else 0.0  # what one more admission is likely to take
+        if budget_s is not None and out and time.monotonic() - started + expected > budget_s \
+                and cache.entries.get(key) is None:
             # out of time: the rest go out checked by the legality functions only (the pre-screen above); the
             # server's admission judges each again when it is run, and refuses what it would have refused here
             unchecked += 1
             out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, "", admitted=False))
             continue
-        entry = _admit(cache, skey, kept, context, raw)
+        entry = _admit(cache, skey, kept, context, raw, ctx.run)
         if not entry["ok"]:
             excluded["illegal"] = excluded.get("illegal", 0) + 1
             if len(refusals) < MAX_REFUSALS_SHOWN:
@@ -635,9 +698,15 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         notes.append(f"ranking is flat: the first {n} candidates score the same ({out[0].score:+.2f}); nothing "
                      "measured or modelled tells them apart, so their order is the catalogue's priority and the "
                      "nearest value, not a prediction")
+    if dead:
+        notes.append(f"{len(dead)} knob site(s) the test never ran are not proposed (dead: "
+                     f"{', '.join(d.split(':', 1)[-1] for d in dead[:4])}{', …' if len(dead) > 4 else ''})")
+    if ctx.run is None:
+        notes.append("no run-time probe record of the kept state: live and dead sites are not known, values come "
+                     "from the source text")
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
                     exhausted=checked_all and not out, considered=considered, excluded=excluded,
-                    refusals=refusals, notes=notes, ranking_flat=flat)
+                    refusals=refusals, notes=notes, ranking_flat=flat, dead_sites=dead)
 
 
 def _candidate(raw: _Raw, kept_hash: str, ranking: Ranking, priors: Priors, group: StageGroup, rank: int,
@@ -667,10 +736,11 @@ def _spread(raws: list[_Raw]) -> list[_Raw]:
     seen: set[str] = set()
     first, later = [], []
     for r in raws:
-        sig = _signature(r)
-        if sig is None or sig not in seen:
-            if sig is not None:
-                seen.add(sig)
+        # the same work predicted for this knob, or exactly the same kernels after the change whatever knob makes it
+        # (a tile pinned at its call and the config field that feeds the call, set to the same value)
+        sigs = [x for x in (_signature(r), r.after_sig) if x is not None]
+        if not any(x in seen for x in sigs):
+            seen.update(sigs)
             first.append(r)
         else:
             later.append(r)
@@ -689,14 +759,15 @@ def _signature(raw: _Raw) -> str | None:
 
 
 def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict[str, str] | None,
-           raw: _Raw) -> dict[str, Any]:
+           raw: _Raw, run: dict[str, Any] | None = None) -> dict[str, Any]:
     key = cache.key(skey, raw.knob.id, raw.value)
     entry = cache.get(key)
     if entry is not None:
         return entry
+    t0 = time.monotonic()
     try:
         plan = plan_knob_edit(kept, raw.knob.id, raw.value, context=context)
-        adm = admit(kept, plan.new_sources, context=context)
+        adm = admit(kept, plan.new_sources, context=context, run=run)
         if adm.kind != "knob" or adm.change is None or adm.change.knob_id != raw.knob.id:
             entry = {"ok": False, "refusal": f"admitted as {adm.describe()}, not as a change of {raw.knob.id}"}
         else:
@@ -704,6 +775,7 @@ def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict
                      "semantic_hash": semantic_hash(plan.new_sources)}
     except (GateRefusal, KnobValueError, InputError, PatchError) as exc:
         entry = {"ok": False, "refusal": exc.message if isinstance(exc, PyptoTuneError) else str(exc)}
+    cache.timed(time.monotonic() - t0)
     cache.put(key, entry)
     return entry
 

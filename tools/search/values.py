@@ -200,6 +200,8 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
         cube = (kernel or {}).get("cube") or {}
         half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", []))
         return cube_tile_values(cur, cube.get("mkn"), (kernel or {}).get("tensor_dims"), half)
+    if kind == "tile_source":
+        return _source_values(knob, kernel, reduce_axes, view)
     if kind in ("tile_constant", "local_constant"):
         consumers = set(knob.context.get("consumers", []))
         if _is_int(cur) and consumers & {"loop", "slice", "view"}:
@@ -239,6 +241,47 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
         return [Value(v) for v in (True, False) if v != cur]
     if kind == "cache_policy" and isinstance(cur, dict):
         return [Value({**cur, t: not flag}) for t, flag in cur.items() if isinstance(flag, bool)]
+    return []
+
+
+def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[int],
+                   view: list[int | None] | None) -> list[Value]:
+    """A tiling source (issue #17: a comprehension literal, a config field, as ``tools/patching/flows.py`` finds
+    them): values in the form the source is written in, bounded by what the tiles it feeds cover as they ran."""
+    cur = knob.value
+    consumers = set(knob.context.get("consumers", []))
+    if "vec_tile" in consumers and isinstance(cur, list) and all(_is_int(x) for x in cur):
+        dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+    if "vec_tile" in consumers and _is_int(cur):
+        # the element of [v for _ in range(rank)]: the tile is v on every axis of the view it covers
+        dims = [d for d in (view or []) if d] or None
+        if dims is None:
+            dims = next((d for d in (kernel or {}).get("tensor_dims", []) if d), None)
+        rank = len(dims) if dims else 2
+        hi = min(dims) if dims else MAX_DIM
+        reduce = bool(reduce_axes)
+        out = []
+        for v in sorted(set(_pow2_upto(hi)) | ({hi} if dims else set())):
+            if v == cur or (reduce and v < cur) or v ** rank * _elem(kernel) > MAX_VEC_TILE_BYTES:
+                continue
+            out.append(Value(v, note=f"every axis of the tile: {[v] * rank}"))
+        return out
+    if "cube_tile" in consumers and isinstance(cur, list) and len(cur) == 3 and all(_is_int(x) for x in cur):
+        mkn = ((kernel or {}).get("cube") or {}).get("mkn") or (None, None, None)
+        half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", [])) or _elem(kernel) == 2
+        lo = 16 if half else 8
+        axes = [sorted({x for x in _pow2_upto(min(a or 512, 512)) if x >= lo} | {c}) for a, c in zip(mkn, cur)]
+        out = []
+        for combo in itertools.product(*axes):
+            v = list(combo)
+            if v == cur or v[0] * v[2] * 4 > 128 * 1024:  # mL0 x nL0 x 4 B within the 128 KB L0C (F-9)
+                continue
+            out.append(Value(v, note="(m, k, n) within the matmul as it ran"))
+        return out
+    if consumers & {"loop", "slice", "view"} and _is_int(cur):
+        axis = (kernel or {}).get("_axis_for_block")
+        return block_values(cur, axis)
     return []
 
 
