@@ -238,18 +238,15 @@ def build_server(service: TuningService | None = None, *, workspace: Path | None
     @reg.tool(title="Analyse bubbles, utilisation and load balance", annotations=LEDGER_IDEMPOTENT,
               result=AnalysisSummary)
     async def analyze_bubbles(
-        session_id: Annotated[str | None, Field(description="analyse a measurement of this session: the kept "
-                                                "state's by default")] = None,
+        session_id: Annotated[str | None, Field(description="analyse this session's kept state (default)")] = None,
         output_dir: Annotated[str | None, Field(description="or: any run folder / output folder, no session "
                                                 "needed (the newest run is picked)")] = None,
         lang: Lang = DEFAULT_LANG,
         outer_loops: Annotated[int | None, Field(description="product of the non-innermost pypto.loop trip counts, "
                                                  "for t/iter (inferred when omitted)")] = None,
         detail: Detail = "summary",
-        measurement: Annotated[int | None, Field(description="with session_id: the id of the measurement to "
-                                                 "analyse (collect_swimlane and run_candidates name it)")] = None,
-        round: Annotated[int | None, Field(description="with session_id: analyse this round's measurement (0 = the "
-                                           "baseline), e.g. a trial that was not kept")] = None,  # noqa: A002
+        measurement: Annotated[int | None, Field(description="or this measurement id")] = None,
+        round: Annotated[int | None, Field(description="or this round's measurement (0 = baseline)")] = None,  # noqa: A002
     ) -> AnalysisSummary:
         """Bubble / utilisation / load-balance analysis with catalogue suggestions and evidence. Returns a summary
         (top items first, counts of what was left out); the whole analysis is a resource (detail_uri) or
