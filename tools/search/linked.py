@@ -60,12 +60,30 @@ class PairPlan:
     best_score: float = 0.0
     tile_alone: float = 0.0  # the best the tile alone reaches from here (within the current view)
     block_alone: float = 0.0  # the best the block alone reaches from here (tile as it is)
+    view_now: Any = None  # the tile's view as it ran (vec: its shape; cube: the matmul's M, K, N)
+
+    @property
+    def needs_room(self) -> bool:
+        """The best tile uses more of a linked dim than the current view has: it cannot be set before the block."""
+        best = norm_value(self.best_tile)
+        view = self.view_now
+        if not view:
+            return False
+        if self.link.kind == "vec" and isinstance(best, list):
+            return any(i < len(best) and i < len(view) and view[i] and best[i] > view[i] for i in self.link.dims)
+        if self.link.kind == "cube" and isinstance(best, dict):
+            m = best.get("m")
+            return bool(isinstance(m, list) and m and view[0] and m[0] > view[0])
+        if self.link.kind == "cube" and isinstance(best, list) and len(best) == 3:  # (m, k, n) tiling source
+            return bool(view[0] and best[0] > view[0])
+        return False
 
     @property
     def needs_pair(self) -> bool:
-        """The best point the model sees changes both knobs, and beats every single step by a clear margin."""
+        """The best point the model sees changes both knobs, needs the block first (the tile it wants does not fit
+        the current view) and beats every single step by a clear margin."""
         return (self.best_block is not None and norm_value(self.best_block) != norm_value(self.link.block.value)
-                and norm_value(self.best_tile) != norm_value(self.link.tile.value)
+                and norm_value(self.best_tile) != norm_value(self.link.tile.value) and self.needs_room
                 and self.best_score > max(self.tile_alone, self.block_alone, 0.0) + MIN_PAIR_ADVANTAGE)
 
     def summary(self) -> dict[str, Any]:
@@ -146,6 +164,15 @@ def _kernel(feats: Features, scope: str) -> dict[str, Any] | None:
     return next((f for f in feats if f["scope"] == scope), None)
 
 
+def _view(link: Link, kernel: dict[str, Any]) -> Any:
+    """The tile's view in a kernel picture: the shape it tiles (vec), or the matmul's M, K, N (cube)."""
+    if link.kind == "cube":
+        return (kernel.get("cube") or {}).get("mkn")
+    lines = {link.tile.line} | {line for _, line in _feeds(link.tile)}
+    entry = next((e for e in kernel.get("vec", []) if e.get("line") in lines), None)
+    return entry.get("block") if entry else None
+
+
 def _free_part(link: Link, value: Any) -> Any:
     """The part of a tile value the block does not cap (compared to keep the pair search small)."""
     v = norm_value(value)
@@ -169,6 +196,7 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
     base_k = _kernel(base, link.scope)
     if base_k is None:
         return p
+    p.view_now = _view(link, base_k)
     alone: list[tuple[float, Any]] = []
     for v in tile_values(base_k):
         feats = after([(t, v)])
@@ -198,8 +226,7 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
         key = value_key(bv)
         p.through[key], p.tile_for[key] = best_here, tile_here
         if kb is not None:
-            entry = next((e for e in kb.get("vec", []) if e.get("line") == t.line), None) if link.kind == "vec" else None
-            p.view_for[key] = entry.get("block") if entry else (kb.get("cube") or {}).get("mkn")
+            p.view_for[key] = _view(link, kb)
         if best_here > p.best_score:
             p.best_score, p.best_block, p.best_tile = best_here, bv, tile_here
     if p.best_score == float("-inf"):

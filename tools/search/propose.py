@@ -691,7 +691,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             notes.append(f"linked pair: the best point the model can see needs {b.name} = {pl.best_block!r} and "
                          f"{t.name} = {pl.best_tile!r} together (predicted {pl.best_score:+.2f}, against "
                          f"{max(pl.tile_alone, pl.block_alone):+.2f} for either alone): {pl.link.describe()}, so "
-                         f"{b.name} is raised first and {t.name} follows once its view has room")
+                         f"{b.name} goes first and {t.name} follows once its view has room")
     flat = ranking == "model" and _flat(out)
     if flat:
         n = sum(1 for c in out if abs(c.score - out[0].score) <= FLAT_SCORE)
