@@ -140,7 +140,8 @@ class ReportOps(OperationsBase):
             (dead_out if info.live is False else live_out).append(out)
         idle = sum(1 for o in live_out if o.kernel_ran is False)
         text = (f"{len(knobs)} knobs in {len(st.expected_sources)} file(s)"
-                + (f"; {len(dead_out)} dead for this test (listed apart)" if dead_out else "")
+                + (f"; {len(dead_out)} dead for this test (listed apart: branches or kernels the test did not run)"
+                   if dead_out else "")
                 + (f"; {idle} belong to kernels the test did not run" if idle else "")
                 + "; " + probes.describe(record, what))
         return KnobsResult(**self._base(st, text), knobs=live_out, dead_knobs=dead_out,

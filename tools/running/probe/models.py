@@ -97,6 +97,7 @@ class ProbeRecord(BaseModel):
     traced: dict[str, list[int]] = Field(default_factory=dict, description="kernel-body statement lines pypto's "
                                          "parser traced, per file")
     faults: list[str] = Field(default_factory=list, description="the probe's own failures (the run was unaffected)")
+    self_s: float = Field(0.0, description="wall time the probe's own code took in the run (all processes)")
     ran_sources: dict[str, str] = Field(default_factory=dict, description="the operator files the run executed "
                                         "(filled by the server when it stores the record; lines refer to these)")
 

@@ -112,4 +112,5 @@ def _merge(raws: list[dict[str, Any]], roots: list[str], bad: list[str]) -> Prob
         status="reported", pypto_version=main.get("pypto_version"), python=str(main.get("python", "")),
         argv=[str(a) for a in main.get("argv") or []], processes=len(raws), sys_path=sys_path,
         modules=sorted(modules), kernels=kernels, calls=calls,
+        self_s=round(sum(float(r.get("self_s") or 0.0) for r in raws), 6),
         traced={f: sorted(v) for f, v in sorted(traced.items())}, faults=faults)

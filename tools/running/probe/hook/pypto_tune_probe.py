@@ -1,7 +1,7 @@
 """pypto-tune's run-time probe: what a PyPTO test actually did, recorded from inside its Python process.
 
-Loaded by the ``sitecustomize`` next to this file, which the server puts first on the run's ``PYTHONPATH`` from a
-folder it owns (never the workspace). Standard library only: the test's interpreter may not have pypto-tune.
+Loaded by the ``sitecustomize`` next to this file (which the server puts first on the run's ``PYTHONPATH`` from a
+folder it owns, never the workspace) the first time the process looks for ``pypto``. Standard library only: the test's interpreter may not have pypto-tune.
 
 What it records, once ``pypto`` has finished importing (wrapping while pypto is half-initialised raises a circular
 import, domain.md G.2), into ``$PYPTO_TUNE_PROBE_DIR/probe-<pid>.json``:
@@ -75,6 +75,7 @@ class _Probe:
         self.pypto_version = None
         self.instrumented: list[str] = []
         self.dirty = False
+        self.self_s = 0.0  # wall time spent in the probe's own code (recording, writing, wrapping)
 
     # ------------------------------------------------------------------------------------------- values
     def plain(self, v, depth: int = 0):
@@ -238,6 +239,7 @@ class _Probe:
             "version": VERSION, "pid": os.getpid(), "argv": list(sys.argv), "cwd": self.cwd,
             "python": sys.executable, "pypto_version": self.pypto_version, "started": self.started,
             "written": time.time(), "instrumented": self.instrumented, "faults": self.faults,
+            "self_s": round(self.self_s, 6),
             "sys_path": [p for p in sys.path if os.path.abspath(p or ".") != self.hook_dir],
             "modules": sorted(set(modules)),
             "kernels": list(self.kernels.values()),
@@ -261,6 +263,24 @@ class _Probe:
 
 
 _P: _Probe | None = None
+
+
+def _timed(method):
+    """Adds the method's wall time to the probe's own cost (``self_s`` in the record: what the probe took)."""
+
+    @functools.wraps(method)
+    def timed(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.self_s += time.perf_counter() - t0
+
+    return timed
+
+
+for _name in ("call", "kernel_call_begin", "kernel_call_end", "compiled", "write"):
+    setattr(_Probe, _name, _timed(getattr(_Probe, _name)))
 
 
 # ----------------------------------------------------------------------------------------------- wrappers
@@ -359,6 +379,7 @@ def _wrap_parser(cls) -> None:
             return visit(self, node)
         p = _P
         key = None
+        t0 = time.perf_counter()
         try:
             source = self.diag.source.source_name
             lines = p.traced.get(source)
@@ -369,6 +390,7 @@ def _wrap_parser(cls) -> None:
             p.stmt_frames[key] = (source, node.lineno)
         except Exception:
             p.fault("parser.visit")
+        p.self_s += time.perf_counter() - t0
         try:
             return visit(self, node)
         finally:
@@ -383,6 +405,14 @@ def instrument() -> None:
     p = _P
     if p is None or p.instrumented:
         return
+    t0 = time.perf_counter()
+    try:
+        _instrument(p)
+    finally:
+        p.self_s += time.perf_counter() - t0
+
+
+def _instrument(p: "_Probe") -> None:
     pypto = sys.modules.get("pypto")
     if pypto is None:
         return
@@ -469,20 +499,25 @@ class _AfterPypto:
 
 
 def install(hook_dir: str) -> bool:
-    """Called by the hook's sitecustomize at interpreter start. Does nothing without ``$PYPTO_TUNE_PROBE_DIR``."""
+    """Called by the hook's sitecustomize when the process first looks for ``pypto``. Does nothing without
+    ``$PYPTO_TUNE_PROBE_DIR``. Instruments at once if pypto is already imported."""
     global _P
     out_dir = os.environ.get(DIR_ENV)
     if not out_dir or _P is not None:
         return False
     _P = _Probe(os.path.abspath(out_dir), os.path.abspath(hook_dir))
-    if "pypto" in sys.modules:
-        instrument()
-    else:
-        sys.meta_path.insert(0, _AfterPypto())
     import atexit
 
     atexit.register(_at_exit)
+    if "pypto" in sys.modules:
+        instrument()
+        return False
     return True
+
+
+def after_pypto_finder() -> "_AfterPypto":
+    """The finder that imports pypto as it would be imported anyway, and instruments it once that finished."""
+    return _AfterPypto()
 
 
 def _at_exit() -> None:
