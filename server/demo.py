@@ -53,7 +53,8 @@ class Agent:
 
     async def call(self, tool: str, expect_error: bool = False, **args: Any) -> dict[str, Any]:
         async def progress(done: float, total: float | None, message: str | None) -> None:
-            self.say(f"    … {tool}: {message or ''}"[:140])
+            # the server's message names the tool, the phase, the seconds and the last output line
+            self.say(f"    … {message or tool}"[:140])
 
         res = await self.c.call_tool(tool, args, progress_callback=progress)
         text = "".join(getattr(b, "text", "") for b in res.content)
@@ -177,7 +178,7 @@ async def _session(workspace: Path, lang: str, operator: str) -> int:
         print(status["board"], flush=True)
         rep = await a.call("render_report", session_id=sid, format="both", lang=lang)
         other = "zh" if lang == "en" else "en"
-        rep2 = await a.call("render_report", session_id=sid, format="md", lang=other)
+        rep2 = await a.call("render_report", session_id=sid, format="both", lang=other)
         tables = await _ledger_tables(client, sid)
         decisions = tables["round_decisions"]
         a.kernel_s = sum(float(r["duration_s"]) for r in tables["runs"])

@@ -6,23 +6,60 @@ loopback anybody on the network could drive a server that edits source files and
 A browser-based client on another origin first sends a CORS preflight (``OPTIONS`` with ``Origin`` and
 ``Access-Control-Request-*``); browsers never attach credentials to it, so it is answered without the token — but
 only for an allowed origin, and the answer grants nothing by itself: the real request still needs the token.
+
+Every SSE stream is resumable (``RecentEvents``): a client whose connection drops during a minutes-long
+``run_precision_check`` reconnects with ``Last-Event-ID`` and receives the progress and the result it missed.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import JSONRPCMessage
 
 CORS_METHODS = b"GET, POST, DELETE, OPTIONS"
 # what an MCP client sends and must read back (the session id and protocol version travel in headers)
 CORS_HEADERS = b"authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version"
 CORS_EXPOSE = b"mcp-session-id, mcp-protocol-version, www-authenticate"
+RETRY_MS = 2000  # the reconnection delay suggested to clients on every SSE stream
+KEPT_EVENTS = 5000  # per server: progress every 2 s for the trials of a batch fits many times over
+
+
+class RecentEvents(EventStore):
+    """The last ``KEPT_EVENTS`` SSE events in memory, for ``Last-Event-ID`` replay. Bounded on purpose: a client
+    that was away longer than that re-reads the state (get_status, wait_job) instead of replaying."""
+
+    def __init__(self, keep: int = KEPT_EVENTS) -> None:
+        self._keep = keep
+        self._ids = itertools.count(1)
+        self._events: OrderedDict[str, tuple[str, JSONRPCMessage | None]] = OrderedDict()
+
+    async def store_event(self, stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = str(next(self._ids))
+        self._events[event_id] = (stream_id, message)
+        while len(self._events) > self._keep:
+            self._events.popitem(last=False)
+        return event_id
+
+    async def replay_events_after(self, last_event_id: str, send_callback: EventCallback) -> str | None:
+        if last_event_id not in self._events:
+            return None
+        stream_id = self._events[last_event_id][0]
+        after = False
+        for event_id, (sid, message) in list(self._events.items()):
+            if after and sid == stream_id and message is not None:
+                await send_callback(EventMessage(message, event_id))
+            after = after or event_id == last_event_id
+        return stream_id
 
 
 def is_loopback(host: str) -> bool:
@@ -136,7 +173,8 @@ def build_http_app(mcp: MCPServer, *, host: str, port: int, token: str | None,
         # page cannot send it), so the Host/Origin allow-list would only lock out legitimate clients.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         hosts = None
-    app = mcp.streamable_http_app(transport_security=security, host=host)
+    app = mcp.streamable_http_app(transport_security=security, host=host, event_store=RecentEvents(),
+                                  retry_interval=RETRY_MS)
     return HttpGuard(app, token=token, origins=allowed_origins(host, port, extra), hosts=hosts)
 
 

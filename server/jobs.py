@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from pypto_tune.server.progress import ProgressState
 from pypto_tune.tools.errors import InputError, PyptoTuneError
 from pypto_tune.tools.operations.results import JobHandle
 
@@ -26,6 +27,7 @@ class Job:
     done: anyio.Event = field(default_factory=anyio.Event)
     status: str = "running"
     last_output: str = ""
+    progress: str = ""  # where the job is: phase, elapsed seconds, last output line (server/progress.py)
     result: dict[str, Any] | None = None
     error: str | None = None
     cancel_scope: anyio.CancelScope | None = None
@@ -45,7 +47,8 @@ class Job:
         elapsed = (self.ended or time.monotonic()) - self.started
         return JobHandle(job_id=self.id, tool=self.tool, status=self.status,  # type: ignore[arg-type]
                          elapsed_s=round(elapsed, 3), message=message, next_actions=nxt,
-                         last_output=self.last_output, result=self.result, error=self.error)
+                         last_output=self.last_output, progress=self.progress, result=self.result,
+                         error=self.error)
 
 
 class JobRegistry:
@@ -63,8 +66,13 @@ class JobRegistry:
         job = Job(id=f"job-{uuid.uuid4().hex[:10]}", tool=tool, started=time.monotonic())
         self._jobs[job.id] = job
 
-        async def progress(elapsed: float, line: str) -> None:
-            job.last_output = line[-300:]
+        where = ProgressState(tool)
+
+        async def progress(elapsed: float, line: str, *, phase: str | None = None, step: int | None = None,
+                           steps: int | None = None) -> None:
+            where.update(line=line, phase=phase, step=step, steps=steps)
+            job.last_output = where.line[-300:]
+            job.progress = where.message()
 
         async def body() -> None:
             with anyio.CancelScope() as scope:

@@ -4,9 +4,10 @@
   (``tools/operations/result_views.py``), never the same JSON twice;
 * domain errors become an ``isError`` result whose text is the full reason and the allowed next calls (an uncaught
   exception would reach the client as a bare "Error executing tool", hiding the reason from the agent);
-* long tools (``long_tool``) get ``wait``: ``true`` runs inline with progress every ≤ 2 s, ``false`` starts a job and
-  returns a ``JobHandle`` at once; their ``outputSchema`` is ``anyOf [final result, JobHandle]`` so that clients which
-  validate structured content (the official SDK's client does) accept both shapes;
+* long tools (``long_tool``) get ``wait``: ``true`` runs inline with progress at once and then every ≤ 2 s
+  (``server/progress.py``), ``false`` starts a job and returns a ``JobHandle`` at once; their ``outputSchema`` is
+  ``anyOf [final result, JobHandle]`` so that clients which validate structured content (the official SDK's client
+  does) accept both shapes;
 * schemas lose pydantic's ``title`` keywords, which only repeat each name in every ``tools/list``.
 """
 
@@ -14,27 +15,28 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Union
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult, ResourceLink, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pypto_tune.server.jobs import JobRegistry
+from pypto_tune.server.progress import ProgressReporter, Send
 from pypto_tune.tools.errors import PyptoTuneError
 from pypto_tune.tools.operations.result_views import result_text
 from pypto_tune.tools.operations.results import JobHandle
 
 log = logging.getLogger("pypto_tune.server")
 
-Progress = Callable[[float, str], Awaitable[None]]
+Progress = ProgressReporter | Callable[..., Awaitable[None]]
 
-Wait = Annotated[bool, Field(description="true: block until done (progress every ≤ 2 s). false: return a job handle "
-                              "at once and poll wait_job — use it when the client times tool calls out (~60 s)")]
+Wait = Annotated[bool, Field(description="false: return a job handle at once and poll wait_job (for clients that time "
+                              "calls out near 60 s)")]
 
 
 def error_text(exc: BaseException) -> str:
@@ -54,20 +56,15 @@ def refusal(exc: BaseException) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-def progress_reporter(ctx: Context | None) -> Progress:
-    """Progress notifications (elapsed seconds and the last output line); only delivered with a progress token."""
-    started = time.monotonic()
+def progress_sender(ctx: Context | None) -> Send | None:
+    """Progress notifications to the caller (only delivered when it sent a progress token; see server/progress.py)."""
+    if ctx is None:
+        return None
 
-    async def report(elapsed: float, line: str) -> None:
-        if ctx is None:
-            return
-        try:
-            await ctx.report_progress(progress=round(time.monotonic() - started, 1), total=None,
-                                      message=(line or "running")[-200:])
-        except Exception:  # noqa: BLE001, S110 - a client without a progress token or a closed stream: best-effort
-            pass
+    async def send(progress: float, total: float | None, message: str) -> None:
+        await ctx.report_progress(progress=progress, total=total, message=message)
 
-    return report
+    return send
 
 
 def reply(result: BaseModel) -> CallToolResult:
@@ -111,18 +108,32 @@ def lean_schema(node: Any) -> Any:
     return node
 
 
-def output_schema(schema: Any) -> Any:
-    """The result schema clients validate against: types and required fields, without the field descriptions.
+def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The arguments' schema: lean, and an optional argument's ``default: null`` dropped (leaving it out says the
+    same)."""
+    lean_schema(schema)
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict) and "default" in prop and prop["default"] is None:
+            prop.pop("default")
+    return schema
 
-    The descriptions are for reading a result, which the short text beside it does; in ``tools/list`` they were a
-    third of the listing (47.8 KB with them, 16 tools; input parameters keep theirs — those tell the agent what to
-    pass)."""
+
+def output_schema(schema: Any) -> Any:
+    """The result schema clients validate against: types and required fields, without what only repeats them.
+
+    Dropped: field descriptions (for reading a result, which the short text beside it does; in ``tools/list`` they
+    were a third of the listing: 47.8 KB with them, 16 tools — input parameters keep theirs, they tell the agent what
+    to pass), ``default`` values (a validator ignores them; every result carries every field) and
+    ``additionalProperties: true`` (JSON Schema's default)."""
     lean_schema(schema)
 
     def strip(node: Any, top: bool) -> None:
         if isinstance(node, dict):
             if not top and isinstance(node.get("description"), str):
                 node.pop("description")
+            node.pop("default", None)
+            if node.get("additionalProperties") is True:
+                node.pop("additionalProperties")
             for key, value in node.items():
                 if key in ("properties", "$defs") and isinstance(value, dict):
                     for sub in value.values():
@@ -183,15 +194,30 @@ class ToolRegistry:
                 wait = kwargs.pop("wait", True)
                 ctx = kwargs.pop("ctx", None)
                 if wants_ctx:
-                    kwargs["ctx"] = ctx
+                    # a job outlives its call: nobody is there to answer a question, so it gets no context to ask
+                    # through (a refusal that needs a person says so in the job's error)
+                    kwargs["ctx"] = ctx if wait else None
 
-                async def run(progress: Progress) -> BaseModel:
+                async def run(progress: Progress) -> Any:
                     return await fn(progress=progress, **kwargs)
 
                 try:
                     if not wait:
                         return reply(self.jobs.start(name, run).view())
-                    return reply(await run(progress_reporter(ctx)))
+                    reporter = ProgressReporter(name, progress_sender(ctx))
+                    failure: Exception | None = None
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(reporter.heartbeat)
+                        try:
+                            result = await run(reporter)
+                        except Exception as exc:  # noqa: BLE001 - re-raised below as itself, not in an ExceptionGroup
+                            failure = exc
+                        finally:
+                            tg.cancel_scope.cancel()
+                    if failure is not None:
+                        raise failure
+                    # the multi-round-trip question of a 2026-07-28 connection (server/ask.py) goes out as it is
+                    return result if isinstance(result, InputRequiredResult) else reply(result)
                 except MCPError:
                     raise  # a protocol error stays one
                 except Exception as exc:  # noqa: BLE001 - every failure reaches the agent with its reason
@@ -213,7 +239,7 @@ class ToolRegistry:
         call.__name__ = call.__qualname__ = fn.__name__
         call.__doc__ = inspect.cleandoc(fn.__doc__ or "")
         tool = Tool.from_function(call, name=fn.__name__, title=title, annotations=annotations)
-        tool.parameters = lean_schema(tool.parameters)
+        tool.parameters = input_schema(tool.parameters)
         # read once by Tool.output_schema (a cached property), so set before anyone lists the tools
         tool.fn_metadata.output_schema = output_schema(tool.fn_metadata.output_schema)
         self.tools.append(tool)

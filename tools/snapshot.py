@@ -65,6 +65,28 @@ class KernelFigures(BaseModel):
     e2e_us: float | None = None  # median of e2e_samples_us
 
 
+class FolderFigures(BaseModel):
+    """One output folder of the measurement's analysed run (one kernel call): its own figures (B.10)."""
+
+    trace_path: str = ""  # the archived copy of its merged_swimlane.json ("" when none was kept)
+    operator_time_us: float  # its max_work_time: last AIC/AIV task end − T0 (first task start, any lane)
+    e2e_us: float  # its AICore end-to-end time: last AIC/AIV task end − first AIC/AIV task start
+    task_count: int  # real tasks of its trace, every lane (AIC, AIV, HUB), fake tasks excluded
+
+
+class TypeBalance(BaseModel):
+    """Busy time of one core type's active cores: the figures behind the load-balance percentages (B.2, E.2)."""
+
+    core_type: str  # AIC / AIV
+    cores_listed: int  # lanes the log lists (SIM lists idle cores too)
+    cores_active: int  # cores that ran at least one real task
+    busy_min_us: float | None = None
+    busy_mean_us: float | None = None
+    busy_max_us: float | None = None
+    cv: float | None = None  # coefficient of variation: population σ ÷ mean of busy time (None below 2 cores)
+    balance_pct: float | None = None  # (1 − cv)·100, not clamped: negative when cv > 1
+
+
 class Measurement(BaseModel):
     id: int
     round: int  # 0 = baseline, -1 = stage-entry collection, -2 = kept-state reference samples of an NPU round
@@ -92,6 +114,11 @@ class Measurement(BaseModel):
     aicpu_e2e_us: float | None = None  # AICPU-side end-to-end time of the analysed run (NPU only, A.5/B.10)
     platform_utilization_pct: float | None = None  # busy time over the platform's cores of the used types (gates)
     per_kernel: list[KernelFigures] = Field(default_factory=list)
+    active_ratings: dict[str, int] = Field(default_factory=dict)  # the same star table on the active-core figures
+    task_count: int | None = None  # real tasks of the analysed run, every folder and lane (fake tasks excluded)
+    folders: list[FolderFigures] = Field(default_factory=list)  # per output folder of the analysed run
+    balance: list[TypeBalance] = Field(default_factory=list)  # per core type (AIC, AIV)
+    leaf_ops: dict[str, str] = Field(default_factory=dict)  # leafHash → its compute ops ("SUB, EXP"); swim-lane colours
 
 
 class KnobChange(BaseModel):
@@ -198,6 +225,20 @@ class Confirmation(BaseModel):
     question_at: str = ""
 
 
+class KnobSetting(BaseModel):
+    """One knob of the best configuration beside its value in the original source ("Best configuration")."""
+
+    id: str
+    file: str
+    line: int
+    kind: str = ""
+    value: Any = None  # in the best kept source; None: not written, the default applies
+    original: Any = None  # in the source at session start
+    present: bool = True  # written in the best kept source
+    tunable: bool = True  # False: a problem constant, the run mode, the debug mode (never tuned)
+    changed: bool = False  # value differs from the original
+
+
 class StageStat(BaseModel):
     stage: str
     status: Literal["pending", "active", "done", "skipped"]
@@ -268,7 +309,7 @@ class SessionSnapshot(BaseModel):
     debug_restored_at: str | None = None
     original_sources: dict[str, str] = Field(default_factory=dict)  # path -> text at session start
     best_sources: dict[str, str] = Field(default_factory=dict)  # path -> text of the best kept state
-    final_knobs: list[dict[str, Any]] = Field(default_factory=list)  # [{id, file, line, value}]
+    final_knobs: list[KnobSetting] = Field(default_factory=list)  # every knob of the best state, source order
     data_paths: list[str] = Field(default_factory=list)
     batches: list[BatchRecord] = Field(default_factory=list)
     device_events: list[DeviceEvent] = Field(default_factory=list)

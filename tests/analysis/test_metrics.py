@@ -61,3 +61,15 @@ def test_bottleneck_flags_and_directions():
     assert flags["load_balance"].severity == "medium" and flags["load_balance"].false_alarm
     assert flags["dependency"].value == 501
     assert metrics.directions(fig) == ["frontend", "swimlane"]
+
+
+def test_a_load_balance_below_zero_or_at_its_floor_says_why():
+    """(1 − CV)·100 is negative when CV > 1 (reference) and clamped to 0 (active cores): the message names it
+    instead of printing a bare −18.30 % or 0.00 % (issue #18)."""
+    fig = metrics.CoreFigures(avg_util=60, avg_bubble=5, avg_aic_util=60, avg_aiv_util=60, avg_aic_bubble=5,
+                              avg_aiv_bubble=5, load_balance=-18.3, active_util=60, active_bubble=5, active_balance=0.0,
+                              max_work_us=10.0, max_aic_wait_pred_us=0.0)
+    (lb,) = [b for b in metrics.bottlenecks(fig) if b.kind == "load_balance"]
+    assert "-18.30 %" in lb.message and "below 0: busy-time CV > 1" in lb.message
+    assert "active cores only: 0.00 % (the floor: CV ≥ 1 on some core type)" in lb.message
+    assert "变异系数 > 1" in lb.message_zh and "下限" in lb.message_zh

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import OPERATORS, ROOT, RUNS, require_real, sim_command
-from tests.reliability.helpers import free_port, kill_group, start_http
+from tests.reliability.helpers import running_http
 
 NPM_DIR = ROOT / "tools-npm"
 INSPECTOR = NPM_DIR / "node_modules" / ".bin" / "mcp-inspector"
@@ -57,7 +57,10 @@ class Inspector:
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         # Inspector options first, then `--` and the target: our server's own flags (--log-level, --workspace)
         # must not be read as the Inspector's.
-        return subprocess.run([str(self.exe), "--cli", "--format", "json", "-q", *args, "--", *self.target],
+        # --connect-timeout: three servers start at once, and on a loaded 2-core machine a Python start alone can
+        # take 7 s; the Inspector's default (15 s) then reports a working server unreachable
+        return subprocess.run([str(self.exe), "--cli", "--format", "json", "-q", "--connect-timeout", "90000", *args,
+                               "--", *self.target],
                               capture_output=True, text=True, timeout=180, check=False)
 
     def ok(self, *args: str) -> dict[str, Any]:
@@ -139,11 +142,8 @@ def test_inspector_over_stdio(inspector: Path, workspace: Path) -> None:
 
 @pytest.fixture
 def http_server(workspace: Path) -> Iterator[int]:
-    port = free_port()
-    proc = start_http(workspace, port)
-    yield port
-    kill_group(proc.pid)
-    proc.wait()
+    with running_http(workspace) as port:
+        yield port
 
 
 def test_inspector_over_http(inspector: Path, workspace: Path, http_server: int) -> None:

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -38,6 +40,18 @@ def start_http(workspace: Path, port: int, *extra: str) -> subprocess.Popen[byte
             time.sleep(0.1)
     kill_group(proc.pid)
     raise RuntimeError("http server did not come up in 20 s")
+
+
+@contextmanager
+def running_http(workspace: Path, *extra: str) -> Iterator[int]:
+    """``pypto-tune serve --transport http`` on a free loopback port for the block; yields the port."""
+    port = free_port()
+    proc = start_http(workspace, port, *extra)
+    try:
+        yield port
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
 
 
 def kill_group(pid: int) -> None:

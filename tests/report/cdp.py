@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,10 +22,12 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 class Browser:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        """``env``: extra environment for the browser process (e.g. ``FONTCONFIG_FILE`` to hide fonts)."""
         self.profile = Path(tempfile.mkdtemp(prefix="pypto-tune-chromium-"))
         self.proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})})
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not port_file.exists() or len(port_file.read_text().splitlines()) < 2:
@@ -83,6 +86,55 @@ class Browser:
         data = base64.b64decode(self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"])
         path.write_bytes(data)
         return data
+
+    def set_layout(self, width: int, media: str = "screen", height: int = 1800) -> None:
+        """Lay the page out at ``width`` CSS pixels for ``media`` (``screen``: a window; ``print``: a printed page
+        whose printable width is ``width``)."""
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        self.send("Emulation.setEmulatedMedia", media=media)
+        self.width, self.media = width, media
+        bar = self.eval("innerWidth - document.documentElement.clientWidth") if media == "print" else 0
+        if bar:  # paper has no scroll bar: the page's own width must be the printable width
+            self.send("Emulation.setDeviceMetricsOverride", width=width + bar, height=height, deviceScaleFactor=1,
+                      mobile=False)
+        self.drain(0.1)
+
+    def platform_fonts(self, selector: str, limit: int = 50) -> list[tuple[str, list[dict[str, Any]]]]:
+        """(text, fonts) of the first ``limit`` elements matching ``selector``: the fonts Chromium actually drew
+        each element's text with (DevTools' "Rendered fonts"), with the number of glyphs each drew."""
+        self.send("DOM.enable")
+        self.send("CSS.enable")
+        root = self.send("DOM.getDocument", depth=-1)["root"]["nodeId"]
+        out = []
+        for node in self.send("DOM.querySelectorAll", nodeId=root, selector=selector)["nodeIds"][:limit]:
+            fonts = self.send("CSS.getPlatformFontsForNode", nodeId=node)["fonts"]
+            text = self.send("DOM.resolveNode", nodeId=node)["object"]["objectId"]
+            value = self.send("Runtime.callFunctionOn", objectId=text, returnByValue=True,
+                              functionDeclaration="function () { return this.textContent; }")["result"]["value"]
+            out.append((value, fonts))
+        return out
+
+    def screenshot_sections(self, selector: str, folder: Path) -> list[Path]:
+        """A PNG of every element matching ``selector`` (each whole), named ``NN-<id>.png``. The viewport is made as
+        tall as the page for the captures (much faster than capturing beyond it), then restored."""
+        folder.mkdir(parents=True, exist_ok=True)
+        boxes = self.eval(f"[...document.querySelectorAll({json.dumps(selector)})].map((e, i) => {{"
+                          " const r = e.getBoundingClientRect();"
+                          " return [e.id || String(i), r.left + scrollX, r.top + scrollY, r.width, r.height]; })")
+        height = self.eval("document.documentElement.scrollHeight")
+        width, media = getattr(self, "width", 1280), getattr(self, "media", "screen")
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        out = []
+        try:
+            for i, (name, x, y, w, h) in enumerate(boxes):
+                clip = {"x": x, "y": y, "width": max(w, 1), "height": max(h, 1), "scale": 1}
+                data = self.send("Page.captureScreenshot", format="png", clip=clip, optimizeForSpeed=True)["data"]
+                path = folder / f"{i:02d}-{name}.png"
+                path.write_bytes(base64.b64decode(data))
+                out.append(path)
+        finally:
+            self.set_layout(width, media)
+        return out
 
     def requests(self) -> list[str]:
         return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]

@@ -14,9 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from pypto_tune.tools.session.ledger import Ledger
-from pypto_tune.tools.operations.base import _patch_row, code_hash
+from functools import lru_cache
+
+from pypto_tune.tools.operations.base import _patch_row
+from pypto_tune.tools.operations.base import code_hash as _code_hash
 from pypto_tune.tools.patching import hash_sources, set_runtime_debug
 from pypto_tune.tools.snapshot import KnobChange
+
+
+@lru_cache(maxsize=64)
+def _hash_of(items: tuple[tuple[str, str], ...]) -> str:
+    return _code_hash(dict(items))
+
+
+def code_hash(sources: dict[str, str]) -> str:
+    """The server's code hash (a libcst parse, ~0.4 s): the same few sources are hashed dozens of times here."""
+    return _hash_of(tuple(sorted(sources.items())))
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = (ROOT / "fixtures" / "operators" / "softmax" / "softmax.py").read_text()

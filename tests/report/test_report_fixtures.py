@@ -17,6 +17,7 @@ import pytest
 
 from pypto_tune.tools.report import achievement_rate, render_report, render_status_board
 from pypto_tune.tools.report.i18n import _table, strings
+from pypto_tune.tools.report.values import round_change
 from pypto_tune.tools.snapshot import SessionSnapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,12 +93,13 @@ def test_markdown_report_carries_every_number_of_the_snapshot(name: str, lang: s
     assert f"{snap.best_us:.3f}" in text and f"{gain:.1f}%" in text
     assert f"{snap.baseline_us / snap.best_us:.2f}×" in text
     assert f"{achievement_rate(snap):.1f}%" in text and s["achievement_def"] in text
-    for r in snap.rounds:
+    rounds = text.split(f"## {s['rounds']}\n")[1].split("\n## ")[0]
+    for r in snap.rounds:  # one outer round: no Outer column; status and result type share the Result cell
         time = f"{r.after_us:.3f}" if r.after_us is not None else "—"
         delta = f"{r.delta_pct:+.1f}%" if r.delta_pct is not None else "—"
-        row = next(line for line in text.splitlines() if line.startswith(f"| {r.number} | {r.outer_round} |"))
+        row = next(line for line in rounds.splitlines() if line.startswith(f"| {r.number} | {r.stage} |"))
         assert f"| {r.catalog_id} |" in row and f"| {time} | {delta} |" in row, row
-        assert f"| {s['rt_' + r.result_type]} |" in row and s[r.decision] in row, row
+        assert f"{s[r.decision]} · {s['rt_' + r.result_type]} |" in row, row
         if r.error_output:
             assert r.error_output.splitlines()[0] in text
     for p in snap.precision_records:
@@ -108,7 +110,7 @@ def test_markdown_report_carries_every_number_of_the_snapshot(name: str, lang: s
 def test_a_precision_failure_on_npu_is_reported_with_its_mismatch(tmp_path: Path) -> None:
     snap = load("softmax_npu_precision_failed")
     text = render_report(snap, "md", "en", tmp_path).read_text()
-    assert "| 3 | 1 | FRONTEND | F-10 |" in text and "precision failure" in text
+    assert "| 3 | FRONTEND | F-10 |" in text and "precision failure" in text
     assert "Mismatched elements: 412 / 8192" in text
     section = text.split("## Precision records")[1].split("\n## ")[0]
     records = [line for line in section.splitlines() if line.startswith("| ")][1:]  # minus the header row
@@ -127,6 +129,7 @@ def test_no_string_of_the_other_language_leaks(name: str, fmt: str, tmp_path: Pa
     # The snapshot's own text (changes, tool output, finish reason) is recorded in English; remove it so that only
     # the template's words are checked.
     data = [snap.finish_reason or "", *(r.change for r in snap.rounds), *(r.error_output for r in snap.rounds),
+            *(round_change(r, strings("zh")) for r in snap.rounds),
             *(p.key_output for p in snap.precision_records), *(c.detail for c in snap.env_checks),
             *(r.message for r in snap.refusals)]
     assert not CJK.search(en_text)
@@ -136,6 +139,10 @@ def test_no_string_of_the_other_language_leaks(name: str, fmt: str, tmp_path: Pa
         for piece in (d, d.replace("\n", " "), *d.splitlines()):
             if len(piece.strip()) > 10:  # a truncated quote starts like its source: drop it to the end of the line
                 zh_text = re.sub(re.escape(piece.strip()[:40]) + ".*", "", zh_text)
+    # Identifiers, not words: Markdown footnote labels, and the log's own field names the definitions quote (A.3).
+    zh_text = re.sub(r"\[\^[\w-]+\]", "", zh_text)
+    for field in ("Core Total Work Time", "Wait Schedule Time"):
+        zh_text = zh_text.replace(field, "")
     leaks = [key for key, word in en.items()
              if key not in SHARED and word != zh[key] and "{" not in word
              and re.search(rf"(?<![\w-]){re.escape(word)}(?![\w-])", zh_text)]
@@ -162,3 +169,16 @@ def test_the_status_board_lists_every_round_in_both_languages(name: str) -> None
         assert f"{snap.best_us:.3f}" in board and f"{snap.baseline_us:.3f}" in board
         assert f"{s['failures']}: {sum(r.decision == 'failed' for r in snap.rounds)}" in board
         assert f"### {s['stages']}" not in board
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_footnote_of_the_markdown_report_lands_on_its_definition(name: str, lang: str, tmp_path: Path) -> None:
+    """Metric names carry footnotes to the Definitions section; each one resolves, and the terms the tables use
+    (operator time, E2E, CV, load balance, SIM) are defined."""
+    text = render_report(load(name), "md", lang, tmp_path).read_text()
+    body, defs = text.split(f"\n## {strings(lang)['glossary']}\n")
+    refs = set(re.findall(r"\[\^([\w-]+)\](?!:)", body))
+    defined = set(re.findall(r"^\[\^([\w-]+)\]: \*\*", defs, flags=re.MULTILINE))
+    assert refs and refs <= defined, refs - defined
+    assert {"op-time", "e2e", "cv", "lb", "util", "bubble", "stars", "tasks", "delta"} <= refs

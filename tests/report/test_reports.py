@@ -57,7 +57,7 @@ def test_markdown_report_numbers_come_from_the_ledger(snap: SessionSnapshot, tmp
     text = render_report(snap, "md", lang, tmp_path).read_text()
     assert "36.405" in text and "2.726" in text and "13.36×" in text
     for r in snap.rounds:
-        assert f"| {r.number} | {r.outer_round} | {r.stage} | {r.catalog_id} |" in text
+        assert f"| {r.number} | {r.stage} | {r.catalog_id} |" in text  # one outer round: no Outer column
         if r.after_us is not None:
             assert f"{r.after_us:.3f}" in text
     assert "Run pass failed" in text  # the failed round's key error output
@@ -74,6 +74,7 @@ def test_status_board_shows_progress_and_the_fuller_board_every_five_rounds(snap
     assert "5 rounds" not in board  # sanity: the table is a table, not prose
     assert "### Stages" in board  # 5 decided rounds → the fuller board
     assert "Success rate: 3/5 (60%)" in board and "████████████████████ 100%" in board
+    assert "[^" not in board  # no footnote reference without the report's Definitions section to land on
     four = snap.model_copy(update={"rounds": snap.rounds[:4]})
     assert "### Stages" not in render_status_board(four, "en")
 
@@ -112,8 +113,8 @@ def test_html_report_draws_its_charts_offline_in_real_chromium(snap: SessionSnap
         markers = b.eval("document.querySelectorAll('svg.chart-time .marker').length")
         assert markers == len(snap.rounds) + 1  # the baseline and one marker per round
         kinds = b.eval("[...document.querySelectorAll('svg.chart-time .marker')].map(m => m.classList[1]).join(',')")
-        assert kinds == "kept,kept,kept,reverted,failed,kept"
-        sizes = b.eval("[...document.querySelectorAll('svg')].map(s => s.getBoundingClientRect().height)")
+        assert kinds == "baseline,kept,kept,reverted,failed,kept"
+        sizes = b.eval("[...document.querySelectorAll('svg.chart-svg')].map(s => s.getBoundingClientRect().height)")
         assert len(sizes) >= 4 and all(h > 50 for h in sizes)  # time, cores, two swim-lane charts
         assert b.eval("document.querySelectorAll('svg.chart-lanes rect.task').length") > 30
         assert b.eval("document.querySelectorAll('svg title').length") >= 4  # accessible names
@@ -123,8 +124,9 @@ def test_html_report_draws_its_charts_offline_in_real_chromium(snap: SessionSnap
         assert b.eval("document.querySelectorAll('p.note.sim').length") == 3
         assert b.eval("document.querySelectorAll('p.note.npu').length") == 0
         assert b.eval("document.querySelectorAll('table.measurements tbody tr').length") == len(snap.measurements)
-        assert b.eval("[...document.querySelectorAll('table.rounds thead th')].pop().textContent") == "Batch"
-        assert b.eval("document.querySelectorAll('table.batch').length") == 0  # the demo ran no batch
+        # the demo ran no batch: no batch table and no Batch column in the round log
+        assert b.eval("[...document.querySelectorAll('table.rounds thead th')].pop().textContent") == "Result"
+        assert b.eval("document.querySelectorAll('table.batch').length") == 0
 
         # An NPU session with a batch, kept-state references, chips left behind and a regression flag
         from tests.report.test_report_npu_rows import build_npu_session
@@ -142,7 +144,8 @@ def test_html_report_draws_its_charts_offline_in_real_chromium(snap: SessionSnap
                       ".textContent)")
         assert refs == ["第 1 轮的保留状态参考"]
         assert b.eval("document.querySelectorAll('ul.rotations li').length") == 3
-        assert b.eval("document.querySelectorAll('table.rounds span.flag').length") == 1
+        flags = b.eval("[...document.querySelectorAll('table.rounds td.result[title]')].map(c => c.title)")
+        assert len(flags) == 1 and flags[0].startswith("FLAG: kernel scale_kernel got slower")
         assert b.eval("document.querySelectorAll('table.kernels tr.sum').length") == 3  # baseline, rounds 1, 3
         assert b.eval("getComputedStyle(document.querySelector('table.batch tr.winner')).fontWeight") == "600"
         assert b.eval("document.querySelectorAll('svg.chart-time .marker').length") == len(npu.rounds) + 1

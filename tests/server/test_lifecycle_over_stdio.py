@@ -148,6 +148,10 @@ def test_a_background_job_reports_progress_and_a_cancelled_job_leaves_no_process
             assert job["next_actions"][0] == "wait_job" and job["job_id"] in job["message"]
             polled = await s.ok("wait_job", job_id=job["job_id"], timeout_s=3)
             assert polled["status"] == "running" and polled["elapsed_s"] >= 2.5
+            # where the job is, in the progress notifications' words (the first call checks the environment first)
+            assert polled["progress"].startswith("run_precision_check: ") and any(
+                phase in polled["progress"] for phase in ("environment checklist", "interpreter's files",
+                                                          "precision run (baseline)")), polled["progress"]
             busy = await s.refused("run_precision_check", session_id=sid)
             assert "GATE busy:" in busy
             # the environment check runs first (it imports pypto): on a loaded machine that takes tens of seconds

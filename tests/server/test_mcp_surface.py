@@ -85,15 +85,52 @@ def test_long_tools_publish_one_schema_that_admits_the_handle_and_the_final_resu
 def test_tools_list_is_lean_the_job_schema_only_where_a_job_can_come_back() -> None:
     tools = _listing()["tools"]
     size = sum(_wire(t) for t in tools)
-    # 50 KB before the job object left every result; 39.7 KB then, +1.3 KB when propose_candidates gained its job
-    # mode (issue #17) and +1 KB for the run-time knob map's fields in list_knobs
-    assert size < 43_000, f"tools/list is {size} bytes"
+    # 50 KB before the job object left every result; 39.4 KB before output defaults and repeated descriptions went
+    assert size < 38_500, f"tools/list is {size} bytes"
+    for t in tools:
+        assert '"default": null' not in json.dumps(t.input_schema), t.name  # leaving it out says the same
+        assert '"default"' not in json.dumps(t.output_schema), t.name  # a validator ignores defaults
     for t in tools:
         text = json.dumps(t.output_schema)
         assert ('"JobHandle"' in text) == (t.name in LONG_TOOLS), t.name
         if t.name in ("wait_job", "cancel_job"):  # the handle itself is their result
             assert {"job_id", "status", "result"} <= set(t.output_schema["properties"]), t.name
         assert '"title"' not in json.dumps(t.input_schema) + text, f"{t.name}: pydantic titles left in"
+
+
+TYPED_BY = ("type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const")
+
+
+def _untyped(node: Any, path: str) -> list[str]:
+    """Paths of schema nodes that admit anything (``{}`` once descriptions and defaults are gone)."""
+    found: list[str] = []
+    if not isinstance(node, dict):
+        return found
+    if not any(k in node for k in TYPED_BY):
+        found.append(path)
+    for key, sub in node.get("properties", {}).items():
+        found += _untyped(sub, f"{path}.{key}")
+    for key, sub in node.get("$defs", {}).items():
+        found += _untyped(sub, f"{path}/$defs/{key}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            found += _untyped(node[key], f"{path}[{key}]")
+    for key in ("anyOf", "oneOf", "allOf"):
+        for i, sub in enumerate(node.get(key, [])):
+            found += _untyped(sub, f"{path}|{key}{i}")
+    return found
+
+
+def test_every_output_schema_is_typed_all_the_way_down() -> None:
+    """No field of any result admits anything: a client can check every value (a free JSON value is spelled as the
+    six JSON types, results.JsonValue)."""
+    tools = _listing()["tools"]
+    untyped = [p for t in tools for p in _untyped(t.output_schema, t.name)]
+    assert untyped == [], untyped
+    assert _untyped({"properties": {"x": {}, "y": {"type": "string"}}, "type": "object"}, "probe") == ["probe.x"]
+    candidates = {t.name: t for t in tools}["propose_candidates"].output_schema["$defs"]["CandidateOut"]
+    assert {a["type"] for a in candidates["properties"]["value"]["anyOf"]} == {"number", "string", "boolean", "array",
+                                                                             "object", "null"}
 
 
 # ---------------------------------------------------------------------------------------------- analysis size

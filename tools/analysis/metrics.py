@@ -143,13 +143,21 @@ def bottlenecks(fig: CoreFigures) -> list[Bottleneck]:
             return
         thr = high if bad_high else medium
         ok_active = (active_value >= medium) if lower_is_bad else (active_value <= medium)
+        # A load balance is (1 − CV)·100: below 0 the CV exceeds 1 (the reference is unbounded below), and the
+        # active-core figure is clamped at 0 — say so instead of printing a bare "0.00 %" or "−18.30 %".
+        why = why_zh = ""
+        if kind == "load_balance" and value < 0:
+            why, why_zh = "; below 0: busy-time CV > 1", "；低于 0：忙碌时间变异系数 > 1"
+        floor = kind == "load_balance" and active_value <= 0.0
+        act = f"{active_value:.2f} %" + (" (the floor: CV ≥ 1 on some core type)" if floor else "")
+        act_zh = f"{active_value:.2f} %" + ("（下限：某类核的变异系数 ≥ 1）" if floor else "")
         out.append(Bottleneck(
             kind=kind, severity="high" if bad_high else "medium", metric=metric, value=value, threshold=thr,
             source="reference", false_alarm=ok_active,
-            message=text.format(v=value, t=thr) + (f" (active cores only: {active_value:.2f} %, not a problem)"
-                                                   if ok_active else f" (active cores only: {active_value:.2f} %)"),
-            message_zh=text_zh.format(v=value, t=thr) + (f"（仅统计活跃核：{active_value:.2f} %，不构成问题）"
-                                                         if ok_active else f"（仅统计活跃核：{active_value:.2f} %）"),
+            message=text.format(v=value, t=thr) + why + (f" (active cores only: {act}, not a problem)"
+                                                         if ok_active else f" (active cores only: {act})"),
+            message_zh=text_zh.format(v=value, t=thr) + why_zh + (f"（仅统计活跃核：{act_zh}，不构成问题）"
+                                                                  if ok_active else f"（仅统计活跃核：{act_zh}）"),
         ))
 
     flag("utilization", fig.avg_util, UTIL_HIGH_PCT, UTIL_MEDIUM_PCT, True, "avg_core_utilization_pct",

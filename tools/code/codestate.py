@@ -3,8 +3,8 @@
 Why the whole tree and not only ``operator_files``: the test command runs a harness, imports local modules and reads
 data files. A verdict bound to the operator files alone can be had by rewriting the harness (issue #10, attack 5a).
 So a session records, at its start, every regular file under the workspace (except the folders below, which hold
-what runs and tools *produce*, never what they execute), keeps a copy of each in a content-addressed blob store, and
-from then on:
+what runs and tools *produce*, never what they execute, and the server's own reports, ``tools/report/names.py``),
+keeps a copy of each in a content-addressed blob store, and from then on:
 
 * drift = the tree on disk differs from the recorded one in any file, added or removed files included;
 * every run executes on a fresh copy **materialised from the ledger's bytes** (operator sources from the ledger, the
@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError, TreeError
 from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.report.names import is_report_file
 
 # Folders that hold what runs and tools produce (run output, caches, VCS metadata, virtual environments), never code
 # a run executes from the workspace. Matched by name at any depth.
@@ -104,6 +105,8 @@ def scan_tree(workspace: Path, *, max_bytes: int = MAX_TREE_BYTES, max_files: in
                 continue
             if not e.is_file(follow_symlinks=False) or e.name.endswith(EXCLUDED_SUFFIXES):
                 continue
+            if is_report_file(str(rel)):
+                continue  # the server's own report (render_report writes it here): output, never recorded state
             try:
                 data = Path(e.path).read_bytes()
                 mode = e.stat(follow_symlinks=False).st_mode
@@ -164,6 +167,8 @@ class TreeDiff:
 def diff_trees(expected: dict[str, FileEntry], actual: dict[str, FileEntry]) -> TreeDiff:
     d = TreeDiff()
     for path in sorted(set(expected) | set(actual)):
+        if is_report_file(path):
+            continue  # a tree recorded before reports were left out may still list one: rewriting it is no drift
         a, b = expected.get(path), actual.get(path)
         if a is None:
             d.added.append(path)

@@ -7,9 +7,9 @@ import logging
 import operator
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pypto_tune.tools.session import gates
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
@@ -32,7 +32,17 @@ if TYPE_CHECKING:
     from pypto_tune.tools.running.executors import Executor
 
 
-Progress = Callable[[float, str], Awaitable[None]] | None
+class ProgressSink(Protocol):
+    """Where a long operation reports what it is doing. The executors call it with ``(elapsed_s, last_output_line)``
+    every 2 s while a run executes; the operations add where they are: ``phase`` says it in words ("repeat 2/3",
+    "environment checklist"), ``step`` of ``steps`` is the same position as numbers a client can draw a bar from
+    (0-based ``step``; ``steps`` when the count is known)."""
+
+    def __call__(self, elapsed: float, line: str, *, phase: str | None = None, step: int | None = None,
+                 steps: int | None = None) -> Awaitable[None]: ...
+
+
+Progress = ProgressSink | None
 
 #: env_checks row naming the scan of the interpreter's files; its detail ends with "digest <sha256>"
 INTERPRETER_CHECK = "interpreter files"
@@ -278,8 +288,9 @@ class OperationsBase:
             if tried:
                 raise GateRefusal("no-retry", tried, allowed=["apply_tuning_patch", "propose_candidates",
                                                                 "list_knobs", "get_status"],
-                                  hint="failed and fruitless changes are never retried (R19); try another value or "
-                                  "knob — propose_candidates lists untried legal ones")
+                                  hint="a change judged and not kept is never tried again (R19: failed, no gain, "
+                                  "slower, or a gain another candidate of its batch beat or tied); try another value "
+                                  "or knob — propose_candidates lists untried legal ones")
         except GateRefusal as refusal:
             raise self._refuse(h, st.id, tool, refusal) from None
         h.ledger.insert("admissions", session_id=st.id, at=now_iso(), round=st.open_round.number if st.open_round

@@ -34,6 +34,8 @@ class JobHandle(BaseModel):
     message: str
     next_actions: list[str]
     last_output: str = Field(default="", description="tail of the run's output so far")
+    progress: str = Field(default="", description="where the job is: phase (repeat 2/3, 1/4 trials done), elapsed "
+                          "seconds, last output line")
     result: dict[str, Any] | None = Field(default=None, description="the tool's final result once done")
     error: str | None = Field(default=None, description="why the job failed or was cancelled")
 
@@ -349,12 +351,12 @@ class CandidateOut(BaseModel):
 
     id: str = Field(description="pass it (or the whole object) to run_candidates")
     knob: str = Field(description="knob id (as apply_tuning_patch's knob)")
-    value: Any = Field(description="the new value")
+    value: JsonValue = Field(description="the new value")
     catalog_id: str
     why: str = Field(description="why it is ranked here")
     evidence: dict[str, Any] = Field(default_factory=dict, description="the numbers behind 'why' (this operator's "
                                      "analysis and measurements; priors are labelled as such)")
-    before: Any = None
+    before: JsonValue = Field(default=None, description="the knob's value in the kept state")
     rank: int = 0
     score: float = Field(0.0, description="ranking score (predicted log2 speed-up units; only the order matters)")
     diff: str = ""
@@ -379,7 +381,7 @@ class TrialOut(BaseModel):
 
     candidate: str = Field(description="the id of the candidate this trial ran (propose_candidates' id)")
     knob: str
-    value: Any
+    value: JsonValue
     catalog_id: str
     round: int
     verdict: str = Field(description="precision verdict of the candidate's own code (SIM: compiled and simulated "
@@ -388,7 +390,8 @@ class TrialOut(BaseModel):
     delta_pct: float | None = Field(description="against the kept state")
     decision: str = Field(description="kept / reverted / failed")
     result_type: str = Field(description="gain / not-chosen / no-gain / regression / compile-failure / ...")
-    reason: str = ""
+    reason: str = Field(default="", description="why it was kept or not: its measurement against the kept state, "
+                        "the candidate that beat or tied it, or the error that stopped it")
     device_id: str | None = Field(default=None, description="NPU: the chip that ran the trial")
     retried_from: list[str] = Field(default_factory=list, description="NPU: chips whose run of this trial hung or "
                                     "failed with a device/runtime error before it ran again on device_id (R5 card "

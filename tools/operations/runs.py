@@ -215,9 +215,9 @@ class RunOps(OperationsBase):
         i = 0
         retries = max(len(st.session["device_ids"]) - 1, 0)
         while i < count:
-            async def rep_progress(elapsed: float, line: str, i: int = i) -> None:
+            async def rep_progress(elapsed: float, line: str, i: int = i, **_: object) -> None:
                 if progress:
-                    await progress(elapsed, f"{label} {i + 1}/{count}: {line}")
+                    await progress(elapsed, line, phase=f"{label} {i + 1}/{count}", step=i, steps=count)
             out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device, sources=sources,
                                   progress=rep_progress, batch=batch, pooled=pooled)
             result, run_id, dirs = out

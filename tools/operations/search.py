@@ -39,6 +39,8 @@ MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, n
 #: propose_candidates admits candidates (the server's admission: 0.5–4 s each on a loaded 2-core machine) for at most
 #: this long, then answers; the rest are marked admitted=false and admitted when run (issue #17: answer within 5 s)
 PROPOSE_BUDGET_S = 2.5
+# how a measured trial's reason names its judgement against the kept state (rules.judge_measurement)
+_JUDGED = {"gain": "gain", "no-gain": "no gain", "regression": "slower"}
 
 
 @dataclass
@@ -185,12 +187,13 @@ class SearchOps(OperationsBase):
             status: dict[int, str] = {t.round_no: "queued" for t in trials}
 
             async def report() -> None:
-                while True:
-                    await anyio.sleep(4.0)
+                while True:  # at once, then every 2 s: a client learns the batch's size first
                     if progress:
                         done = sum(1 for v in status.values() if v.startswith("done"))
-                        await progress(time.monotonic() - t0, f"{done}/{len(trials)} trials done; " + ", ".join(
-                            f"r{n}: {v}" for n, v in sorted(status.items()))[:300])
+                        await progress(time.monotonic() - t0, ", ".join(
+                            f"r{n}: {v}" for n, v in sorted(status.items()))[:300],
+                            phase=f"{done}/{len(trials)} trials done", step=done, steps=len(trials))
+                    await anyio.sleep(2.0)
 
             async with anyio.create_task_group() as outer:
                 outer.start_soon(report)
@@ -385,8 +388,9 @@ class SearchOps(OperationsBase):
             t.margin_pct = j.margin_pct
             t.result_type = j.result_type
             t.decision = "reverted"
-            if j.note:
-                t.reason = j.note
+            # why it was judged so (its precision reason stays in 'verdict'): the measurement against the kept state
+            t.reason = "; ".join(x for x in (f"{_JUDGED[j.result_type]}: {j.delta_pct:+.2f} % against the kept "
+                                             f"state", j.note) if x)
             if j.result_type == "gain":
                 gains.append(t)
         if not gains:
@@ -395,8 +399,12 @@ class SearchOps(OperationsBase):
         for t in gains:
             if t is not winner:
                 t.result_type = "not-chosen"
-                t.reason = (f"a gain ({t.delta_pct:+.2f} %) but round {winner.round_no} was better "
-                            f"({winner.delta_pct:+.2f} %)")
+                if statistics.median(t.samples) == statistics.median(winner.samples):
+                    t.reason = (f"a gain ({t.delta_pct:+.2f} %) equal to round {winner.round_no}'s: one change is "
+                                "kept per batch, and a tie goes to the one listed first")
+                else:
+                    t.reason = (f"a gain ({t.delta_pct:+.2f} %), smaller than round {winner.round_no}'s "
+                                f"({winner.delta_pct:+.2f} %), which was kept")
         winner.decision = "kept"
         return winner
 

@@ -275,6 +275,8 @@ class SetupOps(OperationsBase):
 
             env_checks: list[EnvCheck] = []
             if st.level1 == "S1_SETUP" and st.env_ok is not True:
+                if progress:
+                    await progress(0.0, "", phase="environment checklist (first call of the session)")
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
                     env=self._child_env(st, st.device), python=self.python,
@@ -296,14 +298,21 @@ class SetupOps(OperationsBase):
 
             if st.level1 == "S1_SETUP" and st.env_ok and not any(
                     r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
+                if progress:
+                    await progress(0.0, "", phase="recording the interpreter's files (first call of the session)")
                 await self._scan_interpreter(h, st)
                 st = self._state(h, session_id)
 
             round_no = st.open_round.number if st.open_round else None
             device = st.device
             sources = st.expected_sources
+            async def run_progress(elapsed: float, line: str, **_: object) -> None:
+                if progress:
+                    await progress(elapsed, line, phase="precision run" + (f" of round {round_no}" if round_no
+                                                                           else " (baseline)"), step=0, steps=1)
+
             out = await self._run(h, st, purpose="precision", round_no=round_no, device_id=device,
-                                  sources=sources, progress=progress)
+                                  sources=sources, progress=run_progress)
             result, run_id, dirs = out
             verdict = judge_precision(result, st.run_mode, **self._verdict_options(st))
             v, key, reason = verdict.verdict, verdict.key_output, verdict.reason

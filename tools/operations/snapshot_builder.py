@@ -20,7 +20,9 @@ from pypto_tune.tools.snapshot import (
     DeviceEvent,
     EnvCheck,
     KernelFigures,
+    FolderFigures,
     KnobChange,
+    KnobSetting,
     Measurement,
     PrecisionRecord,
     Refusal,
@@ -28,6 +30,7 @@ from pypto_tune.tools.snapshot import (
     SessionSnapshot,
     StageStat,
     StageTransition,
+    TypeBalance,
 )
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 
@@ -48,6 +51,44 @@ def _kernels(raw: Any) -> list[KernelFigures]:
         out.append(KernelFigures(label=label, time_samples_us=times, e2e_samples_us=e2es,
                                  time_us=statistics.median(times), e2e_us=statistics.median(e2es) if e2es else None))
     return out
+
+
+def _folders(a: dict[str, Any], traces: list[str]) -> list[FolderFigures]:
+    """Each output folder of the analysed run with its own figures and the archived copy of its trace (the copy's
+    name carries the folder's name: ``NN-<folder>-merged_swimlane.json.gz``)."""
+    out = []
+    for d in a.get("per_dir") or []:
+        name = Path(str(d.get("run_dir", ""))).name
+        copy = next((t for t in traces if name and Path(t).name.split("-", 1)[-1].startswith(name + "-")), "")
+        out.append(FolderFigures(trace_path=copy or str(d.get("trace_path") or ""),
+                                 operator_time_us=float(d.get("operator_time_us") or 0.0),
+                                 e2e_us=float(d.get("e2e_us") or 0.0), task_count=int(d.get("task_count") or 0)))
+    return out
+
+
+def _balance(cores: list[CoreStat]) -> list[TypeBalance]:
+    """Per core type, the busy time of its active cores: the numbers the load-balance percentages are made of."""
+    from pypto_tune.tools.analysis.metrics import reference_load_balance
+
+    out = []
+    for t in ("AIC", "AIV"):
+        listed = [c for c in cores if c.core_type == t]
+        busy = [c.busy_us for c in listed if c.active]
+        if not listed:
+            continue
+        b = TypeBalance(core_type=t, cores_listed=len(listed), cores_active=len(busy))
+        if busy:
+            b.busy_min_us, b.busy_max_us, b.busy_mean_us = min(busy), max(busy), statistics.fmean(busy)
+        if len(busy) >= 2 and b.busy_mean_us:
+            b.balance_pct = reference_load_balance(busy)  # the analysis's own formula, not clamped here
+            b.cv = statistics.pstdev(busy) / b.busy_mean_us
+        out.append(b)
+    return out
+
+
+def _leaf_ops(a: dict[str, Any]) -> dict[str, str]:
+    return {str(x["leaf_hash"]): ", ".join(x.get("compute_ops") or []) for x in a.get("leaves") or []
+            if x.get("leaf_hash") is not None and x.get("compute_ops")}
 
 
 def _measurement(m: dict[str, Any], runs: dict[int, dict[str, Any]] | None = None, run_mode: str = "sim",
@@ -82,6 +123,9 @@ def _measurement(m: dict[str, Any], runs: dict[int, dict[str, Any]] | None = Non
         batch=next((r["batch"] for r in mine if r.get("batch")), None), for_round=for_round,
         aicpu_e2e_us=a.get("aicpu_e2e_us"), platform_utilization_pct=gates.platform_utilization(a),
         per_kernel=_kernels(m.get("per_kernel")),
+        active_ratings={k: int(v) for k, v in (a.get("active_ratings") or {}).items() if isinstance(v, (int, float))},
+        task_count=a.get("task_count"), folders=_folders(a, list(a.get("trace_copies") or [])),
+        balance=_balance(cores), leaf_ops=_leaf_ops(a),
     )
 
 
@@ -159,6 +203,51 @@ def _device_history(rows: dict[str, list[Any]], pool: list[str]) -> list[DeviceE
                         device_id=e.device_id, reason=e.reason, next_device=e.next_device)
             for e in chip_health(rows, pool).events
             if e.run["device_id"] is not None and e.next_device != e.device_id]
+
+
+def _context_files(st: SessionState) -> dict[str, str]:
+    """The workspace's other Python files as recorded at session start (they decide which names are problem
+    constants, tools/patching/roles.py), from the blob store; {} when it cannot be read."""
+    from pypto_tune.tools.code.codestate import BlobStore
+
+    try:
+        store = BlobStore(Path(st.session["workspace"]))
+    except Exception:
+        return {}
+    out = {}
+    for path, e in st.tree.items():
+        if path.endswith(".py") and path not in st.kept_sources and e.link is None:
+            try:
+                out[path] = store.get(e.sha256).decode("utf-8", "surrogateescape")
+            except Exception:
+                continue
+    return out
+
+
+def _knob_settings(st: SessionState) -> list[KnobSetting]:
+    """Every knob of the best kept state in source order, with its original value and whether it changed."""
+    try:
+        from pypto_tune.tools.patching import extract_knobs
+
+        context = _context_files(st)
+        original = {k.id: k for k in extract_knobs(dict(st.session["original_sources"]), context)}
+        best = extract_knobs(st.kept_sources, context)
+    except Exception:  # a source that no longer parses must not hide the rest of the report
+        return []
+    out = []
+    for k in best:
+        o = original.get(k.id)
+        before = o.value if o is not None else None
+        out.append(KnobSetting(id=k.id, file=k.file, line=k.line, kind=k.kind, value=k.value, original=before,
+                               present=k.present, tunable=k.tunable, changed=_canonical(before) != _canonical(k.value)))
+    return out
+
+
+def _canonical(value: Any) -> Any:
+    """A knob value compared by meaning of its JSON form (int keys and their string form are the same key)."""
+    import orjson
+
+    return orjson.loads(orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS))
 
 
 def build_snapshot(st: SessionState) -> SessionSnapshot:
@@ -278,14 +367,7 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
     except Exception:  # the catalogue is package data; a broken install must not hide the ledger
         pass
 
-    final_knobs: list[dict[str, Any]] = []
-    try:
-        from pypto_tune.tools.patching import extract_knobs
-
-        final_knobs = [{"id": k.id, "file": k.file, "line": k.line, "value": k.value}
-                       for k in extract_knobs(st.kept_sources)]
-    except Exception:
-        pass
+    final_knobs = _knob_settings(st)
 
     debug_rows = [p for p in rows["patches"] if p["kind"] in ("debug-on", "debug-off", "debug-restore")]
     restored = bool(debug_rows) and debug_rows[-1]["kind"] in ("debug-off", "debug-restore")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from pypto_tune.tools.report.i18n import strings, term
+from pypto_tune.tools.report.i18n import finish_reason_text, strings, term
 from pypto_tune.tools.report.metrics import (
     Spread, achievement_rate, best_measurement, cumulative_gain_pct, fmt_chips, fmt_pct, fmt_us,
     measurement_label, progress_bar, search_share, speedup,
 )
+from pypto_tune.tools.report.tables import rounds_table
 from pypto_tune.tools.snapshot import SessionSnapshot
 
 STALL_AFTER = 3  # the seed's "连续 3 次优化无提升" warning
@@ -18,45 +19,17 @@ def _goal(snap: SessionSnapshot, lang: str) -> str:
     return f"≤ {snap.goal_value:g} µs"
 
 
-def verdict_text(snap: SessionSnapshot, s: dict[str, str], verdict: str | None) -> str:
-    """A precision verdict as a reader must take it: in SIM a pass only means compiled and simulated."""
-    if verdict == "passed" and snap.run_mode == "sim":
-        return s["v_passed_sim"]
-    return term(s, "v", verdict)
-
-
 def kept_time_def(snap: SessionSnapshot, s: dict[str, str]) -> str:
     """What the kept (best) time is: the median of every sample of the kept code, not the latest or best one."""
     n = len(snap.kept_samples_us)
     return s["kept_time_one"] if n == 1 else s["kept_time_def"].format(n=n)
 
 
-def batch_cell(r, s: dict[str, str]) -> str:
-    """The round log's batch column: the run_candidates batch a trial belonged to, ★ on the one that was kept."""
-    if r.batch is None:
-        return "—"
-    return f"{r.batch}" + (f" ★ {s['winner']}" if r.winner else "")
-
-
 def round_table(snap: SessionSnapshot, lang: str) -> list[str]:
+    """The round log as Markdown lines (the board's and the report's): the SIM caveat above it when it applies."""
     s = strings(lang)
-    lines = []
-    if snap.run_mode == "sim":
-        lines += [f"> ⚠️ {s['sim_short']}", ""]
-    lines += [f"| {s['round']} | {s['outer']} | {s['stage']} | {s['catalog']} | {s['change']} | {s['precision']} | "
-              f"{s['time_us']} | {s['delta']} | {s['result']} | {s['status']} | {s['batch']} |",
-              "|---|---|---|---|---|---|---|---|---|---|---|",
-              f"| {s['baseline']} | — | — | — | — | — | {fmt_us(snap.baseline_us)} | — | {s['rt_baseline']} | ✅ | — |"]
-    for r in snap.rounds:
-        mark = {"kept": "✅ " + s["kept"], "reverted": "↩️ " + s["reverted"], "failed": "❌ " + s["failed"]}.get(
-            r.decision or "", "…")
-        if r.flags:
-            mark += f" ⚑{len(r.flags)}"
-        change = r.change.replace("|", "\\|")
-        lines.append(f"| {r.number} | {r.outer_round} | {r.stage} | {r.catalog_id} | {change} | "
-                     f"{verdict_text(snap, s, r.precision_verdict)} | {fmt_us(r.after_us)} | "
-                     f"{fmt_pct(r.delta_pct, True)} | {term(s, 'rt', r.result_type)} | {mark} | {batch_cell(r, s)} |")
-    return lines
+    lines = [f"> ⚠️ {s['sim_short']}", ""] if snap.run_mode == "sim" else []
+    return lines + rounds_table(snap, s).markdown(refs=False).splitlines()
 
 
 def _measure_lines(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:
@@ -68,7 +41,7 @@ def _measure_lines(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:
         sp = Spread(latest.samples_us or [latest.operator_time_us])
         line = (f"- {s['latest_measurement']} #{latest.id} ({measurement_label(latest, s)}): "
                 f"{fmt_us(latest.operator_time_us)} µs ({s['n_samples']} {sp.n}"
-                + (f", {sp.range_text()}, σ {sp.sigma_text()}" if sp.n > 1 else "")
+                + (f", {sp.range_text()}, {s['sigma']} {sp.cv_text()}" if sp.n > 1 else "")
                 + (f", {s['chip']} {fmt_chips(latest.device_ids)}" if latest.device_ids else "") + ")"
                 + f" | {s['e2e']}: {fmt_us(latest.e2e_us)}")
         if snap.run_mode == "npu" or latest.aicpu_e2e_us is not None:
@@ -123,7 +96,7 @@ def render_status_board(snap: SessionSnapshot, lang: str = "zh", *, full: bool |
         f"- {s['failures']}: {sum(1 for r in decided if r.decision == 'failed')}",
     ]
     if snap.finish_reason:
-        out.append(f"- {s['finish_reason']}: {snap.finish_reason}")
+        out.append(f"- {s['finish_reason']}: {finish_reason_text(s, snap.finish_reason)}")
     if snap.run_mode == "npu":
         out.append(f"- {s['chip_pool']}: {', '.join(snap.device_ids) or '—'} | {s['next_chip']} "
                    f"{snap.current_device or '—'} | {s['chip_rotations']}: {len(snap.device_events)}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from importlib import resources
 
@@ -30,3 +31,43 @@ def term(s: dict[str, str], kind: str, value: str | None) -> str:
     if value is None:
         return "—"
     return s.get(f"{kind}_{value}", value)
+
+
+# How the server words a session's end (tools/session/gates.py::global_stop_reason, tools/operations/stages.py). The
+# ledger keeps the English text; a report in another language says it in its own words and keeps what a person
+# typed (a stop reason) as typed. An unknown wording is shown as recorded, never dropped.
+_FINISH = [
+    ("fr_target", re.compile(r"^target reached \((?P<best>[\d.]+) µs ≤ (?P<target>[\d.]+) µs\)$")),
+    ("fr_limit", re.compile(r"^theoretical limit: utilisation (?P<platform>[\d.]+) % of the platform's cores of the "
+                            r"types the kernel uses and (?P<util>[\d.]+) % of its active cores \(> (?P<thr>[\d.]+) %\), "
+                            r"bubble (?P<bubble>[\d.]+) % < (?P<bthr>[\d.]+) %$")),
+    ("fr_time", re.compile(r"^time limit of (?P<hours>[\d.]+) h reached$")),
+    ("fr_user", re.compile(r"^user stop: (?P<reason>.*)$", re.DOTALL)),
+    ("fr_early", re.compile(r"^(?P<stage>\S+) left early \((?P<reason>.*)\); the configuration stages did not converge "
+                            r"by measurement, so no algorithm stage \(R23\)$", re.DOTALL)),
+    ("fr_algorithm", re.compile(r"^algorithm stage done \((?P<reason>.*)\)$", re.DOTALL)),
+]
+
+
+def finish_reason_text(s: dict[str, str], reason: str | None) -> str:
+    """Why the session ended, in the report's language."""
+    if not reason:
+        return "—"
+    for key, pattern in _FINISH:
+        m = pattern.match(reason)
+        if m:
+            return s[key].format(**m.groupdict())
+    return reason
+
+
+# Fixed sentences the server records as reasons (tools/operations/setup.py: corrections).
+_PHRASES = {
+    "corrected before the baseline precision passed": "cr_test_command",
+    "verdict patterns corrected before the baseline precision passed": "cr_verdict_patterns",
+}
+
+
+def phrase_text(s: dict[str, str], text: str) -> str:
+    """A fixed sentence the server recorded, in the report's language; any other text as recorded."""
+    key = _PHRASES.get(text.strip())
+    return s[key] if key else text

@@ -61,8 +61,16 @@ def stars(n: int | None) -> str:
     return "—" if not n else "★" * int(n) + "☆" * (5 - int(n))
 
 
+def stars_change(before: dict[str, int], after: dict[str, int], key: str) -> str:
+    """``★☆☆☆☆ → ★★★☆☆`` for one rating of two measurements; ``—`` when neither has it."""
+    if not before.get(key) and not after.get(key):
+        return "—"
+    return f"{stars(before.get(key))} → {stars(after.get(key))}"
+
+
 class Spread:
-    """Repeats of one measurement: count, median, range and relative σ (sample standard deviation ÷ mean × 100)."""
+    """Repeats of one measurement: count, median, range and CV, the coefficient of variation (sample standard
+    deviation ÷ mean, in %)."""
 
     def __init__(self, samples: list[float]) -> None:
         xs = [float(x) for x in samples]
@@ -71,15 +79,15 @@ class Spread:
         self.lo = min(xs) if xs else None
         self.hi = max(xs) if xs else None
         mean = statistics.fmean(xs) if xs else 0.0
-        self.sigma_pct = statistics.stdev(xs) / mean * 100.0 if self.n >= 2 and mean else None
+        self.cv_pct = statistics.stdev(xs) / mean * 100.0 if self.n >= 2 and mean else None
 
     def range_text(self) -> str:
         if self.lo is None or self.hi is None:
             return "—"
         return fmt_us(self.lo) if self.n < 2 else f"{fmt_us(self.lo)}–{fmt_us(self.hi)}"
 
-    def sigma_text(self) -> str:
-        return "—" if self.sigma_pct is None else f"{self.sigma_pct:.2f}%"
+    def cv_text(self) -> str:
+        return "—" if self.cv_pct is None else f"{self.cv_pct:.2f}%"
 
 
 def fmt_chips(ids: list[str]) -> str:

@@ -9,15 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, StrictUndefined
+from markupsafe import Markup
 
-from pypto_tune.tools.report import svg
-from pypto_tune.tools.report.board import kept_time_def, round_table, verdict_text
-from pypto_tune.tools.report.i18n import strings, term
+from pypto_tune.tools.report import svg, tables
+from pypto_tune.tools.report.board import kept_time_def
+from pypto_tune.tools.report.i18n import finish_reason_text, phrase_text, strings, term
 from pypto_tune.tools.report.metrics import (
-    Spread, achievement_rate, baseline_measurement, best_measurement, cumulative_gain_pct, fmt_chips, fmt_pct, fmt_us,
-    measurement_label, search_share, speedup, stars,
+    Spread, achievement_rate, cumulative_gain_pct, fmt_chips, fmt_pct, fmt_us, search_share, speedup,
 )
-from pypto_tune.tools.snapshot import RoundRecord, SessionSnapshot
+from pypto_tune.tools.report.names import report_name
+from pypto_tune.tools.report.values import plain_text, round_change
+from pypto_tune.tools.snapshot import Measurement, SessionSnapshot
+
+MAX_FOLDER_PANELS = 4  # swim-lane panels per measurement (one per output folder of the analysed run)
 
 
 class _Fmt:
@@ -49,43 +53,6 @@ def _duration(snap: SessionSnapshot) -> str:
         return "—"
 
 
-def multi_kernel(snap: SessionSnapshot) -> bool:
-    """Whether any measurement saw more than one kernel call (the per-kernel figures then say something)."""
-    return any(len(m.per_kernel) > 1 for m in snap.measurements)
-
-
-def _compare(snap: SessionSnapshot, s: dict[str, str]) -> list[tuple[str, str, str, str]]:
-    b, a = baseline_measurement(snap), best_measurement(snap)
-    if b is None or a is None:
-        return []
-    rows = [
-        (s["op_time"], fmt_us(b.operator_time_us), fmt_us(a.operator_time_us), ""),
-        (s["e2e"], fmt_us(b.e2e_us), fmt_us(a.e2e_us), ""),
-    ]
-    if snap.run_mode == "npu" or b.aicpu_e2e_us is not None or a.aicpu_e2e_us is not None:
-        rows.append((s["aicpu_e2e"], fmt_us(b.aicpu_e2e_us), fmt_us(a.aicpu_e2e_us), ""))
-    if multi_kernel(snap):
-        bk = {k.label: k for k in b.per_kernel}
-        ak = {k.label: k for k in a.per_kernel}
-        for label in dict.fromkeys([*bk, *ak]):
-            rows.append((f"{s['kernel']} {label}: {s['kernel_time']}",
-                         fmt_us(bk[label].time_us) if label in bk else "—",
-                         fmt_us(ak[label].time_us) if label in ak else "—", ""))
-    rows += [
-        (s["util_ref"], fmt_pct(b.avg_core_utilization_pct), fmt_pct(a.avg_core_utilization_pct),
-         f"{stars(b.ratings.get('utilization'))} → {stars(a.ratings.get('utilization'))}"),
-        (s["util_act"], fmt_pct(b.active_core_utilization_pct), fmt_pct(a.active_core_utilization_pct), ""),
-        (s["util_platform"], fmt_pct(b.platform_utilization_pct), fmt_pct(a.platform_utilization_pct), ""),
-        (s["bubble_ref"], fmt_pct(b.avg_bubble_rate_pct), fmt_pct(a.avg_bubble_rate_pct),
-         f"{stars(b.ratings.get('bubble'))} → {stars(a.ratings.get('bubble'))}"),
-        (s["bubble_act"], fmt_pct(b.active_bubble_rate_pct), fmt_pct(a.active_bubble_rate_pct), ""),
-        (s["lb_ref"], fmt_pct(b.load_balance_pct), fmt_pct(a.load_balance_pct),
-         f"{stars(b.ratings.get('load_balance'))} → {stars(a.ratings.get('load_balance'))}"),
-        (s["lb_act"], fmt_pct(b.active_load_balance_pct), fmt_pct(a.active_load_balance_pct), ""),
-    ]
-    return rows
-
-
 def _best_diff(snap: SessionSnapshot) -> str:
     out = []
     for path in sorted(set(snap.original_sources) | set(snap.best_sources)):
@@ -93,94 +60,6 @@ def _best_diff(snap: SessionSnapshot) -> str:
         after = snap.best_sources.get(path, "").splitlines(True)
         out.extend(difflib.unified_diff(before, after, f"a/{path}", f"b/{path}"))
     return "".join(out).rstrip("\n")
-
-
-class Table:
-    """Header and rows of one table, already formatted: the Markdown and the HTML template print the same cells."""
-
-    def __init__(self, head: list[str], rows: list[list[str]], classes: list[str] | None = None,
-                 num: set[int] | None = None) -> None:
-        self.head, self.rows = head, rows
-        self.classes = classes or [""] * len(rows)  # one CSS class per row (HTML)
-        self.num = num or set()  # numeric columns (right-aligned in HTML)
-
-    def markdown(self) -> str:
-        cell = lambda x: str(x).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-        lines = ["| " + " | ".join(cell(h) for h in self.head) + " |", "|" + "---|" * len(self.head)]
-        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in self.rows]
-        return "\n".join(lines)
-
-
-def _measurements(snap: SessionSnapshot, s: dict[str, str]) -> Table:
-    npu = snap.run_mode == "npu"
-    head = ["#", s["measurement"]] + ([s["chips"]] if npu else []) + [
-        s["n_samples"], s["median_us"], s["range_us"], s["sigma"], s["e2e"]] + ([s["aicpu_e2e"]] if npu else []) + [
-        s["util_act"], s["util_platform"]]
-    rows, classes = [], []
-    for m in snap.measurements:
-        sp = Spread(m.samples_us or [m.operator_time_us])
-        what = measurement_label(m, s) + (f" · {s['batch']} {m.batch}" if m.batch else "")
-        rows.append([str(m.id), what] + ([fmt_chips(m.device_ids)] if npu else []) + [
-            str(sp.n), fmt_us(m.operator_time_us), sp.range_text(), sp.sigma_text(), fmt_us(m.e2e_us)]
-            + ([fmt_us(m.aicpu_e2e_us)] if npu else [])
-            + [fmt_pct(m.active_core_utilization_pct), fmt_pct(m.platform_utilization_pct)])
-        classes.append("reference" if m.round == -2 else "")
-    first_num = 3 if npu else 2
-    return Table(head, rows, classes, num=set(range(first_num, len(head))))
-
-
-def _kernels(snap: SessionSnapshot, s: dict[str, str]) -> Table | None:
-    if not multi_kernel(snap):
-        return None
-    head = ["#", s["measurement"], s["kernel"], s["n_samples"], s["kernel_time"], s["kernel_e2e"]]
-    rows, classes = [], []
-    for m in snap.measurements:
-        if not m.per_kernel:
-            continue
-        what = measurement_label(m, s)
-        for k in m.per_kernel:
-            rows.append([str(m.id), what, k.label, str(len(k.time_samples_us)), fmt_us(k.time_us), fmt_us(k.e2e_us)])
-            classes.append("")
-        rows.append([str(m.id), what, s["sum_metric"], str(len(m.samples_us) or 1), fmt_us(m.operator_time_us),
-                     fmt_us(m.e2e_us)])
-        classes.append("sum")
-    return Table(head, rows, classes, num={3, 4, 5})
-
-
-def _knob_value(r: RoundRecord) -> str:
-    if r.knob_changes:
-        return "; ".join(f"{c.knob_id} = {c.after!r}" for c in r.knob_changes)
-    return r.change
-
-
-def _batches(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, Any]]:
-    by_number = {r.number: r for r in snap.rounds}
-    npu = snap.run_mode == "npu"
-    out = []
-    for b in snap.batches:
-        head = [s["round"], s["candidate"], s["knob_value"], s["catalog"], s["precision"], s["time_us"]] + (
-            [s["n_samples"], s["chips"]] if npu else []) + [s["delta_kept"], s["result"], s["decision"]]
-        rows, classes = [], []
-        for n in b.rounds:
-            r = by_number[n]
-            sp = Spread(r.samples_us)
-            decision = (("★ " + s["winner"] + ", ") if r.winner else "") + (s[r.decision] if r.decision else "…")
-            rows.append([str(n), r.candidate_id or "—", _knob_value(r), r.catalog_id,
-                         verdict_text(snap, s, r.precision_verdict), fmt_us(r.after_us)]
-                        + ([f"{sp.n} (σ {sp.sigma_text()})" if sp.n else "—", fmt_chips(r.device_ids)] if npu else [])
-                        + [fmt_pct(r.delta_pct, True), term(s, "rt", r.result_type), decision])
-            classes.append("winner" if r.winner else (r.decision or ""))
-        head_line = s["batch_head"].format(batch=b.batch, stage=b.stage, at=b.at, n=len(b.rounds),
-                                           kept=fmt_us(b.kept_before_us))
-        if b.winner_round is not None:
-            w = by_number[b.winner_round]
-            tail = s["batch_won"].format(round=b.winner_round, time=fmt_us(b.winner_us), delta=fmt_pct(w.delta_pct, True))
-        else:
-            tail = s["batch_none"]
-        sep = "" if head_line.endswith("。") else " "  # zh sentences need no space between them
-        out.append({"batch": b.batch, "summary": head_line + sep + tail, "winner": b.winner_round,
-                    "table": Table(head, rows, classes, num={5, 6} if not npu else {5, 6, 8})})
-    return out
 
 
 def _round_details(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, Any]]:
@@ -205,7 +84,7 @@ def _round_details(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, A
                     else s["decided_from"].format(n=sp.n))
             line += f" ({s['median']} {fmt_us(sp.median)} µs"
             if sp.n > 1:
-                line += f", {sp.range_text()}, σ {sp.sigma_text()}"
+                line += f", {sp.range_text()}, {s['sigma']} {sp.cv_text()}"
             line += ")"
             if r.kept_samples_n:
                 line += " " + s["vs_kept"].format(n=r.kept_samples_n)
@@ -222,12 +101,15 @@ def _round_details(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, A
             lines.append(f"{s['m_ref'].format(n=r.number)}: {s['n_samples']} {sp.n}, "
                          + (s["on_chips"].format(chips=fmt_chips(m.device_ids)) + ", " if m.device_ids else "")
                          + f"{s['median']} {fmt_us(m.operator_time_us)} µs, {sp.range_text()}"
-                         + (f", σ {sp.sigma_text()}" if sp.n > 1 else ""))
+                         + (f", {s['sigma']} {sp.cv_text()}" if sp.n > 1 else ""))
         lines += [f"⚑ {f}" for f in r.flags]
         if lines:
-            out.append({"number": r.number, "title": f"{s['round']} {r.number} — {r.catalog_id}: {r.change}",
-                        "lines": lines})
+            out.append({"number": r.number, "title": round_title(r, s), "lines": lines})
     return out
+
+
+def round_title(r, s: dict[str, str]) -> str:
+    return f"{s['round']} {r.number} — {r.catalog_id}: {round_change(r, s)}"
 
 
 def _chips(snap: SessionSnapshot, s: dict[str, str]) -> dict[str, Any] | None:
@@ -254,10 +136,9 @@ def _overview_extra(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:
         out.append(f"{s['search_share']}: " + s["search_share_text"].format(
             search=fmt_us(search), total=fmt_us(total), share=fmt_pct(share)) + f" — {s['search_share_def']}")
     for c in snap.corrections:
-        before = " ".join(c.before) if isinstance(c.before, list) else str(c.before)
-        after = " ".join(c.after) if isinstance(c.after, list) else str(c.after)
-        out.append(f"{s['corrections']}: " + s["correction_line"].format(at=c.at, before=before, after=after,
-                                                                          reason=c.reason))
+        what = s.get("cf_" + c.field, c.field)
+        out.append(f"{s['corrections']} ({what}): " + s["correction_line"].format(
+            at=c.at, before=plain_text(c.before), after=plain_text(c.after), reason=phrase_text(s, c.reason)))
     for c in snap.confirmations:
         source = s["src_" + c.source] if c.by_person and c.source else s["src_other"] + (
             f" ({c.source})" if c.source else "")
@@ -268,34 +149,86 @@ def _overview_extra(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- swim lanes
+def _lane_panels(snap: SessionSnapshot, s: dict[str, str]) -> list[svg.Chart]:
+    """Baseline and best panels, one per output folder of each measurement's analysed run, one shared palette."""
+    palette = svg.Palette()
+    out, drawn = [], set()
+    for key, m in tables.measurement_for_lanes(snap):
+        if m is None or m.id in drawn:  # nothing kept: the best state is the baseline, drawn once
+            continue
+        drawn.add(m.id)
+        label = s["baseline"] if key == "baseline" else s["best"]
+        folders = m.folders or [None] * len(m.trace_paths)
+        for i, folder in enumerate(folders[:MAX_FOLDER_PANELS]):
+            path = folder.trace_path if folder is not None else ""
+            if not Path(path).is_file() and i < len(m.trace_paths):  # the copy moved: the recorded trace path
+                path = m.trace_paths[i]
+            lanes = svg.read_lanes(path)
+            if lanes is None:
+                continue
+            tasks = sum(len(v) for v in lanes.tasks.values())
+            title = s["lanes_title"].format(label=label, op=fmt_us(lanes.op_time), tasks=tasks)
+            chart = svg.lanes_chart(lanes, m, title, s, palette, f"{key}-{i}")
+            chart.caption = _lanes_caption(lanes, m, i, len(folders), tasks, s)
+            out.append(chart)
+    return out
+
+
+def _lanes_caption(lanes: svg.Lanes, m: Measurement, i: int, n: int, tasks: int, s: dict[str, str]) -> str:
+    by_kind: dict[str, int] = {}
+    for lane, evs in lanes.tasks.items():
+        kind = lane.split("_")[0]
+        by_kind[kind] = by_kind.get(kind, 0) + len(evs)
+    parts = " + ".join(f"{v} {k}" for k, v in sorted(by_kind.items(), key=lambda kv: svg._core_key(kv[0] + "_0")))
+    text = [s["lanes_axis_note"].format(first=s["first_task_hub" if lanes.first_is_hub else "first_task_core"],
+                                        op=fmt_us(lanes.op_time), e2e=fmt_us(lanes.e2e), offset=fmt_us(lanes.offset)),
+            s["lanes_counts"].format(tasks=tasks, parts=parts, idle=lanes.idle)]
+    if n > 1:
+        text.append(s["lanes_folder"].format(i=i + 1, n=n, total=fmt_us(sum(f.operator_time_us for f in m.folders)
+                                                                        if m.folders else m.operator_time_us)))
+    if len(m.samples_us) > 1:
+        text.append(s["lanes_repeats"].format(median=fmt_us(m.operator_time_us), n=len(m.samples_us)))
+    text.append(s["lanes_colours"])
+    return " ".join(text)
+
+
+# ---------------------------------------------------------------------------------------------- glossary
+def glossary(snap: SessionSnapshot, s: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(id, term, definition) of every term the report uses; the AICPU time only where it can appear (NPU)."""
+    npu = snap.run_mode == "npu" or any(m.aicpu_e2e_us is not None for m in snap.measurements)
+    out = []
+    for g in tables.GLOSSARY:
+        if g == "aicpu" and not npu:
+            continue
+        text = s[f"g_{g}"]
+        sep = " — " if " — " in text else "——"
+        name, _, definition = text.partition(sep)
+        out.append((g, name, definition))
+    return out
+
+
 def _context(snap: SessionSnapshot, lang: str) -> dict[str, Any]:
     s = strings(lang)
     sp = speedup(snap)
-    rate = achievement_rate(snap)
     goal = (f"{snap.goal_value:g}×" if snap.goal_kind == "speedup" else f"≤ {snap.goal_value:g} µs")
     return {
-        "verdict": lambda v: verdict_text(snap, s, v), "measure_table": _measurements(snap, s),
-        "kernel_table": _kernels(snap, s), "batches": _batches(snap, s), "round_details": _round_details(snap, s),
-        "chips": _chips(snap, s), "overview_extra": _overview_extra(snap, s),
+        "verdict": lambda v: tables.verdict_text(snap, s, v), "measure_table": tables.measurements_table(snap, s),
+        "kernel_table": tables.kernels_table(snap, s), "batches": tables.batches(snap, s),
+        "round_details": _round_details(snap, s), "chips": _chips(snap, s), "overview_extra": _overview_extra(snap, s),
         "npu_note": s["npu_note"].format(repeats=snap.repeats),
         "snap": snap, "s": s, "term": term, "f": _Fmt, "lang": lang, "goal": goal, "speed": f"{sp:.2f}×" if sp else "—",
-        "gain": cumulative_gain_pct(snap), "rate": rate,
+        "gain": cumulative_gain_pct(snap), "rate": achievement_rate(snap),
         "reached": bool(snap.best_us is not None and snap.target_us is not None and snap.best_us <= snap.target_us),
-        "duration": _duration(snap), "compare": _compare(snap, s),
+        "duration": _duration(snap), "compare": tables.compare_table(snap, s),
+        "compare_notes": tables.compare_notes(snap, s), "finish": finish_reason_text(s, snap.finish_reason),
         "kept": [r for r in snap.rounds if r.decision == "kept"],
         "rolled": [r for r in snap.rounds if r.decision in ("reverted", "failed")],
-        "knobs": snap.final_knobs, "best_diff": _best_diff(snap),
-        "round_table": "\n".join(round_table(snap, lang)),
+        "change": lambda r: round_change(r, s), "round_title": lambda r: round_title(r, s),
+        "knobs": tables.knobs_table(snap, s), "best_diff": _best_diff(snap),
+        "rounds_table": tables.rounds_table(snap, s), "glossary": glossary(snap, s),
         "generated": datetime.now().astimezone().isoformat(timespec="seconds"),
     }
-
-
-def report_name(snap: SessionSnapshot, fmt: str, lang: str, *, per_session: bool = False) -> str:
-    """R21's stable name ``{operator}_tuning_report[_en].{fmt}``, or with ``per_session`` the session's own
-    ``{operator}_tuning_report_{session_id}[_en].{fmt}`` that a later session on the same operator never overwrites."""
-    suffix = "" if lang == "zh" else f"_{lang}"
-    session = f"_{snap.session_id}" if per_session else ""
-    return f"{snap.operator}_tuning_report{session}{suffix}.{fmt}"
 
 
 def write_report_files(snap: SessionSnapshot, fmt: str, lang: str, out_dir: Path) -> list[Path]:
@@ -312,24 +245,27 @@ def write_report_files(snap: SessionSnapshot, fmt: str, lang: str, out_dir: Path
     return [own, stable]
 
 
-def render_report(snap: SessionSnapshot, fmt: str, lang: str = "zh", out_dir: Path | None = None, *,
-                  name: str | None = None) -> Path:
-    """Write ``{operator}_tuning_report[_en].{md|html}`` (or ``name``) into ``out_dir`` and return its path."""
+def render_text(snap: SessionSnapshot, fmt: str, lang: str = "zh") -> str:
+    """The report's text (``md`` or ``html``)."""
     if fmt not in ("md", "html"):
         raise ValueError(f"fmt must be md or html, got {fmt!r}")
     ctx = _context(snap, lang)
     if fmt == "md":
-        text = _template("report.md.j2", autoescape=False).render(**ctx)
-    else:
-        b, a = baseline_measurement(snap), best_measurement(snap)
-        ctx["time_svg"] = svg.time_chart(snap, ctx["s"])
-        ctx["cores_svg"] = svg.cores_chart(b, a, ctx["s"])
-        lanes = []
-        for label, m in ((ctx["s"]["baseline"], b), (ctx["s"]["best"], a)):
-            if m is not None and m.trace_paths:
-                lanes.append(svg.lanes_chart(m.trace_paths[0], label, ctx["s"]))
-        ctx["lane_svgs"] = [x for x in lanes if x]
-        text = _template("report.html.j2", autoescape=True).render(**ctx)
+        return _template("report.md.j2", autoescape=False).render(**ctx)
+    s = ctx["s"]
+    b, a = tables.baseline_measurement(snap), tables.best_measurement(snap)
+    ctx["charts_time"] = [svg.time_chart(snap, s)]
+    cores = svg.cores_chart(b, a, s)
+    ctx["charts_cores"] = [cores] if cores else []
+    ctx["charts_lanes"] = _lane_panels(snap, s)
+    ctx["safe"] = Markup
+    return _template("report.html.j2", autoescape=True).render(**ctx)
+
+
+def render_report(snap: SessionSnapshot, fmt: str, lang: str = "zh", out_dir: Path | None = None, *,
+                  name: str | None = None) -> Path:
+    """Write ``{operator}_tuning_report[_en].{md|html}`` (or ``name``) into ``out_dir`` and return its path."""
+    text = render_text(snap, fmt, lang)
     target_dir = out_dir or Path(snap.workspace)
     target_dir.mkdir(parents=True, exist_ok=True)
     path = target_dir / (name or report_name(snap, fmt, lang))

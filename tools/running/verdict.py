@@ -175,6 +175,15 @@ _EXC_LINE_RE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?::\s.*|:$|(?<=Erro
                           r"(?<=Exit)$|(?<=Iteration)$|(?<=Warning)$)")
 _HELPER_FRAME_RE = re.compile(r'^\s*File "[^"]*/pypto/lib/scripts/[^"/]+\.py", line \d+')
 
+_NOISE_IMPORT_RE = re.compile(r"^\s*(?:import|from) (?:matplotlib|pandas)\b")
+
+
+def is_noise_line(line: str) -> bool:
+    """A line of the known-noise tracebacks (pypto's drawing helpers without matplotlib or pandas, A.2b): it says
+    nothing about the run, so a progress message must not show it as what is happening."""
+    return bool(_NOISE_EXC_RE.search(line) or _HELPER_FRAME_RE.match(line) or _NOISE_IMPORT_RE.match(line))
+
+
 _PRECISION_RE = re.compile(r"^\s*PRECISION:\s*(passed|failed|error|timeout)\b", re.IGNORECASE)
 # pytest's final summary: counts joined by commas, then "in 1.23s" (optionally " (0:00:01)"), maybe in "=" rules.
 _PYTEST_RE = re.compile(

@@ -1,0 +1,231 @@
+"""The HTML report as a reader sees it, measured in real headless Chromium (issue #18), in en and zh, at a 1280 px
+window and at the printable width of an A4 page (210 mm − 2 × 12 mm margins = 186 mm ≈ 703 CSS px, print media):
+
+* no table, chart or legend is wider than the page, no cell's text is cut, none is squeezed to a character or two
+  per line;
+* every chart has titled x and y axes with tick labels and a legend; no two labels of a chart overlap, none leaves
+  the chart, none is drawn smaller than 7 px;
+* a swim-lane colour names the same kind of task in every panel;
+* every definition link lands on its definition;
+* zh text is drawn with a font that has CJK glyphs — checked twice: the fonts Chromium reports it drew with
+  (DevTools' "Rendered fonts") and two different characters drawn on a canvas must differ (a missing font draws
+  every character as the same empty box). A browser without a CJK font fails both checks.
+
+Screenshots of every section, per report, language and width, are written to ``test-artifacts/report-layout/``
+(ignored by git). One browser pass per page feeds every check. Inputs are recorded ledgers: the demo session (SIM:
+kept, reverted, failed rounds; swim lanes from recorded runs of the same kernel) and an NPU session written row by
+row (a batch, chips left behind, two kernels, kept-state references, a flag, a command correction).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pypto_tune.tools.operations.snapshot_builder import build_snapshot
+from pypto_tune.tools.report import render_report
+from pypto_tune.tools.session.ledger import Ledger
+from pypto_tune.tools.session.state import derive_state, load_rows
+from tests.conftest import ROOT, RUNS, require_real
+
+pytestmark = pytest.mark.browser
+
+ARTIFACTS = ROOT / "test-artifacts" / "report-layout"
+LAYOUT_JS = (Path(__file__).parent / "layout.js").read_text()
+WIDTHS = {"window-1280": (1280, "screen"), "a4-print": (703, "print")}
+LANGS = ("en", "zh")
+MIN_FONT_PX = 7.0
+
+
+def _demo_snapshot(tmp: Path):
+    db = tmp / "demo-ws" / ".pypto-tune" / "ledger.sqlite3"
+    db.parent.mkdir(parents=True)
+    shutil.copy2(Path(__file__).parent / "demo_ledger.sqlite3", db)
+    ledger = Ledger(db)
+    try:
+        snap = build_snapshot(derive_state(load_rows(ledger, ledger.rows("sessions")[0]["id"])))
+    finally:
+        ledger.close()
+    for m in snap.measurements:  # the recorded traces lived in the demo's tmp workspace: recorded runs, same kernel
+        m.trace_paths = [str(next((RUNS / ("softmax_base" if m.round == 0 else "softmax_tuned"))
+                                  .rglob("merged_swimlane.json")))]
+        m.folders = []
+    return snap
+
+
+def _npu_snapshot(tmp: Path):
+    from tests.report.test_report_npu_rows import build_npu_session
+
+    w = build_npu_session(tmp / "npu-ws")
+    return build_snapshot(derive_state(load_rows(w.ledger, w.sid)))
+
+
+def _browser(env: dict[str, str] | None = None):
+    from tests.report.cdp import CHROMIUM, Browser
+
+    require_real(Path(CHROMIUM).exists(),
+                 "chromium is not installed: scripts/install_chromium.sh installs Debian's package")
+    return Browser(env)
+
+
+def _cjk_families(env: dict[str, str] | None = None) -> set[str]:
+    """Font families fontconfig says cover Chinese (the same configuration the browser reads)."""
+    out = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True,
+                         env=None if env is None else {**__import__("os").environ, **env})
+    return {f.strip() for line in out.stdout.splitlines() for f in line.split(",") if f.strip()}
+
+
+CANVAS_JS = r"""(() => {
+  const font = getComputedStyle(document.querySelector('h1')).fontFamily;
+  const draw = (ch) => { const c = document.createElement('canvas'); c.width = 64; c.height = 64;
+    const g = c.getContext('2d'); g.fillStyle = '#fff'; g.fillRect(0, 0, 64, 64); g.fillStyle = '#000';
+    g.font = '48px ' + font; g.textBaseline = 'top'; g.fillText(ch, 4, 4);
+    return Array.from(g.getImageData(0, 0, 64, 64).data).join(','); };
+  return new Set(['调', '优', '报'].map(draw)).size;
+})()"""
+# zh text in every kind of place: headings, table headers, metric names, chart axis titles and legends, captions
+CJK_SELECTORS = ("h1", "h2", "th", "td.metric", "text.axis-title", "ul.legend li span", "figcaption", "dl.glossary dt")
+
+
+def cjk_problems(browser, families: set[str]) -> list[str]:
+    """Elements whose CJK characters were not all drawn by a CJK font, and the canvas check's verdict."""
+    problems = []
+    for selector in CJK_SELECTORS:
+        for text, fonts in browser.platform_fonts(selector, limit=12):
+            cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
+            if not cjk:
+                continue
+            drawn = sum(f["glyphCount"] for f in fonts if f["familyName"] in families)
+            if drawn < cjk:
+                problems.append(f"{selector} {text.strip()[:30]!r}: {cjk} CJK characters, fonts used "
+                                f"{[(f['familyName'], f['glyphCount']) for f in fonts]}")
+    if browser.eval(CANVAS_JS) != 3:
+        problems.append("three different CJK characters drawn on a canvas look the same (empty boxes)")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every report × language × width, measured once; screenshots of each section written as artifacts."""
+    tmp = tmp_path_factory.mktemp("layout")
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    snaps = {"demo-sim": _demo_snapshot(tmp), "npu-rows": _npu_snapshot(tmp)}
+    browser = _browser()
+    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "shots": {}, "snaps": snaps}
+    try:
+        families = _cjk_families()
+        for name, snap in snaps.items():
+            for lang in LANGS:
+                html = render_report(snap, "html", lang, tmp / f"{name}-{lang}")
+                browser.open(html.as_uri())
+                for width_name, (width, media) in WIDTHS.items():
+                    browser.set_layout(width, media)
+                    key = f"{name}-{lang}-{width_name}"
+                    out["layouts"][key] = browser.eval(LAYOUT_JS)
+                    out["shots"][key] = browser.screenshot_sections("main > section", ARTIFACTS / key)
+                if lang == "zh":
+                    browser.set_layout(1280, "screen")
+                    out["cjk"][name] = cjk_problems(browser, families)
+                out.setdefault("errors", []).extend(browser.console_errors())
+                out.setdefault("requests", []).extend(
+                    u for u in browser.requests() if not u.startswith(("file:", "data:", "about:")))
+    finally:
+        browser.close()
+    return out
+
+
+def _each(pages: dict[str, Any]):
+    return sorted(pages["layouts"].items())
+
+
+def test_no_table_chart_or_legend_is_wider_than_the_page(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        assert lay["overflow"] == [], key
+        assert lay["scrollWidth"] <= lay["page"], (key, lay["scrollWidth"], lay["page"])
+        assert lay["cut"] == [], key
+
+
+def test_no_cell_is_squeezed_to_a_character_or_two_per_line(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        assert lay["squeezed"] == [], key
+
+
+def test_every_chart_has_titled_axes_tick_labels_and_a_legend_and_no_label_collides(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        kinds = [c["kind"] for c in lay["charts"]]
+        assert kinds.count("time") == 1 and kinds.count("cores") == (1 if key.startswith("demo") else 1), (key, kinds)
+        if key.startswith("demo"):
+            assert kinds.count("lanes") == 2, (key, kinds)  # baseline and best
+        for c in lay["charts"]:
+            where = f"{key} {c['kind']}"
+            for axis in ("xTitle", "yTitle"):
+                assert c[axis] and c[axis]["text"] and c[axis]["w"] > 0 and c[axis]["h"] > 0, (where, axis)
+            assert c["xTicks"] >= 2 and c["yTicks"] >= 2, (where, c["xTicks"], c["yTicks"])
+            assert c["legend"] and all(it["label"] and it["fill"] and it["visible"] for it in c["legend"]), where
+            assert c["clash"] == [], where
+            assert c["outside"] == [], where
+            assert c["minFontPx"] >= MIN_FONT_PX, (where, c["minFontPx"])
+            if c["kind"] == "lanes":  # every lane has its label, not every 8th
+                assert c["lanes"] and len(c["lanes"]) == len(set(c["lanes"])), where
+            if c["kind"] == "cores":  # every core has its label
+                assert c["coreLabels"] and all(n.startswith(("AIC_", "AIV_")) for n in c["coreLabels"]), where
+
+
+def test_a_swim_lane_colour_means_the_same_kind_of_task_in_every_panel(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        panels = [c for c in lay["charts"] if c["kind"] == "lanes"]
+        by_label: dict[str, set[str]] = {}
+        by_fill: dict[str, set[str]] = {}
+        for c in panels:
+            legend = {it["label"]: it["fill"] for it in c["legend"]}
+            for fill in c["taskFills"]:  # every colour drawn is explained by the panel's own legend
+                assert fill in legend.values(), (key, fill, legend)
+            for label, fill in legend.items():
+                by_label.setdefault(label, set()).add(fill)
+                by_fill.setdefault(fill, set()).add(label)
+        assert all(len(v) == 1 for v in by_label.values()), (key, by_label)
+        assert all(len(v) == 1 for v in by_fill.values()), (key, by_fill)
+
+
+def test_every_definition_link_lands_on_its_definition(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        assert lay["links"] >= 10 and lay["missingTargets"] == [], key
+        assert {"def-op-time", "def-e2e", "def-bubble", "def-util", "def-lb", "def-cv", "def-sim"} <= set(
+            lay["definitions"]), key
+
+
+def test_zh_text_is_drawn_with_a_cjk_font(pages: dict[str, Any]) -> None:
+    assert pages["cjk"] and all(problems == [] for problems in pages["cjk"].values()), pages["cjk"]
+
+
+def test_the_cjk_check_catches_a_browser_without_a_cjk_font(pages: dict[str, Any], tmp_path: Path) -> None:
+    """The same check in a browser that sees only DejaVu (no CJK glyphs): it must find the empty boxes."""
+    conf = tmp_path / "fonts.conf"
+    conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
+                    "<dir>/usr/share/fonts/truetype/dejavu</dir>"
+                    f"<cachedir>{tmp_path / 'fc-cache'}</cachedir></fontconfig>")
+    env = {"FONTCONFIG_FILE": str(conf)}
+    families = _cjk_families(env)
+    assert families == set()  # nothing that covers Chinese is visible to this configuration
+    browser = _browser(env)
+    try:
+        html = render_report(pages["snaps"]["demo-sim"], "html", "zh", tmp_path)
+        browser.open(html.as_uri())
+        problems = cjk_problems(browser, families)
+    finally:
+        browser.close()
+    assert any("canvas" in p for p in problems) and any(p.startswith("h1 ") for p in problems), problems
+
+
+def test_screenshots_of_every_section_are_written_and_the_page_stays_offline(pages: dict[str, Any]) -> None:
+    for key, shots in pages["shots"].items():
+        sections = pages["layouts"][key]["sections"]
+        assert len(shots) == len(sections) >= 10, key
+        for shot in shots:
+            data = shot.read_bytes()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, shot
+    assert pages["requests"] == [] and pages["errors"] == []
