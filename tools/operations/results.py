@@ -358,7 +358,10 @@ class CandidateOut(BaseModel):
                                      "analysis and measurements; priors are labelled as such)")
     before: JsonValue = Field(default=None, description="the knob's value in the kept state")
     rank: int = 0
+    score: float = Field(0.0, description="ranking score (predicted log2 speed-up units; only the order matters)")
     diff: str = ""
+    admitted: bool = Field(True, description="false: checked by the legality functions only (past the answer "
+                           "budget); run_candidates admits it before running it")
 
 
 class CandidatesResult(_Result):
@@ -368,6 +371,9 @@ class CandidatesResult(_Result):
     exhausted: bool = Field(False, description="no legal, untried candidate is left for this stage")
     excluded: dict[str, int] = Field(default_factory=dict, description="dropped candidate values and why")
     notes: list[str] = Field(default_factory=list)
+    ranking_flat: bool = Field(False, description="the first candidates score the same: nothing measured or modelled "
+                               "tells them apart, and their order is not a prediction")
+    dead_sites: int = Field(0, description="knob sites the test never ran (dead): never proposed")
 
 
 class TrialOut(BaseModel):
