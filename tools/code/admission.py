@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
+from pypto_tune.tools.patching import runcheck
 from pypto_tune.tools.patching import runmap as runmap_mod
 from pypto_tune.tools.patching._cst import same
 from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
@@ -560,18 +561,18 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
     try:
         values_b, values_a = effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a)
         if runmap is not None:
-            values_b, values_a = runmap_mod.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
-                                                    values_b, values_a, change, changed_site)
+            values_b, values_a = runcheck.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
+                                                  values_b, values_a, change, changed_site)
         report = effective.check_after(values_b, values_a,
                                        effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
                                        structural=structural, changed_names=_changed_names(sites_b, sites_a))
         # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
-        blocks = runmap_mod.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site) \
+        blocks = runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site) \
             if runmap is not None else ([], [])
         report.checked.extend(blocks[0])
         report.unchecked.extend(blocks[1])
         if runmap is not None:
-            report.unchecked = runmap_mod.annotate_unchecked(runmap, report.unchecked, report.checked)
+            report.unchecked = runcheck.annotate_unchecked(runmap, report.unchecked, report.checked)
         return report
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",

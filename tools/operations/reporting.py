@@ -11,10 +11,7 @@ from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.session.ledger import LEDGER_DIR, LEDGER_FILE
-from pypto_tune.tools.patching import (
-    extract_knobs,
-    set_runtime_debug,
-)
+from pypto_tune.tools.patching import set_runtime_debug
 from pypto_tune.tools.operations.results import (
     KnobOut,
     KnobsResult,
