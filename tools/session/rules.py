@@ -156,6 +156,14 @@ def next_stage(name: str) -> StageDef | None:
     return STAGES[i + 1] if i + 1 < len(STAGES) else None
 
 
+def stage_exit_reason(stage: str, consecutive_no_gain: int) -> str:
+    """R14: '' while the stage goes on; why it ends once its consecutive-no-gain streak reaches the threshold."""
+    sdef = STAGES_BY_NAME[stage]
+    if consecutive_no_gain >= sdef.no_gain_threshold:
+        return f"{consecutive_no_gain} consecutive rounds without gain (threshold {sdef.no_gain_threshold})"
+    return ""
+
+
 class Judgement(BaseModel):
     result_type: Literal["gain", "no-gain", "regression"]
     after_us: float
