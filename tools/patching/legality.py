@@ -372,7 +372,8 @@ KIND_SPECS: dict[str, Spec] = {
     "valid_shape": Spec(("I-9", "F-7"), VALID_SHAPE_LEGAL, True, _valid_shape),
     # the literal a tiling call's value flows from (tools/patching/flows.py); the calls it feeds are checked on the
     # values the run gave them, with this literal replaced (tools/patching/runmap.py)
-    "tile_source": Spec((), TILE_CONST_LEGAL, True, _tile_constant),
+    "tile_source": Spec(("F-10", "F-9", "F-11", "F-3", "F-1", "F-7", "S-2", "S-3", "S-12"), TILE_CONST_LEGAL, True,
+                        _tile_constant),
 }
 
 LOOP_SPECS = {
