@@ -28,13 +28,13 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.running.runner import build_child_env, split_command
 from pypto_tune.tools.snapshot import EnvCheck
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
-from pypto_tune.tools.running.verdict import judge_precision
+from pypto_tune.tools.running.verdict import COMMAND_PROBLEM, judge_precision
 from pypto_tune.tools.code.workspace import relative_operator_files, resolve_workspace
 
 from pypto_tune.tools.running.interpreter_files import python_of
 from pypto_tune.tools.running.interpreter_files import take as take_fingerprint
 from pypto_tune.tools.operations.base import (
-    INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
+    exclusive, INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 
 
@@ -240,6 +240,7 @@ class SetupOps(OperationsBase):
         """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
         return {k: v for k, v in self._patterns(st).items() if v}
 
+    @exclusive
     def confirm(self, session_id: str, *, source: str, answer: bool = True) -> str:
         """Record a person's answer to the pending question (R5 retry). ``source`` is how it was given: "elicitation"
         (the MCP client asked its user) or "cli" (``pypto-tune confirm`` typed at a terminal). Never called with the
@@ -261,6 +262,7 @@ class SetupOps(OperationsBase):
                         source=source, question_id=int(q["id"]))
         return f"retry confirmed by a person ({source}); run_precision_check may run the baseline again"
 
+    @exclusive
     async def run_precision_check(self, session_id: str, *, confirm_retry: bool = False, adopt_drift: bool = False,
                                   progress: Progress = None) -> PrecisionResult:
         """Run the fixed test command on the current code and record the verdict bound to its hash (R4/R6)."""
@@ -321,7 +323,9 @@ class SetupOps(OperationsBase):
             elif v == "passed" and st.run_mode == "sim" and not dirs:
                 v, reason = "failed", "the test exited 0 but the simulator wrote no output folder: nothing was " \
                     "simulated (is the jit run_mode SIM and the test calling the kernel?)"
-            result_type = None if v == "passed" else rules.classify_failure(v, key + "\n" + reason)
+            command_problem = verdict.command_problem and v == "failed"
+            result_type = None if v == "passed" else COMMAND_PROBLEM if command_problem else \
+                rules.classify_failure(v, key + "\n" + reason)
             rec_id = h.ledger.insert(
                 "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
                 verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
@@ -341,10 +345,20 @@ class SetupOps(OperationsBase):
                 st2 = self._state(h, session_id)
             msg = f"precision {v}" + ("" if verdict.numerics_checked else
                                       " — SIM: compiled and simulated only, output values were NOT checked")
-            if v != "passed" and round_no is None and st2.level1 == "S1_SETUP":
+            if command_problem and round_no is None and st2.level1 == "S1_SETUP":
+                # issue #17: no verdict line says nothing about the operator or a device; the command needs fixing
+                msg += ("; NOT a baseline failure (not counted under R5): the test printed no verdict line, so the "
+                        "command's output cannot be judged. Call start_session again with the same arguments plus "
+                        "pass_pattern=<a regex for the line the test prints on success>"
+                        + (f" (if its last line {verdict.deciding_lines[-1].text!r} is that line: "
+                           f"{verdict.suggested_pass_pattern!r})" if verdict.suggested_pass_pattern
+                           and verdict.deciding_lines else "") + ", then run_precision_check")
+            elif v != "passed" and round_no is None and st2.level1 == "S1_SETUP":
                 left = max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
+                where = (f"the next attempt uses device {st2.device}" if st2.run_mode == "npu" else
+                         "SIM has no device: the next attempt runs the same command again")
                 msg += (f"; baseline failure {st2.baseline_failures}/{rules.BASELINE_ATTEMPTS}: do not fix the "
-                        f"operator (R5); the next attempt uses device {st2.device}" if left else
+                        f"operator (R5); {where}" if left else
                         "; 3 baseline failures: the user must confirm before another attempt (R5) — in a client "
                         "with elicitation the next run_precision_check asks them; otherwise they type "
                         f"`pypto-tune confirm --workspace {h.workspace}` in a terminal")
@@ -356,8 +370,9 @@ class SetupOps(OperationsBase):
                 **self._base(st2, msg), verdict=v, reason=reason, decided_by=str(verdict.decided_by),
                 deciding_lines=[x.model_dump(mode="json") for x in verdict.deciding_lines], numerics_checked=verdict.numerics_checked,
                 exit_code=result.exit_code, duration_s=result.duration_s, key_output=key,
-                code_hash=st.current_hash, record_id=rec_id, round=round_no, device_id=device,
-                env_checks=env_checks,
+                code_hash=st.current_hash, record_id=rec_id, round=round_no,
+                device_id=device if st.run_mode == "npu" else None, env_checks=env_checks,
+                command_problem=command_problem, suggested_pass_pattern=verdict.suggested_pass_pattern,
                 attempts_left=(max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
                                if round_no is None else None),
             )
@@ -396,7 +411,7 @@ class SetupOps(OperationsBase):
                 "helpers and data are fixed for the whole session", allowed=["revert_patch", "get_status"],
                 hint="revert_patch restores them (added files go to .pypto-tune/quarantine/); to change the test, "
                 "finish this session and start a new one"))
-        disk = self._disk_sources(h, st)
+        disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
         stage = rules.STAGES_BY_NAME[st.stage]
         adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
@@ -420,6 +435,7 @@ class SetupOps(OperationsBase):
                                               catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
                                               changes=changes))
 
+    @exclusive
     def enable_runtime_debug(self, session_id: str, enabled: bool = True) -> DebugResult:
         """Add (or remove) ``debug_options={"runtime_debug_mode": 1}`` on every jit (R7/R22)."""
         h = self._find(session_id)

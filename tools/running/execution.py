@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pypto_tune.tools.code.codestate import ExecFile, changed_in_copy, files_hash, materialize
 from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.running.probe import ProbeRecord, probe_env, read_records
 from pypto_tune.tools.running.runner import ProgressCallback, RunResult, run_command
 
 EXEC_DIR = "exec"
@@ -45,6 +46,8 @@ class IsolatedRun:
     # The measuring side compares them after analysing and archiving (runs.py), so a folder rewritten once it is in
     # the agent-writable WORKSPACE/output/ is discarded instead of parsed into a figure.
     output_digests: dict[str, str] = field(default_factory=dict)
+    # what the run-time probe recorded (tools/running/probe/); None when the run was not probed
+    probe: ProbeRecord | None = None
 
 
 class CopyWatch:
@@ -177,10 +180,21 @@ def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = 
     return moved
 
 
+def _with_probe(env: dict[str, str], copy: Path) -> tuple[dict[str, str], Path]:
+    """The run's environment with the run-time probe installed, and the folder its record lands in (next to the
+    copy, never inside it: the copy holds exactly the recorded files and what the test writes)."""
+    record_dir = copy.with_name(copy.name + ".probe")
+    record_dir.mkdir(parents=True, exist_ok=True)
+    return probe_env(env, record_dir), record_dir
+
+
 async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace: Path, env: dict[str, str],
                        timeout_s: float, on_progress: ProgressCallback | None = None, tag: str = "",
-                       keep_copy: bool = False) -> IsolatedRun:
+                       keep_copy: bool = False, probe: bool = False) -> IsolatedRun:
     """Materialise ``files`` into a private copy, run ``argv`` there, verify, move outputs to the workspace.
+
+    ``probe``: install the run-time probe (``tools/running/probe/``) and return what it recorded in
+    ``IsolatedRun.probe`` (status ``no-report`` when it left nothing).
 
     Raises what :func:`run_command` raises (RunError when the program cannot start, cancellation); the copy is
     removed on every path.
@@ -189,8 +203,11 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
     copy = parent / f"{tag or 'run'}-{uuid.uuid4().hex[:10]}"
     materialize(copy, files)
     watch = CopyWatch(copy, files)  # every write to a recorded file of the copy while the run executes
+    record_dir: Path | None = None
     try:
         run_argv, run_env = rewrite_command(argv, env, workspace, copy)
+        if probe:
+            run_env, record_dir = _with_probe(run_env, copy)
         try:
             result = await run_command(run_argv, cwd=copy, env=run_env, timeout_s=timeout_s, on_progress=on_progress)
         finally:
@@ -198,8 +215,11 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
         tampered = sorted(set(changed_in_copy(copy, files)) | set(touched))
         digests: dict[str, str] = {}
         outputs = adopt_outputs(copy, workspace, digests)
+        record = read_records(record_dir, [str(copy)]) if record_dir is not None else None
         return IsolatedRun(result=result, exec_hash=files_hash(files), exec_dir=str(copy), tampered=tampered,
-                           output_dirs=outputs, argv=run_argv, output_digests=digests)
+                           output_dirs=outputs, argv=run_argv, output_digests=digests, probe=record)
     finally:
+        if record_dir is not None:
+            shutil.rmtree(record_dir, ignore_errors=True)
         if not keep_copy:
             shutil.rmtree(copy, ignore_errors=True)

@@ -67,6 +67,7 @@ class RunSpec:
     device_id: str | None = None
     device_pool: tuple[str, ...] = ()
     tag: str = ""
+    probe: bool = False  # install the run-time probe (tools/running/probe/); the record comes back in .probe
 
     def __post_init__(self) -> None:
         if self.run_mode not in ("sim", "npu"):

@@ -284,7 +284,7 @@ class RayExecutor(Executor):
             shutil.rmtree(staging, ignore_errors=True)
         return ExecutorRun(result=info["result"], exec_hash=info["exec_hash"], exec_dir=info["exec_dir"],
                            tampered=list(info["tampered"]), output_dirs=outputs, argv=list(info["argv"]),
-                           output_digests=digests,
+                           output_digests=digests, probe=info.get("probe"),
                            device_id=info["device"], executor=self.name, node=info["node"], queued_s=queued_s)
 
     async def _consume(self, ray: Any, gen: Any, staging: Path, t0: float, on_progress: ProgressCallback | None,
@@ -480,7 +480,8 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
         argv, env = rewrite_command(list(spec.argv), env, Path(spec.workspace), worker_ws)
         argv, env = _local_interpreter(argv, env, driver_python)
         helper = _HelperRun(WorkerJob(files=spec.files, argv=argv, env=env, workspace=str(worker_ws),
-                                      timeout_s=spec.timeout_s, tag=spec.tag, parent_pid=os.getpid()))
+                                      timeout_s=spec.timeout_s, tag=spec.tag, parent_pid=os.getpid(),
+                                      probe=spec.probe))
         final: tuple[Any, ...] | None = None
         while True:
             try:
@@ -516,7 +517,7 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
             packed = True
         yield ("done", {"result": iso.result, "exec_hash": iso.exec_hash, "exec_dir": iso.exec_dir,
                         "tampered": list(iso.tampered), "argv": list(iso.argv), "device": device,
-                        "output_digests": dict(iso.output_digests),
+                        "output_digests": dict(iso.output_digests), "probe": iso.probe,
                         "node": socket.gethostname(), "packed": packed})
     finally:
         # Reached early when Ray cancels the task gracefully (KeyboardInterrupt) or closes the generator: stop the

@@ -42,6 +42,7 @@ class WorkerJob:
     timeout_s: float
     tag: str
     parent_pid: int
+    probe: bool = False
 
 
 def write_message(stream: BinaryIO, message: tuple[Any, ...], lock: threading.Lock | None = None) -> None:
@@ -96,7 +97,8 @@ async def _main(job: WorkerJob, out: BinaryIO) -> int:
             with run_scope:
                 try:
                     iso = await run_isolated(job.files, job.argv, workspace=Path(job.workspace), env=job.env,
-                                             timeout_s=job.timeout_s, on_progress=progress, tag=job.tag)
+                                             timeout_s=job.timeout_s, on_progress=progress, tag=job.tag,
+                                             probe=job.probe)
                 except PyptoTuneError as exc:
                     write_message(out, ("error", type(exc).__name__, exc.message, exc.hint))
                 else:
