@@ -58,10 +58,12 @@ trials = 0
     ws = tmp_path / "ws"
     v = control.start(str(m))
     folder = Path(v.folder)
-    # a run is under way: the session's first precision run (or the baseline collection)
-    wait_for(folder, lambda v: any(("precision" in o.get("activity", "") or "collect" in o.get("activity", ""))
-                                   and "(" in o.get("activity", "") for o in v.operators), "a run in progress")
-    assert alive_in(ws), "no process runs in the workspace"
+    # a run is under way: a process of the session's first precision run (or the baseline collection) runs in its
+    # private copy, inside the workspace
+    deadline = time.monotonic() + WAIT_S
+    while not alive_in(ws) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive_in(ws), "no run started in the workspace"
     control.stop(control.find(str(folder)), force=True)
     end = wait_for(folder, lambda v: v.driver_pid is None and v.state != "running", "the forced stop")
     assert end.state == "interrupted", end.board
