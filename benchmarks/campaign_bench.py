@@ -105,15 +105,28 @@ try:
     r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
     sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)
 finally:
-    # stop this cluster by its processes (they name our TMPDIR), never `ray stop` (it stops every Ray of the machine)
-    tmp = os.environ["TMPDIR"]
-    for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) != os.getpid():
+    # stop this cluster by its processes (they name our TMPDIR), never `ray stop` (it stops every Ray of the machine):
+    # SIGTERM, a few seconds, then SIGKILL what is left (the GCS server can outlive a SIGTERM)
+    tmp = os.environ["TMPDIR"].encode()
+    def ours():
+        out = []
+        for p in os.listdir("/proc"):
+            if p.isdigit() and int(p) != os.getpid():
+                try:
+                    if tmp in open(f"/proc/{{p}}/cmdline", "rb").read():
+                        out.append(int(p))
+                except OSError:
+                    pass
+        return out
+    for sig in (15, 9):
+        for p in ours():
             try:
-                if tmp.encode() in open(f"/proc/{{p}}/cmdline", "rb").read():
-                    os.kill(int(p), 15)
+                os.kill(p, sig)
             except OSError:
                 pass
+        deadline = time.time() + 10
+        while ours() and time.time() < deadline:
+            time.sleep(0.3)
 """
 
 
