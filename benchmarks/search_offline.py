@@ -89,6 +89,12 @@ def _load_measure_grid():
     return mod
 
 
+def held_out(name: str) -> bool:
+    """Grids kept out of any tuning of the ranking (their grid.json says ``"held_out": true``)."""
+    spec = OPERATORS / name / "grid.json"
+    return spec.is_file() and bool(json.loads(spec.read_text()).get("held_out"))
+
+
 def _vkey(v: Any) -> str:
     return repr(canon(norm_value(v)))
 
@@ -282,6 +288,8 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                     outcome = "failed"
                 elif t > kept_t:
                     outcome = "regression"
+                elif t < kept_t:
+                    outcome = "not-chosen"  # a gain another trial of the batch beat
                 else:
                     outcome = "no-gain"
                 entry = cache.get(cache.key(skey, c.knob, c.value)) or {}
@@ -363,8 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"admission cache (default {DEFAULT_CACHE})")
     ap.add_argument("--json", type=Path, help="write every trajectory here")
     ap.add_argument("--trace", action="store_true", help="print each model/plain trajectory")
+    ap.add_argument("--include-held-out", action="store_true",
+                    help="also replay the held-out grids (grid.json 'held_out': true), which are left out by default "
+                    "so that nobody tunes the ranking while looking at them")
     args = ap.parse_args(argv)
-    names = args.grids or sorted(p.stem for p in GRIDS.glob("*.json"))
+    names = args.grids or sorted(p.stem for p in GRIDS.glob("*.json")
+                                 if args.include_held_out or not held_out(p.stem))
     batches = [int(x) for x in args.batch.split(",") if x]
     rankings = [x for x in args.rankings.split(",") if x]
     cache = AdmissionCache(args.cache)

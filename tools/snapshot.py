@@ -141,6 +141,9 @@ class AdmissionRecord(BaseModel):
     formatting_files: list[str] = Field(default_factory=list)
     structural_lines: list[str] = Field(default_factory=list)
     correction: bool = False  # the round's one allowed correction (R11)
+    # the run-time probe's view of the changed site (issue #17): what it ran with, who else runs it
+    ran_with: list[Any] = Field(default_factory=list)
+    shared_with: list[str] = Field(default_factory=list)
 
 
 class RoundRecord(BaseModel):

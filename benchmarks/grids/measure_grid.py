@@ -15,7 +15,9 @@ The grid lives next to the operator, in ``OP_DIR/grid.json``::
 
 ``shipped`` must occur exactly once in ``file``; each configuration replaces it with ``template`` filled in
 (``{v}`` = the value as a Python literal, ``{args}`` = a list value's items joined by ", ", ``{0}``, ``{1}``… =
-a list value's items). Knobs missing from an explicit config keep their shipped value.
+a list value's items). Knobs missing from an explicit config keep their shipped value. A knob whose shipped text
+computes its value (``"shipped_is_expression": true``, e.g. ``pypto.set_vec_tile_shapes(*tile_list)`` where a
+comprehension builds ``tile_list``) keeps that text for its ``shipped_value`` and is pinned to literals otherwise.
 
 Each configuration runs in a fresh temporary copy of the operator folder (the simulator writes ``output/`` under
 the working directory; HOME points into the copy too, so pypto's ``~/.pypto/run`` records stay out of the real
@@ -74,6 +76,8 @@ def load_spec(op_dir: Path) -> dict:
                              "(must be exactly once)")
         if k["shipped_value"] not in k["values"]:
             raise SystemExit(f"grid.json: knob {k['name']!r}: shipped_value is not among values")
+        if k.get("shipped_is_expression"):
+            continue  # the shipped text computes its value (a comprehension, a field): it stays as written
         if render(k, k["shipped_value"]) != k["shipped"]:
             raise SystemExit(f"grid.json: knob {k['name']!r}: template with shipped_value gives "
                              f"{render(k, k['shipped_value'])!r}, not the shipped text {k['shipped']!r}")
@@ -160,6 +164,8 @@ def run_config(op_dir: Path, spec: dict, config: dict, *, timeout_s: float, keep
         shutil.copytree(op_dir, dst, ignore=shutil.ignore_patterns("output", "__pycache__", ".pypto-tune"))
         for name, value in config.items():
             k = knobs[name]
+            if k.get("shipped_is_expression") and value == k["shipped_value"]:
+                continue
             path = dst / k["file"]
             text = path.read_text()
             path.write_text(text.replace(k["shipped"], render(k, value), 1))

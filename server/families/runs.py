@@ -81,19 +81,22 @@ def register(w: Wiring) -> None:
     @w.reg.tool(title="Analyse bubbles, utilisation and load balance", annotations=LEDGER_IDEMPOTENT,
                 result=AnalysisSummary)
     async def analyze_bubbles(
-        session_id: Annotated[str | None, Field(description="analyse the session's latest measurement")] = None,
+        session_id: Annotated[str | None, Field(description="analyse this session's kept state (default)")] = None,
         output_dir: Annotated[str | None, Field(description="or: any run folder / output folder, no session "
                                                 "needed (the newest run is picked)")] = None,
         lang: Lang = DEFAULT_LANG,
         outer_loops: Annotated[int | None, Field(description="product of the non-innermost pypto.loop trip counts, "
                                                  "for t/iter (inferred when omitted)")] = None,
         detail: Detail = "summary",
+        measurement: Annotated[int | None, Field(description="or this measurement id")] = None,
+        round: Annotated[int | None, Field(description="or this round's measurement (0 = baseline)")] = None,  # noqa: A002
     ) -> AnalysisSummary:
         """Bubble / utilisation / load-balance analysis with catalogue suggestions and evidence. Returns a summary
         (top items first, counts of what was left out); the whole analysis is a resource (detail_uri) or
         detail='full'."""
         def work(s: Any) -> AnalysisSummary:
-            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang, outer_loops=outer_loops)
+            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang, outer_loops=outer_loops,
+                                     measurement=measurement, round=round)
             if full.session_id and full.measurement_id is None:
                 # the analysis just recorded in the ledger names its measurement
                 full.measurement_id = s.last_analysed_measurement(full.session_id)

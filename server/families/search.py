@@ -11,9 +11,12 @@ from pypto_tune.tools.operations.results import CandidatesResult, JsonValue, Tri
 
 
 def register(w: Wiring) -> None:
-    @w.reg.tool(title="Propose concrete candidates", annotations=RO, result=CandidatesResult)
+    # a long tool for its wait=false job mode (issue #17): it reads and ranks, it runs nothing, but admitting
+    # candidates on a large operator can outlast a client's patience
+    @w.reg.long_tool(title="Propose concrete candidates", annotations=RO, result=CandidatesResult)
     async def propose_candidates(
         session_id: SessionId,
+        progress: Progress,
         limit: Annotated[int, Field(description="how many candidates (1–64), best first")] = 8,
         knob: Annotated[str | None, Field(description="only candidates of this knob (id or name)")] = None,
     ) -> CandidatesResult:

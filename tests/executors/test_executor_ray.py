@@ -122,6 +122,22 @@ def test_a_run_that_cannot_start_raises_run_error_through_ray(report: dict) -> N
     assert report["run_error"]["raised"] == "RunError"
 
 
+def test_the_probe_reports_from_a_ray_worker_in_and_out_of_the_sandbox(report: dict) -> None:
+    for name in ("sandboxed", "unsandboxed"):
+        run = report["probe"][name]
+        assert run["exit_code"] == 0 and "pypto imported from" in run["output"], run
+        assert run["executor"] == "ray" and (run["sandbox"] == "none") == (name == "unsandboxed"), run
+        # one process imported pypto: one record, read back on the driver from what the worker captured
+        assert run["captured"] and run["status"] == "reported" and run["processes"] == 1, run
+        assert run["version"] == "0.2.0" and run["hook"] not in run["sys_path"], run
+        assert run["copies_left"] == [], run
+    # the script's folder heads sys.path: in the sandbox the copy is mounted at the session's workspace path; without
+    # it the copy lies in the worker's own folder
+    assert report["probe"]["sandboxed"]["sys_path"][0] == report["probe"]["sandboxed"]["ws"]
+    assert report["probe"]["unsandboxed"]["sys_path"][0] == report["probe"]["unsandboxed"]["exec_dir"]
+    assert "/pypto-tune-ray-" in report["probe"]["unsandboxed"]["exec_dir"]
+
+
 @pytest.mark.parametrize("how", ["cancel_graceful", "cancel_forced"])
 def test_cancelling_the_driver_kills_the_runs_on_the_workers(report: dict, how: str) -> None:
     c = report[how]

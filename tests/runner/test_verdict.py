@@ -523,3 +523,38 @@ def test_property_sim_never_claims_numerics_and_lines_point_at_the_output(lines:
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out).splitlines()  # the verdict reads colour-free text
     for d in v.deciding_lines:  # every deciding line is really there, at its number
         assert 1 <= d.line_no <= len(text) and text[d.line_no - 1].strip().startswith(d.text.rstrip("…"))
+
+
+# ------------------------------------------------------------------------------- issue #17: PyPTO's own lines
+@pytest.mark.parametrize("line", [
+    "✓ SwiGLU test completed (SIM: simulated only; numerics not checked)",   # fixtures/operators/upstream_activation
+    "✓ FFN static test completed",                                          # fixtures/operators/upstream_ffn (npu)
+    "✓ LayerNorm passed",
+    "RMSNorm test completed",
+    "Attention example test completed",
+])
+def test_upstream_success_lines_are_verdicts(line: str) -> None:
+    v = judge_precision(run(f"Running x.py::test_x (run mode sim)\n{MATPLOTLIB_NOISE}{line}\n"), "sim")
+    assert v.verdict == "passed", v.reason
+    assert v.decided_by == "generic-line" and v.deciding_lines[-1].text == line
+    assert v.command_problem is False
+
+
+@pytest.mark.parametrize("line", ["Compilation completed", "Warm-up completed", "Step 3 completed"])
+def test_completed_about_something_else_is_no_verdict(line: str) -> None:
+    # getting ready ("compilation", "warm-up") or no subject at all: not a precision verdict
+    v = judge_precision(run(f"{line}\n"), "sim")
+    assert v.verdict == "failed" and v.decided_by == "no-verdict-line"
+
+
+def test_a_run_without_any_verdict_line_is_a_command_problem_with_a_pattern_for_its_last_line() -> None:
+    out = "Running activation_ops.py::test_swiglu (run mode sim)\nSwiGLU: output written in 2.5 s\n"
+    v = judge_precision(run(out), "sim")
+    assert v.verdict == "failed" and v.command_problem is True
+    assert "problem of the test command" in v.reason and "pass_pattern" in v.reason
+    pat = v.suggested_pass_pattern
+    assert pat and re.search(pat, "SwiGLU: output written in 2.5 s") and re.search(pat, "SwiGLU: output written in 3 s")
+    assert not re.search(pat, "Running activation_ops.py::test_swiglu (run mode sim)")
+    # a real failure (non-zero exit, failure line) is never a command problem
+    assert judge_precision(run(out, 1), "sim").command_problem is False
+    assert judge_precision(run("✗ SwiGLU FAILED\n"), "sim").command_problem is False

@@ -126,7 +126,7 @@ def test_the_ledger_refuses_updates_and_deletes(ledger: Ledger) -> None:
                 "UPDATE write_intents SET tool = 'x'"):
         with pytest.raises(sqlite3.DatabaseError, match="append-only"):
             conn.execute(sql)
-    assert ledger.schema_version() == 4 and ledger.integrity_ok()
+    assert ledger.schema_version() == 5 and ledger.integrity_ok()
 
 
 def test_stage_sequence_and_thresholds_follow_the_skill() -> None:

@@ -116,9 +116,11 @@ def suggest(a: RunAnalysis) -> list[Suggestion]:
         reason = "; ".join(_REASONS[s] for s in hit)
         reason_zh = "；".join(_REASONS_ZH[s] for s in hit)
         if item.sim_check:
-            reason += f" — measured in SIM: {item.sim_check}"
+            # the catalogue's note was measured on the catalogue's reference kernels, never on the operator analysed
+            # here: saying "measured in SIM" beside this operator's figures read as this operator's result (issue #17)
+            reason += f" — catalogue note, another operator measured in SIM (not this one): {item.sim_check}"
             # an untranslated SIM note is still worth showing, even in English
-            reason_zh += f"——SIM 实测：{item.sim_check_zh or item.sim_check}"
+            reason_zh += f"——目录参考，另一算子的 SIM 实测（非本算子）：{item.sim_check_zh or item.sim_check}"
         key = (_STAGE_ORDER[item.stage], -stars, item.p_level, order)
         picked.append((key, Suggestion(catalog_id=item.id, stage=item.stage, priority=0, stars=stars,
                                        p_level=item.p_level, title=item.title_en, reason=reason, reason_zh=reason_zh,

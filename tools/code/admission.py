@@ -13,8 +13,12 @@
    over names, never a call or anything with a side effect); the knob is tunable (``run_mode``, debug options and
    problem sizes are not).
 3. **Legality on the effective values** of every tiling call, loop and view after the change
-   (``tools/patching/effective.py``), whatever way the change was written. Values the server cannot evaluate pass
-   as *unchecked* and are recorded so.
+   (``tools/patching/effective.py``), whatever way the change was written. With the run-time probe's record of the
+   state the change starts from (``run``, issue #17), every tile call that ran is judged on the value it had in each
+   kernel that ran it and on that kernel's shapes (``tools/patching/runmap.py``): a pinned literal, or what a changed
+   tiling source gives there; a tile call that ran and whose new value the server cannot derive is refused. A
+   change to a site the test never runs (dead) is refused. Values that never ran and cannot be evaluated pass as
+   *unchecked* and are recorded so.
 
 A refusal is a ``GateRefusal`` naming the rule and the offending lines; nothing has been written. A gate that looks
 only at what it recognises lets everything else through — this one accounts for the whole input instead.
@@ -33,6 +37,8 @@ from pydantic import BaseModel, Field
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
+from pypto_tune.tools.patching import runcheck
+from pypto_tune.tools.patching import runmap as runmap_mod
 from pypto_tune.tools.patching._cst import same
 from pypto_tune.tools.patching.legality import uncatalogued
 from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
@@ -59,6 +65,10 @@ class Admission(BaseModel):
     checked: list[str] = Field(default_factory=list, description="effective values checked against domain C")
     unchecked: list[str] = Field(default_factory=list, description="values the server could not evaluate")
     structural_lines: list[str] = Field(default_factory=list, description="for a structural change: what differs")
+    live: bool | None = Field(None, description="the run-time probe saw the changed site run (null: no record)")
+    ran_with: list[Any] = Field(default_factory=list, description="the values the site had when it ran")
+    shared_with: list[str] = Field(default_factory=list, description="other kernels and tests whose code reaches "
+                                   "the changed site: the change changes them too")
 
     def describe(self) -> str:
         if self.kind == "structural":
@@ -78,7 +88,7 @@ class _Masker(cst.CSTTransformer):
         super().__init__()
         self.imports = _import_table(pf.module)
         self.replace = {id(s.node) for s in sites if s.node is not None and (
-            s.extra.get("binding") or s.knob.kind in ("pass_option", "sg_set_scope", "cache_policy",
+            s.extra.get("binding") or s.extra.get("source") or s.knob.kind in ("pass_option", "sg_set_scope", "cache_policy",
                                                       "combine_axis", "valid_shape"))}
         for s in sites:
             for _, node in s.extra.get("members", []):
@@ -295,13 +305,14 @@ def _exprs(value: Any) -> list[str]:
 
 
 def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, str] | None = None,
-          algorithm: bool = False, allow_structural: bool = False) -> Admission:
+          algorithm: bool = False, allow_structural: bool = False, run: dict[str, Any] | None = None) -> Admission:
     """Account for every difference between ``before`` and ``after`` (operator files, full text each).
 
     ``context``: the workspace's other Python files (never edited; they decide which names reach the problem).
     ``algorithm`` + ``allow_structural``: the session is in the ALGORITHM stage and the agent declared this change
-    as one algorithm-level change (R23). Raises ``GateRefusal`` (rules ``one-change``, ``legality``) or
-    ``InputError`` (nothing changed, a file does not parse).
+    as one algorithm-level change (R23). ``run``: the run-time probe's record of a run of ``before``
+    (``ProbeRecord.model_dump()``), or None. Raises ``GateRefusal`` (rules ``one-change``, ``live-site``,
+    ``legality``) or ``InputError`` (nothing changed, a file does not parse).
     """
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     if not changed:
@@ -321,6 +332,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                           f"{exc.lineno}", "fix the syntax; a change must leave the file valid Python") from None
     parsed_b, sites_b = sites_of(fb, context)
     parsed_a, sites_a = sites_of(fa, context)
+    _pair_sources(parsed_b, sites_b, fb, parsed_a, sites_a, fa)
 
     structural: list[str] = []  # what differs, for the message
     structural_files: list[str] = []  # the decision: files whose masked syntax trees differ
@@ -384,9 +396,68 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     if impure:
         raise _refuse("one-change", f"the new value of {knob.id} is code, not data: {impure[0]!r} (line "
                       f"{change.line})", "write the value as a literal (numbers, lists, dicts)")
-    report = _legal(fb, fa, context, sites_b, sites_a, knob=knob, new_value=change.after)
+    site_b = next((s for s in sites_b if s.knob.id == change.knob_id), None)
+    runmap = _run_map(fb, context, sites_b, run)
+    info = runmap.of(site_b) if site_b is not None else None
+    _check_run(knob, site_b, runmap, info, change)
+    report = _legal(fb, fa, context, sites_b, sites_a, knob=knob, new_value=change.after, runmap=runmap,
+                    change=change, changed_site=site_b)
     return Admission(kind="knob", change=change, knob_kind=knob.kind, catalog_ids=list(knob.catalog_ids),
-                     formatting_files=formatting, checked=report.checked, unchecked=report.unchecked)
+                     formatting_files=formatting, checked=report.checked, unchecked=report.unchecked,
+                     live=info.live if info else None, ran_with=list(info.effective) if info else [],
+                     shared_with=list(info.shared_with) if info else [])
+
+
+def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict[str, str],
+                  parsed_a: dict[str, ParsedFile], sites_a: list[Site], fa: dict[str, str]) -> None:
+    """A tiling source in one state and not in the other is still the same slot: pinning the tile call leaves the
+    comprehension (or the config field) feeding nothing, so the after state no longer lists it. Its counterpart is
+    added, valued as written there, so that masking and the knob delta treat both states alike (without it the pin
+    read as a structural change of the untouched comprehension)."""
+    from pypto_tune.tools.patching._cst import literal
+    from pypto_tune.tools.patching.runmap import _line_map
+
+    def add(src: list[Site], text_from: dict[str, str], parsed_to: dict[str, ParsedFile], to: list[Site],
+            text_to: dict[str, str]) -> None:
+        have = {s.knob.id for s in to}
+        for s in [s for s in src if s.extra.get("source") and s.knob.id not in have]:
+            pf = parsed_to.get(s.file)
+            if pf is None:
+                continue
+            line, col = s.knob.context.get("at") or [s.knob.line, -1]
+            if text_from[s.file] != text_to[s.file]:
+                line = _line_map(text_from[s.file], text_to[s.file]).get(line)
+            node = pf.source_nodes.get((line, col)) if line else None
+            if node is None and line:
+                node = next((n for (ln, _), n in pf.source_nodes.items()
+                             if ln == line and literal(n, pf.module) == s.knob.value), None)
+            if node is None:
+                continue
+            knob = s.knob.model_copy(update={"value": literal(node, pf.module), "line": line})
+            to.append(Site(knob=knob, file=s.file, node=node, extra=dict(s.extra)))
+
+    add(list(sites_b), fb, parsed_a, sites_a, fa)
+    add(list(sites_a), fa, parsed_b, sites_b, fb)
+
+
+def _run_map(fb: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],
+             run: dict[str, Any] | None) -> runmap_mod.RunMap:
+    files = {**(context or {}), **fb}
+    return runmap_mod.RunMap(files, sites_b, roles.analyze(files), run)
+
+
+def _check_run(knob: Any, site: Site | None, runmap: runmap_mod.RunMap, info: Any, change: KnobChange) -> None:
+    """The run-time probe's part of the gate: never a dead site; a tiling source only with a record to derive from."""
+    if info is not None and info.live is False:
+        raise _refuse("live-site", f"{knob.id} is dead for this test: {info.why} (the run-time probe of the state "
+                      "this change starts from); changing it changes nothing the test measures",
+                      "tune a live knob: list_knobs lists them (dead ones apart), propose_candidates proposes only "
+                      "live ones")
+    if knob.kind == "tile_source" and not runmap.reported:
+        raise _refuse("legality", f"{knob.id} is the source of a tile value; what it gives at each tile call is "
+                      f"derived from the run-time probe's record of the state the change starts from, and there is "
+                      f"none ({runmap.status}{': ' + runmap.reason if runmap.reason else ''})",
+                      "run_precision_check on the kept state records one; or pin the tile call itself to literals")
 
 
 _COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)")
@@ -478,9 +549,11 @@ def _delta(sites_b: list[Site], sites_a: list[Site]) -> list[KnobChange]:
 
 
 def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],
-           sites_a: list[Site], *, knob: Any = None, new_value: Any = None,
-           structural: bool = False) -> effective.LegalityReport:
-    """Domain C on the changed knob's own rule and on every consumer whose effective value changed."""
+           sites_a: list[Site], *, knob: Any = None, new_value: Any = None, structural: bool = False,
+           runmap: runmap_mod.RunMap | None = None, change: KnobChange | None = None,
+           changed_site: Site | None = None) -> effective.LegalityReport:
+    """Domain C on the changed knob's own rule and on every consumer whose effective value changed — on the
+    values that ran where the run-time probe recorded them (``runmap``)."""
     if knob is not None and new_value is not None and not _exprs(new_value):
         try:
             from pypto_tune.tools.patching.legality import check_knob_value
@@ -500,9 +573,20 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
     prog_b = roles.analyze({**(context or {}), **fb})
     prog_a = roles.analyze({**(context or {}), **fa})
     try:
-        report = effective.check_after(effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a),
-                                     effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
-                                     structural=structural, changed_names=_changed_names(sites_b, sites_a))
+        values_b, values_a = effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a)
+        if runmap is not None:
+            values_b, values_a = runcheck.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
+                                                  values_b, values_a, change, changed_site)
+        report = effective.check_after(values_b, values_a,
+                                       effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
+                                       structural=structural, changed_names=_changed_names(sites_b, sites_a))
+        # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
+        blocks = runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site) \
+            if runmap is not None else ([], [])
+        report.checked.extend(blocks[0])
+        report.unchecked.extend(blocks[1])
+        if runmap is not None:
+            report.unchecked = runcheck.annotate_unchecked(runmap, report.unchecked, report.checked)
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None

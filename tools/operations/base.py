@@ -363,8 +363,11 @@ class OperationsBase:
 
         stage = rules.STAGES_BY_NAME.get(st.stage or "")
         try:
+            from pypto_tune.tools.operations import probes
+
             adm = adm_mod.admit(reference, after, context=self._context(h, st), algorithm=algorithm,
-                                allow_structural=bool(stage and stage.group == "algorithm" and algorithm))
+                                allow_structural=bool(stage and stage.group == "algorithm" and algorithm),
+                                run=probes.record_for(h.ledger, st.id, reference))
             if adm.kind == "knob" and adm.change is not None:
                 if same_knob_as is not None and adm.change.knob_id != same_knob_as:
                     raise GateRefusal("correction-limit", f"a correction must adjust the round's own knob "

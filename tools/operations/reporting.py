@@ -11,10 +11,7 @@ from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.session.ledger import LEDGER_DIR, LEDGER_FILE
-from pypto_tune.tools.patching import (
-    extract_knobs,
-    set_runtime_debug,
-)
+from pypto_tune.tools.patching import set_runtime_debug
 from pypto_tune.tools.operations.results import (
     KnobOut,
     KnobsResult,
@@ -115,27 +112,54 @@ class ReportOps(OperationsBase):
         )
 
     def list_knobs(self, session_id: str) -> KnobsResult:
+        """Every knob of the current code, joined with the run-time probe's record of a run of it (issue #17):
+        live ones in ``knobs``, dead ones apart in ``dead_knobs``; effective values, shapes and sharing."""
         h = self._find(session_id)
         st = self._state(h, session_id)
+        from pypto_tune.tools.operations import probes
         from pypto_tune.tools.patching import roles
         from pypto_tune.tools.patching.effective import describe_legal
+        from pypto_tune.tools.patching.extract import sites_of
+        from pypto_tune.tools.patching.runmap import RunMap
 
         context = self._context(h, st)
-        knobs = extract_knobs(st.expected_sources, context)
-        program = roles.analyze({**context, **st.expected_sources})
+        _, sites = sites_of(st.expected_sources, context)
+        knobs = [s.knob.model_copy(deep=True) for s in sites]
+        files = {**context, **st.expected_sources}
+        program = roles.analyze(files)
+        record, what = probes.record_for(h.ledger, st.id, st.expected_sources), "the current code"
+        if record is None and st.kept_sources != st.expected_sources:
+            record, what = probes.record_for(h.ledger, st.id, st.kept_sources), "the kept state"
+        runmap = RunMap(files, sites, program, record)
         ran = _kernels_that_ran(st)
-        out = []
-        for k in knobs:
+        feeders = _feeders(sites)
+        live_out, dead_out = [], []
+        for site, k in zip(sites, knobs):
             kernel = _kernel_of_knob(k, program)
-            out.append(KnobOut(
+            info = runmap.of(site)
+            if info.shapes and not k.context.get("tensor_shapes"):
+                k.context["tensor_shapes"] = [s for s in info.shapes if all(isinstance(d, int) for d in s)]
+            kernel_ran = (kernel in ran) if (kernel and ran is not None) else None
+            if runmap.reported and kernel is not None:
+                kernel_ran = any(kk["name"] == kernel for kk in runmap.kernels.values())
+            out = KnobOut(
                 id=k.id, kind=k.kind, file=k.file, line=k.line, value=k.value, catalog_ids=list(k.catalog_ids),
                 legal=k.legal, tunable=k.tunable, legal_here=describe_legal(k, program, st.expected_sources),
                 not_tunable_because="; ".join(k.context.get("problem_uses", [])[:3]) if not k.tunable else "",
-                kernel=kernel, kernel_ran=(kernel in ran) if (kernel and ran is not None) else None))
-        idle = sum(1 for o in out if o.kernel_ran is False)
-        return KnobsResult(**self._base(st, f"{len(knobs)} knobs in {len(st.expected_sources)} file(s)"
-                                        + (f"; {idle} belong to kernels the test did not run" if idle else "")),
-                           knobs=out)
+                kernel=kernel, kernel_ran=kernel_ran, live=info.live, effective=info.effective,
+                ran_in=[f"kernel {n}" for n in info.kernels] + [f"test {t}" for t in info.tests],
+                shapes=info.shapes, shared_with=info.shared_with,
+                tune_by=([k.id] + feeders.get(k.id, [])) if _is_expression(k.value) and k.tunable else [],
+                feeds=list(k.context.get("feeds", [])), why=info.why)
+            (dead_out if info.live is False else live_out).append(out)
+        idle = sum(1 for o in live_out if o.kernel_ran is False)
+        text = (f"{len(knobs)} knobs in {len(st.expected_sources)} file(s)"
+                + (f"; {len(dead_out)} dead for this test (listed apart: branches or kernels the test did not run)"
+                   if dead_out else "")
+                + (f"; {idle} belong to kernels the test did not run" if idle else "")
+                + "; " + probes.describe(record, what))
+        return KnobsResult(**self._base(st, text), knobs=live_out, dead_knobs=dead_out,
+                           probe=probes.describe(record, what))
 
     def ledger_json(self, session_id: str) -> dict[str, Any]:
         h = self._find(session_id)
@@ -194,6 +218,33 @@ def render_report_file(snap: Any, fmt: str, lang: str, out_dir: Path) -> Path:
     from pypto_tune.tools.report import render_report as render
 
     return render(snap, fmt, lang, out_dir)
+
+
+def _is_expression(value: Any) -> bool:
+    from pypto_tune.tools.patching._cst import is_expr
+
+    if is_expr(value):
+        return True
+    if isinstance(value, list):
+        return any(_is_expression(v) for v in value)
+    if isinstance(value, dict):
+        return any(_is_expression(v) for v in value.values())
+    return False
+
+
+def _feeders(sites: list[Any]) -> dict[str, list[str]]:
+    """Tile call id → the tiling sources (tools/patching/flows.py) whose value reaches it."""
+    by_line: dict[tuple[str, int], str] = {(s.file, s.knob.line): s.knob.id for s in sites
+                                           if s.knob.kind in ("vec_tile", "cube_tile")}
+    out: dict[str, list[str]] = {}
+    for s in sites:
+        if s.extra.get("source") and s.knob.tunable:
+            for feed in s.knob.context.get("feeds", []):
+                file, _, line = feed.rpartition(":")
+                target = by_line.get((file, int(line)))
+                if target is not None:
+                    out.setdefault(target, []).append(s.knob.id)
+    return out
 
 
 def _kernels_that_ran(st: SessionState) -> set[str] | None:

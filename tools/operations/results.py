@@ -75,6 +75,11 @@ class PrecisionResult(_Result):
     device_id: str | None = None
     env_checks: list[EnvCheck] = Field(default_factory=list)
     attempts_left: int | None = Field(default=None, description="baseline retries left before the user must confirm")
+    command_problem: bool = Field(False, description="the test exited 0 but printed no verdict line: a problem of the "
+                                  "command (start_session again with a pass_pattern), not of the operator; never "
+                                  "counted as a baseline failure")
+    suggested_pass_pattern: str | None = Field(None, description="with command_problem: a pattern for the last line "
+                                               "the test printed, if that is its success line")
 
 
 class DebugResult(_Result):
@@ -245,6 +250,10 @@ class PatchResult(_Result):
     code_hash: str
     legality_checked: list[str] = Field(default_factory=list, description="effective values checked (domain C)")
     legality_unchecked: list[str] = Field(default_factory=list, description="values the server could not evaluate")
+    ran_with: list[JsonValue] = Field(default_factory=list, description="the values the changed site had when the "
+                                      "test ran it (run-time probe)")
+    shared_with: list[str] = Field(default_factory=list, description="other kernels and tests whose code reaches the "
+                                   "changed site: the change changes them too")
 
 
 class RevertResult(_Result):
@@ -309,10 +318,27 @@ class KnobOut(BaseModel):
     kernel: str | None = Field(None, description="the jit kernel this knob configures")
     kernel_ran: bool | None = Field(None, description="false: the test never ran this kernel (tuning it changes "
                                     "nothing measured); null: not known yet")
+    live: bool | None = Field(None, description="true: this test runs the site (run-time probe); false: it never "
+                              "does (listed under dead_knobs, never proposed, a change is refused); null: no record")
+    effective: list[JsonValue] = Field(default_factory=list, description="the values the site had when it ran "
+                                       "(one per distinct kernel execution)")
+    ran_in: list[str] = Field(default_factory=list, description="kernels and tests that ran it")
+    shapes: list[JsonValue] = Field(default_factory=list, description="shapes of the tensors and views of the "
+                                    "kernels that ran it (what its tile tiles)")
+    shared_with: list[str] = Field(default_factory=list, description="other kernels and tests whose code reaches "
+                                   "this site: a change here changes them too")
+    tune_by: list[str] = Field(default_factory=list, description="for a site whose value is an expression: the "
+                               "knobs that tune it — this site's own id (pin the call's arguments to literals) and "
+                               "the tiling sources its value flows from")
+    feeds: list[str] = Field(default_factory=list, description="for a tiling source: the tile calls it feeds")
+    why: str = Field("", description="why the site is dead, or why the run says nothing")
 
 
 class KnobsResult(_Result):
-    knobs: list[KnobOut]
+    knobs: list[KnobOut] = Field(description="live knobs (and, without a probe record, every knob)")
+    dead_knobs: list[KnobOut] = Field(default_factory=list, description="sites this test never runs: listed apart, "
+                                      "never proposed, a change to them is refused (GATE live-site)")
+    probe: str = Field("", description="which run-time probe record the map is built on, or why there is none")
 
 
 class ChecklistResult(_Result):
@@ -332,7 +358,10 @@ class CandidateOut(BaseModel):
                                      "analysis and measurements; priors are labelled as such)")
     before: JsonValue = Field(default=None, description="the knob's value in the kept state")
     rank: int = 0
+    score: float = Field(0.0, description="ranking score (predicted log2 speed-up units; only the order matters)")
     diff: str = ""
+    admitted: bool = Field(True, description="false: checked by the legality functions only (past the answer "
+                           "budget); run_candidates admits it before running it")
 
 
 class CandidatesResult(_Result):
@@ -342,6 +371,9 @@ class CandidatesResult(_Result):
     exhausted: bool = Field(False, description="no legal, untried candidate is left for this stage")
     excluded: dict[str, int] = Field(default_factory=dict, description="dropped candidate values and why")
     notes: list[str] = Field(default_factory=list)
+    ranking_flat: bool = Field(False, description="the first candidates score the same: nothing measured or modelled "
+                               "tells them apart, and their order is not a prediction")
+    dead_sites: int = Field(0, description="knob sites the test never ran (dead): never proposed")
 
 
 class TrialOut(BaseModel):

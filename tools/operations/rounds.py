@@ -93,11 +93,14 @@ class RoundOps(OperationsBase):
             notes.append("unchecked: " + "; ".join(adm.unchecked[:2]))
         if adm.formatting_files:
             notes.append("formatting-only differences in " + ", ".join(adm.formatting_files))
+        if adm.shared_with:
+            notes.append("shared site — this change also changes: " + ", ".join(adm.shared_with))
         return PatchResult(
             **self._base(st2, f"round {round_no}: {adm.describe()}; verify it with run_precision_check"
                          + (f" ({'; '.join(notes)})" if notes else "")),
             round=round_no, kind="correction" if correction else kind, knob_changes=delta, diff=plan.diff,
             code_hash=new_hash, legality_checked=adm.checked, legality_unchecked=adm.unchecked,
+            ran_with=adm.ran_with, shared_with=adm.shared_with,
         )
 
     @exclusive

@@ -33,6 +33,8 @@ from pypto_tune.tools.code.codestate import ExecFile, exec_files
 from pypto_tune.tools.running.execution import dir_digest
 from pypto_tune.tools.running.run_outputs import foreign_sources
 from pypto_tune.tools.running.executors.base import RunSpec
+from pypto_tune.tools.running import probe
+from pypto_tune.tools.running.probe import store as probe_store
 from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
@@ -43,6 +45,10 @@ from pypto_tune.tools.operations.base import (
 
 
 log = logging.getLogger("pypto_tune.service")
+
+# Runs that carry the run-time probe (tools/running/probe/): every precision run — the baseline's and each change's
+# verification, so the kept state always has a record — never a measurement (its figures stay probe-free).
+PROBED_PURPOSES = frozenset({"precision", "trial-precision"})
 
 
 @dataclass
@@ -164,11 +170,19 @@ class RunOps(OperationsBase):
         pool = tuple(str(d) for d in st.session["device_ids"])
         if pooled and st.run_mode == "npu":
             pool = self._chip_health(h, st).for_trials(avoid)
+        probed = purpose in PROBED_PURPOSES
         spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
                        timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
                        device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}",
-                       sandboxed=world.sandboxed, closure=world.closure)
+                       sandboxed=world.sandboxed, closure=world.closure,
+                       # the run-time probe (tools/running/probe/): its hook folder first on the run's PYTHONPATH; the
+                       # records it writes into the folder DIR_ENV names come back as iso.captured
+                       pythonpath_first=(str(probe.HOOK_DIR),) if probed else (),
+                       capture_env=probe.DIR_ENV if probed else None)
         iso = await self.executor.run(spec, on_progress=progress)
+        # files under the workspace path (where the sandbox mounts the copy) or under the copy itself (unsandboxed)
+        # are the run's workspace files
+        record = probe.parse_records(iso.captured, [str(h.workspace), iso.exec_dir]) if probed else None
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
         fp = self._fingerprint(h, st)
@@ -178,8 +192,8 @@ class RunOps(OperationsBase):
         if iso.tampered:
             log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
             dirs = []
-        run_id = h.ledger.insert(
-            "runs", session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
+        run_row = dict(
+            session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
             env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
             duration_s=result.duration_s, started_epoch=result.started_at, output_head=result.output_head,
@@ -188,6 +202,15 @@ class RunOps(OperationsBase):
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
         )
+        if iso.tampered:
+            record = None  # a discarded run's probe says nothing either
+        known = [r["modules_hash"] for r in h.ledger.rows("probes", st.id)] if record is not None else []
+        with h.ledger.transaction() as tx:
+            run_id = tx.insert("runs", **run_row)
+            if record is not None:
+                record = record.model_copy(update={"ran_sources": dict(sources)})
+                tx.insert("probes", session_id=st.id, at=run_row["at"], run_id=run_id,
+                          code_hash=run_row["code_hash"], **probe_store.to_row(record, known))
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
                           dict(iso.output_digests), {str(d): list(iso.output_sources.get(str(d), [])) for d in dirs},
                           dict(iso.rejected_outputs))
@@ -377,10 +400,53 @@ class RunOps(OperationsBase):
         finally:
             h.busy = None
 
+    def _measurement_to_analyse(self, h: Any, st: Any, measurement: int | None,
+                                round_no: int | None) -> tuple[dict[str, Any], str]:
+        """The measurement ``analyze_bubbles`` reads, and how it was chosen (issue #17): after a batch the latest
+        measurement is often a trial that was not kept, so the default is the kept state's newest valid
+        measurement; ``measurement`` or ``round`` pick another one explicitly."""
+        rows = [m for m in st.rows["measurements"] if m["round"] != -2]  # kept-state reference samples: not runs
+        if measurement is not None and round_no is not None:
+            raise InputError("give measurement or round, not both",
+                             hint="measurement = a measurement id (collect_swimlane and run_candidates name it); "
+                             "round = a round number (0 = the baseline)")
+        if measurement is not None:
+            m = next((x for x in rows if int(x["id"]) == int(measurement)), None)
+            if m is None:
+                known = ", ".join(_measurement_label(x) for x in rows[-6:]) or "none yet"
+                raise InputError(f"session {st.id} has no measurement {measurement}",
+                                 hint=f"the latest are: {known}; or omit it to analyse the kept state")
+            if not m["valid"]:
+                raise InputError(f"measurement {measurement} is invalid ({'; '.join(m.get('invalid_reasons') or [])[:300]}"
+                                 "): its figures are not analysed", hint="pick a valid one, or omit it")
+            return m, "as asked"
+        if round_no is not None:
+            ms = [x for x in rows if x["round"] is not None and int(x["round"]) == int(round_no) and x["valid"]]
+            if not ms:
+                with_data = sorted({int(x["round"]) for x in rows if x["valid"] and x["round"] is not None
+                                    and int(x["round"]) >= 0})
+                raise InputError(f"round {round_no} has no valid measurement in session {st.id}",
+                                 hint=f"rounds with one: {with_data or 'none yet'} (0 = the baseline); a round that "
+                                 "failed its precision check was never measured")
+            return ms[-1], f"round {round_no} as asked"
+        m = st.last_valid_measurement(st.kept_hash)
+        if m is None:
+            raise self._refuse(h, st.id, "analyze_bubbles", GateRefusal(
+                "sequence", "there is no valid measurement of the kept state to analyse yet",
+                allowed=gates.allowed_actions(st), hint="collect_swimlane first"))
+        which = "the kept state"
+        latest = st.last_valid_measurement()
+        if latest is not None and int(latest["id"]) != int(m["id"]):
+            which += (f"; the newest measurement is {latest['id']} (round {latest['round']}, not kept): pass "
+                      f"round={latest['round']} or measurement={latest['id']} to analyse it")
+        return m, which
+
     @exclusive
     def analyze_bubbles(self, session_id: str | None = None, *, output_dir: str | None = None,
-                        lang: str = "zh", outer_loops: int | None = None) -> AnalyzeResult:
-        """Analyse the latest valid measurement of the session (or any output folder, without a session)."""
+                        lang: str = "zh", outer_loops: int | None = None, measurement: int | None = None,
+                        round: int | None = None) -> AnalyzeResult:  # noqa: A002 - the tool's parameter name
+        """Analyse a measurement of the session — the kept state's by default, or the one ``measurement`` (its id)
+        or ``round`` (its number; 0 = the baseline) names — or any output folder, without a session."""
         if lang not in ("zh", "en"):
             raise InputError(f"lang must be 'zh' or 'en', got {lang!r}", hint="zh is the default")
         if session_id is None:
@@ -413,11 +479,7 @@ class RunOps(OperationsBase):
         h = self._find(session_id)
         st = self._state(h, session_id)
         self._gate(h, st, "analyze_bubbles", mutating=False)
-        m = st.last_valid_measurement()
-        if m is None:
-            raise self._refuse(h, st.id, "analyze_bubbles", GateRefusal(
-                "sequence", "there is no valid measurement to analyse yet", allowed=gates.allowed_actions(st),
-                hint="collect_swimlane first"))
+        m, which = self._measurement_to_analyse(h, st, measurement, round)
         dirs = [Path(d) for d in m["analysis"].get("run_dirs", [])]
         missing = [d for d in dirs if not d.exists()]
         if missing:
@@ -426,7 +488,7 @@ class RunOps(OperationsBase):
         analysis = analyze_runs(dirs, run_mode=st.run_mode, outer_loops=outer_loops, source_root=h.workspace)
         report = write_report(analysis, h.workspace / LEDGER_DIR / "reports" / st.id
                               / f"analysis-m{m['id']}.{lang}.md", lang)
-        msg = f"analysed measurement {m['id']} (round {m['round']})"
+        msg = f"analysed measurement {m['id']} (round {m['round']}; {which})"
         try:
             h.lock.acquire()
         except GateRefusal as held:
@@ -461,6 +523,10 @@ def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:
     (``tools/running/run_outputs.py::foreign_sources``)."""
     base = next((m for m in st.rows.get("measurements", []) if int(m["round"]) == 0 and m["valid"]), None)
     return foreign_sources((base["analysis"] or {}).get("per_dir", []), sources) if base is not None else ""
+
+
+def _measurement_label(m: dict[str, Any]) -> str:
+    return f"measurement {m['id']} (round {m['round']}, {'valid' if m['valid'] else 'invalid'})"
 
 
 def _rewritten_outputs(dirs: list[Path], digests: dict[str, str]) -> list[Path]:

@@ -38,6 +38,9 @@ from pypto_tune.tools.running.verdict import judge_precision
 log = logging.getLogger("pypto_tune.service")
 
 MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, not a next step
+#: propose_candidates admits candidates (the server's admission: 0.5–4 s each on a loaded 2-core machine) for at most
+#: this long, then answers; the rest are marked admitted=false and admitted when run (issue #17: answer within 5 s)
+PROPOSE_BUDGET_S = 2.5
 # how a measured trial's reason names its judgement against the kept state (rules.judge_measurement)
 _JUDGED = {"gain": "gain", "no-gain": "no gain", "regression": "slower"}
 
@@ -85,7 +88,7 @@ class SearchOps(OperationsBase):
         self._gate(h, st, "propose_candidates", mutating=False)
         if not 1 <= int(limit) <= 64:
             raise InputError(f"limit must be 1..64, got {limit}", hint="the default is 8")
-        proposal = self._search(h, st, limit=int(limit), knob=knob)
+        proposal = self._search(h, st, limit=int(limit), knob=knob, budget_s=PROPOSE_BUDGET_S)
         cands = [c.model_dump(mode="json") for c in proposal.candidates]
         self._proposals.setdefault(st.id, {}).update({c["id"]: c for c in cands})
         msg = (f"{len(cands)} candidate(s) for {st.stage}" + (" (the stage's knobs are exhausted)"
@@ -96,9 +99,11 @@ class SearchOps(OperationsBase):
                                 needs_algorithm_stage=[n.model_dump(mode="json") for n in
                                                        proposal.needs_algorithm_stage],
                                 exhausted=proposal.exhausted, excluded=dict(proposal.excluded),
-                                notes=list(proposal.notes))
+                                notes=list(proposal.notes), ranking_flat=proposal.ranking_flat,
+                                dead_sites=len(proposal.dead_sites))
 
-    def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None) -> Any:
+    def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None,
+                budget_s: float | None = None) -> Any:
         """tools/search on this session: the kept sources, the stage, this operator's latest analysis and the
         session's history (what was tried, from which kept state, with which outcome)."""
         from pypto_tune.tools.search import AdmissionCache, search
@@ -106,7 +111,18 @@ class SearchOps(OperationsBase):
         cache = self._admission_caches.setdefault(st.id, AdmissionCache())
         return search(st.kept_sources, stage=st.stage or "", context=self._context(h, st),
                       analysis=self._kept_analysis(st), history=self._history(st), limit=limit, knob=knob,
-                      kept_hash=st.kept_hash, cache=cache)
+                      kept_hash=st.kept_hash, cache=cache, budget_s=budget_s, run=self._kept_record(h, st))
+
+    def _kept_record(self, h: _Handle, st: SessionState) -> dict[str, Any] | None:
+        """The probe record of the kept state: looked up by the kept hash the state already carries (the same
+        functional code hash ``probes.record_for`` computes, without re-reading the sources)."""
+        from pypto_tune.tools.operations import probes
+
+        rows = h.ledger.rows("probes", st.id, "code_hash = ?", (st.kept_hash,))
+        if not rows:
+            return probes.record_for(h.ledger, st.id, st.kept_sources)
+        reported = [r for r in rows if r["status"] == "reported"]
+        return dict((reported or rows)[-1]["record"])
 
     def _kept_analysis(self, st: SessionState) -> dict[str, Any]:
         m = st.last_valid_measurement(st.kept_hash) or st.last_valid_measurement()
@@ -128,7 +144,8 @@ class SearchOps(OperationsBase):
             c = patch["knob_changes"][0]
             rt = d["result_type"]
             outcome = ("kept" if d["decision"] == "kept" else "failed" if d["decision"] == "failed"
-                       else "regression" if rt == "regression" else "no-gain")
+                       else "regression" if rt == "regression" else "not-chosen" if rt == "not-chosen"
+                       else "no-gain")
             out.append({"knob_id": c["knob_id"], "value": c["after"], "before_value": c["before"],
                         "from_kept_hash": r["before_hash"], "outcome": outcome,
                         "failure_type": rt if d["decision"] == "failed" else None, "before_us": r["before_us"],
@@ -225,7 +242,7 @@ class SearchOps(OperationsBase):
         if unknown_ids:
             # ids from an earlier server process (or a proposal of another kept state): ask the search again; an id
             # is a hash of (knob, value, kept state), so a stale one simply stays unknown
-            fresh = self._search(h, st, limit=64)
+            fresh = self._search(h, st, limit=64, budget_s=PROPOSE_BUDGET_S)
             known = {**known, **{c.id: c.model_dump(mode="json") for c in fresh.candidates}}
         trials: list[_Trial] = []
         refused: list[str] = []

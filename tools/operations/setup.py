@@ -30,7 +30,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.running.runner import build_child_env, split_command
 from pypto_tune.tools.snapshot import EnvCheck
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
-from pypto_tune.tools.running.verdict import judge_precision
+from pypto_tune.tools.running.verdict import COMMAND_PROBLEM, judge_precision
 from pypto_tune.tools.code.workspace import relative_operator_files, resolve_workspace
 
 from pypto_tune.tools.running import recorded_env
@@ -327,7 +327,9 @@ class SetupOps(RunWorldOps):
                 if out.rejected_outputs:
                     reason = ("the test exited 0 but no output folder it left counts — not born in this run or not "
                               f"compiled from its recorded copy: {out.rejected_reason}")
-            result_type = None if v == "passed" else rules.classify_failure(v, key + "\n" + reason)
+            command_problem = verdict.command_problem and v == "failed"
+            result_type = None if v == "passed" else COMMAND_PROBLEM if command_problem else \
+                rules.classify_failure(v, key + "\n" + reason)
             rec_id = h.ledger.insert(
                 "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
                 verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
@@ -347,10 +349,20 @@ class SetupOps(RunWorldOps):
                 st2 = self._state(h, session_id)
             msg = f"precision {v}" + ("" if verdict.numerics_checked else
                                       " — SIM: compiled and simulated only, output values were NOT checked")
-            if v != "passed" and round_no is None and st2.level1 == "S1_SETUP":
+            if command_problem and round_no is None and st2.level1 == "S1_SETUP":
+                # issue #17: no verdict line says nothing about the operator or a device; the command needs fixing
+                msg += ("; NOT a baseline failure (not counted under R5): the test printed no verdict line, so the "
+                        "command's output cannot be judged. Call start_session again with the same arguments plus "
+                        "pass_pattern=<a regex for the line the test prints on success>"
+                        + (f" (if its last line {verdict.deciding_lines[-1].text!r} is that line: "
+                           f"{verdict.suggested_pass_pattern!r})" if verdict.suggested_pass_pattern
+                           and verdict.deciding_lines else "") + ", then run_precision_check")
+            elif v != "passed" and round_no is None and st2.level1 == "S1_SETUP":
                 left = max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
+                where = (f"the next attempt uses device {st2.device}" if st2.run_mode == "npu" else
+                         "SIM has no device: the next attempt runs the same command again")
                 msg += (f"; baseline failure {st2.baseline_failures}/{rules.BASELINE_ATTEMPTS}: do not fix the "
-                        f"operator (R5); the next attempt uses device {st2.device}" if left else
+                        f"operator (R5); {where}" if left else
                         "; 3 baseline failures: the user must confirm before another attempt (R5) — in a client "
                         "with elicitation the next run_precision_check asks them; otherwise they type "
                         f"`pypto-tune confirm --workspace {h.workspace}` in a terminal")
@@ -362,8 +374,9 @@ class SetupOps(RunWorldOps):
                 **self._base(st2, msg), verdict=v, reason=reason, decided_by=str(verdict.decided_by),
                 deciding_lines=[x.model_dump(mode="json") for x in verdict.deciding_lines], numerics_checked=verdict.numerics_checked,
                 exit_code=result.exit_code, duration_s=result.duration_s, key_output=key,
-                code_hash=st.current_hash, record_id=rec_id, round=round_no, device_id=device,
-                env_checks=env_checks,
+                code_hash=st.current_hash, record_id=rec_id, round=round_no,
+                device_id=device if st.run_mode == "npu" else None, env_checks=env_checks,
+                command_problem=command_problem, suggested_pass_pattern=verdict.suggested_pass_pattern,
                 attempts_left=(max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
                                if round_no is None else None),
             )

@@ -151,7 +151,8 @@ def _admission(a: dict[str, Any], correction: bool = False) -> AdmissionRecord:
         at=a["at"], path=a["path"], verdict=a["verdict"], knob_id=a["knob_id"],
         checked=[str(x) for x in info.get("checked", [])], unchecked=[str(x) for x in info.get("unchecked", [])],
         formatting_files=[str(x) for x in info.get("formatting_files", [])],
-        structural_lines=[str(x) for x in info.get("structural_lines", [])], correction=correction)
+        structural_lines=[str(x) for x in info.get("structural_lines", [])], correction=correction,
+        ran_with=list(info.get("ran_with", [])), shared_with=[str(x) for x in info.get("shared_with", [])])
 
 
 def _admissions_by_round(rows: dict[str, list[Any]]) -> dict[int, list[AdmissionRecord]]:

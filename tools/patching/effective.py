@@ -391,32 +391,48 @@ def check_after(before_sites: dict[str, SiteValue], after_sites: dict[str, SiteV
     cannot evaluate is listed as unchecked rather than passed silently."""
     report = LegalityReport()
     for sid, sv in after_sites.items():
-        old = before_sites.get(sid)
-        old_value = old.value if old is not None else UNKNOWN
-        if old is not None and old_value is not UNKNOWN and sv.value is not UNKNOWN and old_value == sv.value:
-            continue
-        if old is not None and old_value is UNKNOWN and sv.value is UNKNOWN:
-            continue
-        if sv.value is UNKNOWN:
-            report.unchecked.append(f"{sid} (line {sv.line}): its value depends on names the server cannot evaluate")
-            continue
-        file = sid.split(":", 1)[0]
         try:
-            if sv.kind == "vec_tile":
-                reds = program_after.reductions.get(file, [])
-                if not check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural):
-                    # factory-built kernels: the tensor dims are run-time values here; say what was not checked
-                    report.unchecked.append(f"{sid} = {sv.value!r} (line {sv.line}): the tensor dims are not known "
-                                            "statically, so 'tile ≤ dim' and 'never split the reduce axis' were not "
-                                            "checked")
-                    continue
-            elif sv.kind == "cube_tile":
-                legality.validate("cube_tile", None, None, sv.value, dict(sv.context, current=sv.value))
-            elif sv.kind == "loop_option":
-                legality.validate("loop_option", "unroll_list", None, sv.value, dict(sv.context))
-        except InputError as exc:
-            raise exc
-        report.checked.append(f"{sid} = {sv.value!r}")
+            _check_site(sid, sv, before_sites, program_after, report, structural)
+        except (InputError, KnobValueError) as exc:
+            ran = sv.context.get("ran")
+            if ran:  # a run value (tools/patching/runmap.py): name what ran, so the refusal is about real shapes
+                exc.message = f"{exc.message} — {ran}"
+            raise
+    _check_loops(before_loops, after_loops, report, changed_names)
+    return report
+
+
+def _check_site(sid: str, sv: SiteValue, before_sites: dict[str, SiteValue], program_after: roles.Program,
+                report: LegalityReport, structural: bool) -> None:
+    old = before_sites.get(sid)
+    old_value = old.value if old is not None else UNKNOWN
+    if old is not None and old_value is not UNKNOWN and sv.value is not UNKNOWN and old_value == sv.value:
+        return
+    if old is not None and old_value is UNKNOWN and sv.value is UNKNOWN:
+        return
+    if sv.value is UNKNOWN:
+        report.unchecked.append(f"{sid} (line {sv.line}): its value depends on names the server cannot evaluate")
+        return
+    file = sid.split(":", 1)[0]
+    label = sid
+    if sv.kind == "vec_tile":
+        reds = sv.context["reductions"] if "reductions" in sv.context else program_after.reductions.get(file, [])
+        if not check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural):
+            # factory-built kernels: the tensor dims are run-time values here; say what was not checked
+            report.unchecked.append(f"{label} = {sv.value!r} (line {sv.line}): the tensor dims are not known "
+                                    "statically, so 'tile ≤ dim' and 'never split the reduce axis' were not "
+                                    "checked")
+            return
+    elif sv.kind == "cube_tile":
+        legality.validate("cube_tile", None, None, sv.value, dict(sv.context, current=sv.value))
+    elif sv.kind == "loop_option":
+        legality.validate("loop_option", "unroll_list", None, sv.value, dict(sv.context))
+    report.checked.append(f"{label} = {sv.value!r}" + (f" ({sv.context['ran']})" if sv.context.get("ran")
+                                                        else ""))
+
+
+def _check_loops(before_loops: dict[str, SiteValue], after_loops: dict[str, SiteValue], report: LegalityReport,
+                 changed_names: set[str] | None) -> None:
     for key, sv in after_loops.items():
         old = before_loops.get(key)
         if sv.kind == "floordiv-unknown":

@@ -76,6 +76,9 @@ class ParsedFile:
     assigns: dict[tuple[str, str], list[cst.BaseExpression]] = field(default_factory=dict)
     divisor_bounds: dict[str, int] = field(default_factory=dict)
     positions: dict[int, int] = field(default_factory=dict)  # id(value node) -> line
+    # (line, column) -> node of every comprehension element and call keyword value: where a tiling source
+    # (tools/patching/flows.py) can sit
+    source_nodes: dict[tuple[int, int], cst.BaseExpression] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,7 +123,8 @@ def _parse_file_cached(path: str, text: str) -> ParsedFile:
     positions = {id(v): wrapper.resolve(PositionProvider)[v].start.line
                  for values in visitor.assigns.values() for v in values} if visitor.assigns else {}
     return ParsedFile(path, text, module, visitor.sites, visitor.jits, visitor.constants, bom,
-                      assigns=visitor.assigns, divisor_bounds=visitor.divisor_bounds, positions=positions)
+                      assigns=visitor.assigns, divisor_bounds=visitor.divisor_bounds, positions=positions,
+                      source_nodes=visitor.source_nodes)
 
 
 def extract_knobs(sources: dict[str, str], context: dict[str, str] | None = None) -> list[Knob]:
@@ -144,8 +148,43 @@ def sites_of(sources: dict[str, str], context: dict[str, str] | None = None,
     program = roles.analyze({**(context or {}), **sources})
     out: list[Site] = []
     for path, pf in parsed.items():
-        out.extend(sorted(pf.sites + binding_sites(pf, program), key=lambda s: (s.knob.line, s.knob.id)))
+        out.extend(sorted(pf.sites + binding_sites(pf, program) + source_sites(pf, program),
+                          key=lambda s: (s.knob.line, s.knob.id)))
     return parsed, out
+
+
+def source_sites(pf: ParsedFile, program: roles.Program) -> list[Site]:
+    """Knob sites (kind ``tile_source``) for the literals a tiling value flows from (tools/patching/flows.py): a
+    number inside a list comprehension, a literal keyword of a workspace class built in the test. Tunable only when
+    all they reach is tiling; the admission gate then derives what they give at each tiling call that ran."""
+    out: list[Site] = []
+    seen: dict[str, int] = {}
+    for src in program.sources:
+        if src.file != pf.path:
+            continue
+        node = pf.source_nodes.get((src.line, src.col))
+        if node is None:  # a non-ASCII line: ast counts bytes, libcst characters — match by line and value
+            node = next((n for (line, _), n in pf.source_nodes.items()
+                         if line == src.line and literal(n, pf.module) == src.value), None)
+        if node is None:
+            continue
+        base = (f"{src.cls}({src.field})" if src.kind == "field" else src.label)
+        sid = f"{pf.path}:{src.scope + '.' if src.scope != roles.MODULE else ''}{base}"
+        seen[sid] = seen.get(sid, 0) + 1
+        if seen[sid] > 1:
+            sid += f"#{seen[sid]}"
+        spec = legality.spec_for("tile_source", src.label)
+        ids = [cid for c in sorted(src.consumers) for cid in CONSUMER_CATALOG.get(c, ())]
+        context: dict[str, Any] = {"consumers": sorted(src.consumers), "source": src.kind, "at": [src.line, src.col],
+                                   "feeds": sorted({f"{f}:{line}" for _, f, line in src.consumer_sites})}
+        if src.problems:
+            context["problem_uses"] = src.problems[:5]
+        knob = Knob(id=sid, kind="tile_source", name=src.label, file=pf.path, line=src.line, value=src.value,
+                    catalog_ids=list(dict.fromkeys(ids)), legal=spec.legal, target=f"{pf.path}:{src.line}",
+                    function=None if src.scope == roles.MODULE else src.scope,
+                    tunable=src.is_knob and spec.tunable, context=context)
+        out.append(Site(knob=knob, file=pf.path, node=node, extra={"key": src.label, "source": True}))
+    return out
 
 
 def binding_sites(pf: ParsedFile, program: roles.Program) -> list[Site]:
@@ -260,6 +299,7 @@ class _Collector(cst.CSTVisitor):
         self.name_uses: dict[str, set[str]] = {}  # constant name -> {"kernel", "signature", "other"}
         # (scope, name) -> value nodes of every plain assignment; a name assigned once to a literal is a candidate
         self.assigns: dict[tuple[str, str], list[cst.BaseExpression]] = {}
+        self.source_nodes: dict[tuple[int, int], cst.BaseExpression] = {}
         self.divisor_bounds: dict[str, int] = {}
         self.imports = _import_table(module)
         self._collect_module_level()
@@ -385,7 +425,20 @@ class _Collector(cst.CSTVisitor):
         self._emit_grouped()
         self.func_stack.pop()
 
+    def _source_node(self, node: cst.BaseExpression) -> None:
+        pos = self.get_metadata(PositionProvider, node).start
+        self.source_nodes[(pos.line, pos.column)] = node
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._source_node(node.elt)
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._source_node(node.elt)
+
     def visit_Call(self, node: cst.Call) -> None:
+        for arg in node.args:
+            if arg.keyword is not None:
+                self._source_node(arg.value)
         q = self.qname(node.func)
         method = node.func.attr.value if isinstance(node.func, cst.Attribute) else None
         if q == "set_vec_tile_shapes":

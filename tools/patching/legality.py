@@ -370,6 +370,10 @@ KIND_SPECS: dict[str, Spec] = {
     "sg_set_scope": Spec(("S-4",), SCOPE_LEGAL, True, _scope),
     "cache_policy": Spec(("I-2",), CACHE_LEGAL, True, _cache),
     "valid_shape": Spec(("I-9", "F-7"), VALID_SHAPE_LEGAL, True, _valid_shape),
+    # the literal a tiling call's value flows from (tools/patching/flows.py); the calls it feeds are checked on the
+    # values the run gave them, with this literal replaced (tools/patching/runmap.py)
+    "tile_source": Spec(("F-10", "F-9", "F-11", "F-3", "F-1", "F-7", "S-2", "S-3", "S-12"), TILE_CONST_LEGAL, True,
+                        _tile_constant),
 }
 
 LOOP_SPECS = {

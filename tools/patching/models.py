@@ -27,6 +27,7 @@ KnobKind = Literal[
     "cache_policy",  # <tensor>.set_cache_policy(pypto.CachePolicy.NONE_CACHEABLE, <bool>)
     "combine_axis",  # pypto.experimental.set_operation_options(combine_axis=...)
     "valid_shape",  # valid_shape=[...] of pypto.view / Tensor.view / pypto.reshape
+    "tile_source",  # a literal a tiling value flows from: a comprehension element, a config field set in the test
 ]
 
 # Element sizes of pypto dtypes (domain C: alignment and UB budget rules are in bytes).

@@ -35,6 +35,7 @@ TUNING_CALLS = {
     "set_operation_options": "operation_options", "view": "view", "reshape": "view", "assemble": "view",
 }
 DATA_FIRST_ARG = {"view", "reshape", "assemble"}
+PYPTO_SCALAR_PASSTHROUGH = {"min", "max"}
 JIT_NAMES = {"frontend.jit", "jit", "frontend.parser.entry.jit"}
 REDUCTIONS = {"sum", "amax", "amin", "max", "min", "mean", "prod", "reduce_sum", "reduce_max", "reduce_min",
               "var", "std", "logsumexp", "softmax", "argmax", "argmin"}
@@ -47,6 +48,8 @@ HARMLESS_PREFIXES = ("logging.", "log.", "logger.", "LOG.", "LOGGER.")
 
 
 _MISSING = object()
+
+Consumer = tuple[str, str, int]  # (kind, file, line): a tuning consumer and where it is
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Binding:
     local: bool
     consumers: set[str] = field(default_factory=set)  # tuning consumers reached (vec_tile, loop, view, slice...)
     problems: list[str] = field(default_factory=list)  # "file:line: what" for each non-tuning use
+    consumer_sites: set[tuple[str, str, int]] = field(default_factory=set)  # (kind, file, line) of each consumer
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -85,6 +89,20 @@ class Program:
     reductions: dict[str, list[Reduction]]  # file -> reductions inside kernel scopes
     literals: dict[tuple[str, str], dict[str, Any]]  # (file, scope) -> names bound once to a literal there
     jit_scopes: set[tuple[str, str]] = field(default_factory=set)  # the jit-decorated functions themselves
+    # (file, jit scope) -> every (file, scope) that kernel runs: its nested defs and the helpers it calls
+    kernel_reach: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
+    # (file, test function) -> every (file, scope) it runs (module-level functions named test*)
+    entry_reach: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
+    sources: list[Any] = field(default_factory=list)  # flows.Source: comprehension literals, config fields
+
+    def kernels_reaching(self, file: str, scope: str) -> list[tuple[str, str]]:
+        """The jit kernels whose run includes ``scope`` of ``file`` (sorted)."""
+        return sorted(k for k, r in self.kernel_reach.items() if (file, scope) in r)
+
+    def tests_reaching(self, file: str, scope: str) -> list[tuple[str, str]]:
+        """The test functions whose run includes ``scope`` of ``file``, directly or through a kernel (sorted)."""
+        kernels = set(self.kernels_reaching(file, scope))
+        return sorted(t for t, r in self.entry_reach.items() if (file, scope) in r or kernels & r)
 
     def binding(self, file: str, scope: str, name: str) -> Binding | None:
         return self.bindings.get((file, scope, name))
@@ -303,6 +321,7 @@ class _Analysis:
         self.kernel: set[tuple[str, str]] = set()
         self.jits: set[tuple[str, str]] = set()
         self.reductions: dict[str, list[Reduction]] = {}
+        self.reach: dict[tuple[str, str], set[tuple[str, str]]] = {}  # jit → what it runs (find_kernels)
         self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
         self._active: set[tuple[str, str, str]] = set()
 
@@ -420,30 +439,16 @@ class _Analysis:
 
     # ---- kernel scopes
     def find_kernels(self) -> None:
-        todo: list[tuple[str, str]] = []
+        """The jit-decorated functions, and everything each of them runs (nested defs, workspace functions it
+        calls, transitively): kernel code."""
+        from .flows import reach
+
         for f in self.files.values():
             for sname, fn in f.functions.items():
                 if any(f.qname(d.func if isinstance(d, ast.Call) else d) in JIT_NAMES for d in fn.decorator_list):
-                    todo.append((f.path, sname))
                     self.jits.add((f.path, sname))
-        while todo:
-            key = todo.pop()
-            if key in self.kernel:
-                continue
-            self.kernel.add(key)
-            f = self.files[key[0]]
-            # nested functions and workspace functions it calls are kernel code too
-            for sname in f.scopes:
-                if sname.startswith(key[1] + "."):
-                    todo.append((f.path, sname))
-            fn = f.functions.get(key[1])
-            if fn is None:
-                continue
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call):
-                    target = self.callee(f, f.scope_of.get(id(n)) or f.scopes[key[1]], n.func)
-                    if target is not None:
-                        todo.append(target)
+        self.reach = {j: reach(self, j) for j in sorted(self.jits)}
+        self.kernel = set().union(*self.reach.values()) if self.reach else set()
 
     def callee(self, f: _File, scope: _Scope, func: ast.AST) -> tuple[str, str] | None:
         """(file, scope) of a workspace function called as ``func``, else None."""
@@ -497,14 +502,15 @@ class _Analysis:
             self.reductions[f.path] = out
 
     # ---- uses
-    def classify(self, key: tuple[str, str, str]) -> tuple[frozenset[str], tuple[str, ...]]:
-        """(tuning consumers, problem uses) of the name bound at ``key`` (file, scope, name), following it on."""
+    def classify(self, key: tuple[str, str, str]) -> tuple[frozenset[Consumer], tuple[str, ...]]:
+        """(tuning consumers, problem uses) of the name bound at ``key`` (file, scope, name), following it on.
+        A consumer is (kind, file, line): what it is and where the run meets it."""
         if key in self._memo:
             return self._memo[key]
         if key in self._active:
             return frozenset(), ()  # a cycle adds nothing new
         self._active.add(key)
-        consumers: set[str] = set()
+        consumers: set[Consumer] = set()
         problems: list[str] = []
         for f, use in self._uses(key):
             c, p = self._use(f, use)
@@ -560,7 +566,7 @@ class _Analysis:
             return False
         return (f"{target}.{rest}" if rest else target) == module
 
-    def _use(self, f: _File, node: ast.AST) -> tuple[set[str], list[str]]:
+    def _use(self, f: _File, node: ast.AST) -> tuple[set[Consumer], list[str]]:
         """Follow one use upwards to what consumes it."""
         where = f"{f.path}:{getattr(node, 'lineno', '?')}"
         child, parent = node, f.parents.get(id(node))
@@ -578,7 +584,7 @@ class _Analysis:
                     child, parent = parent, f.parents.get(id(parent))
                     continue
                 if self.in_kernel(f, parent):
-                    return {"slice"}, []
+                    return {("slice", f.path, parent.lineno)}, []
                 return set(), [f"{where}: indexes data outside the kernel"]
             if isinstance(parent, ast.Slice):
                 child, parent = parent, f.parents.get(id(parent))
@@ -617,7 +623,7 @@ class _Analysis:
             p = f.parents.get(id(p))
         return False
 
-    def _call_use(self, f: _File, call: ast.Call, child: ast.AST, where: str) -> tuple[set[str], list[str]]:
+    def _call_use(self, f: _File, call: ast.Call, child: ast.AST, where: str) -> tuple[set[Consumer], list[str]]:
         if call.func is child:
             return set(), [f"{where}: called"]
         kw = next((k for k in call.keywords if k is child), None)
@@ -625,23 +631,27 @@ class _Analysis:
         q = f.qname(call.func)
         d = dotted(call.func)
         if q is not None:
+            if q in PYPTO_SCALAR_PASSTHROUGH:
+                # pypto.min(n - i * block, block): the result flows on and its own uses decide (a valid_shape is
+                # tiling; a tensor clamped by it would be data, and is refused where it is used)
+                return self._use(f, call)
             if q in JIT_NAMES:
-                return {"jit_options"}, []
+                return {("jit_options", f.path, call.lineno)}, []
             kind = TUNING_CALLS.get(q) or TUNING_CALLS.get(q.rsplit(".", 1)[-1])
             if kind is not None:
                 short = q.rsplit(".", 1)[-1]
                 if short in DATA_FIRST_ARG and pos == 0:
                     return set(), [f"{where}: the data argument of pypto.{q}"]
                 if kind == "loop" and kw is not None and kw.arg in ("unroll_list", "submit_before_loop"):
-                    return {"unroll" if kw.arg == "unroll_list" else "loop_submit"}, []
-                return {kind}, []
+                    return {("unroll" if kw.arg == "unroll_list" else "loop_submit", f.path, call.lineno)}, []
+                return {(kind, f.path, call.lineno)}, []
             return set(), [f"{where}: argument of pypto.{q} (shapes or data of the problem)"]
         if isinstance(call.func, ast.Attribute) and call.func.attr == "set_cache_policy" and self.in_kernel(f, call):
-            return {"cache_policy"}, []
+            return {("cache_policy", f.path, call.lineno)}, []
         if d in HARMLESS_CALLS or d.startswith(HARMLESS_PREFIXES):
             return set(), []
         if d == "range" and self.in_kernel(f, call):
-            return {"loop"}, []
+            return {("loop", f.path, call.lineno)}, []
         if d in TRANSPARENT_BUILTINS:
             return self._use(f, call)
         scope = f.scope_of.get(id(call))
@@ -656,9 +666,9 @@ class _Analysis:
             return set(c), list(p)
         return set(), [f"{where}: argument of {d or 'a call'}()"]
 
-    def _flow_into_targets(self, f: _File, stmt: ast.AST, where: str) -> tuple[set[str], list[str]]:
+    def _flow_into_targets(self, f: _File, stmt: ast.AST, where: str) -> tuple[set[Consumer], list[str]]:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        consumers: set[str] = set()
+        consumers: set[Consumer] = set()
         problems: list[str] = []
         scope = f.scope_of.get(id(stmt))
         names: list[ast.Name] = []
@@ -689,10 +699,14 @@ def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
     a.find_reductions()
     for key, b in a.bindings.items():
         consumers, problems = a.classify(key)
-        b.consumers = set(consumers)
+        b.consumers = {c[0] for c in consumers}
+        b.consumer_sites = set(consumers)
         b.problems = list(problems)
+    from . import flows
+
     return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals,
-                   jit_scopes=a.jits)
+                   jit_scopes=a.jits, kernel_reach=a.reach,
+                   entry_reach=flows.entry_points(a), sources=flows.find_sources(a))
 
 
 def analyze(files: dict[str, str]) -> Program:

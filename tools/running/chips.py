@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
+
 Reason = Literal["baseline-failed", "timed-out", "chip-failed"]
 
 # result types (rules.classify_failure) that may be the chip's fault rather than the code's
@@ -73,8 +75,8 @@ def _implicated_runs(rows: dict[str, list[Any]]) -> dict[int, Reason]:
     precs = rows.get("precision_records", [])
     out: dict[int, Reason] = {}
     for i, p in enumerate(precs):
-        if p["run_id"] is None or p["verdict"] == "passed":
-            continue
+        if p["run_id"] is None or p["verdict"] == "passed" or p.get("result_type") == COMMAND_PROBLEM:
+            continue  # no verdict line: the command's problem, no chip is suspected
         if p["round"] is None:
             out[int(p["run_id"])] = "baseline-failed"
         elif implicates_chip(p.get("result_type")) and p["device_id"] is not None and any(

@@ -23,8 +23,13 @@ Decision order (the first rule that applies decides):
 6. exit 0 and a pass line → ``passed``. Pass lines are the session's ``pass_pattern`` matches when one is given
    (then nothing else can pass), else the first kind present of: ``PRECISION: passed``, a pytest summary, a
    unittest summary, generic lines (``✓ LayerNorm passed``, ``✓ … passed for the test case``, ``All softmax tests
-   passed!``, ``All examples completed successfully``, ``Compare result: success``, ``[PASS]``);
-7. exit 0 and none of the above → ``failed`` ("exit 0 but no verdict line"), with the last output lines shown.
+   passed!``, ``All examples completed successfully``, ``Compare result: success``, ``[PASS]``, and PyPTO's own
+   examples' ``✓ SwiGLU test completed`` / ``FFN test completed``: "completed" is a verdict on a line that is
+   check-marked or names a test, never on "Compilation completed");
+7. exit 0 and none of the above → ``failed`` ("exit 0 but no verdict line"), with the last output lines shown. This is
+   a **command problem** (``command_problem=True``), not a verdict about the code: the test did not say, so the
+   session needs a ``pass_pattern`` for the line it prints on success. A caller never counts it as a failure of the
+   operator (not a baseline failure under R5, no chip is blamed).
 
 Never a pass line: a line inside a Python traceback (or inside the message lines right after its exception line),
 a CANN/pypto runtime log record (``[ERROR] RUNTIME(…)``), a Python ``logging`` record (``ERROR:root:…``), a line
@@ -56,6 +61,10 @@ LINE_TEXT_MAX = 300
 PATTERN_LINE_MAX = 4096
 #: A session pattern longer than this is refused: it is meant to name one verdict line, not to parse the output.
 PATTERN_MAX_CHARS = 500
+
+#: The result type of a run whose output carries no verdict at all (``VerdictResult.command_problem``): the command
+#: must be fixed (a ``pass_pattern``), the operator is not at fault, no chip is blamed, no baseline failure counted.
+COMMAND_PROBLEM = "command-problem"
 
 SIM_NOTE = ("SIM: compiled and simulated only; the simulator does not compute output tensors, so numerics were not "
             "checked (domain A.8)")
@@ -93,6 +102,12 @@ class VerdictResult(BaseModel):
     deciding_lines: list[VerdictLine] = Field(
         default_factory=list, description="the output lines that decided, with line numbers; for 'exit 0 but no "
                                           "verdict line' the last output lines, so the gap is visible")
+    command_problem: bool = Field(False, description="True when the test exited 0 without any verdict line: the "
+                                  "command's output cannot be judged, which says nothing about the operator (not a "
+                                  "baseline failure, no device blamed); the fix is a pass_pattern")
+    suggested_pass_pattern: str | None = Field(None, description="for a command problem: a pattern that matches the "
+                                               "last line the test printed, to use only if that line is its success "
+                                               "line")
 
 
 # --------------------------------------------------------------------------------------------- session patterns
@@ -194,7 +209,8 @@ _MARKER_EXEMPT_RE = re.compile(
     r"^(?:(?:ERROR|Error)S?\s*[:=]?\s*[-+]?(?:\d|\.\d)|(?:FAIL|Fail)\w*\s*[:=]?\s*0+\b(?!\.\d))")
 
 _CHECK_MARK_RE = re.compile(r"^[✓✔☑✅]")
-_POS_RE = re.compile(r"\b(passed|pass|success|successful|successfully|succeeded|succeed)\b|通过|成功", re.IGNORECASE)
+_POS_RE = re.compile(r"\b(passed|pass|success|successful|successfully|succeeded|succeed|completed|complete)\b|通过|成功|"
+                     r"完成", re.IGNORECASE)
 _OK_RE = re.compile(r"\bOK\b")  # upper case only: "ok" in prose is not a verdict
 _NEG_RE = re.compile(r"\b(failed|fail|failure|failures|error|errors|timeout|timed out|mismatch(?:ed|es)?|incorrect|"
                      r"not (?:equal|close|match(?:ed)?))\b|失败|错误|不通过|未通过", re.IGNORECASE)
@@ -543,10 +559,26 @@ def judge_precision(result: RunResult, run_mode: str, *, pass_pattern: str | re.
                  f"read {stripped[builtin_pass[-1].idx]!r}, but the session pattern takes precedence)")
     elif pats.pass_re is not None:
         extra = f"; the session's pass_pattern {pats.pass_re.pattern!r} matched no line"
-    return make("failed", "no-verdict-line", "exit 0 but the test printed no verdict line (none of 'PRECISION: "
-                "passed', a pytest or unittest summary, '✓ … passed', '… test passed', 'All … tests passed', "
-                f"'completed successfully'){extra}{truncated_note}; make the test print its verdict, or start the "
-                "session with a pass_pattern that matches the line it prints", last_output())
+    tail = last_output()
+    suggestion = _suggest_pattern(tail[-1].text) if tail else None
+    hint = (f" (if {tail[-1].text!r} is its success line: pass_pattern={suggestion!r})" if suggestion else "")
+    out = make("failed", "no-verdict-line", "exit 0 but the test printed no verdict line (none of 'PRECISION: "
+               "passed', a pytest or unittest summary, '✓ … passed', '✓ … completed', '… test completed', 'All … "
+               f"tests passed', 'completed successfully'){extra}{truncated_note}. This is a problem of the test "
+               "command, not a verdict on the operator: make the test print its verdict, or start the session again "
+               f"with a pass_pattern that matches the line it prints on success{hint}", tail)
+    return out.model_copy(update={"command_problem": True, "suggested_pass_pattern": suggestion})
+
+
+def _suggest_pattern(line: str) -> str | None:
+    """A pass_pattern for ``line``: its text escaped, with every number left free (timings and diffs change from
+    run to run). None for a line that reads as a failure, or is too short to name anything."""
+    s = line.strip()
+    if len(s) < 4 or _NEG_RE.search(_NEG_EXEMPT_RE.sub(" ", s)) or _marker(s):
+        return None
+    parts = re.split(r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", s[:120])
+    return "".join("[-+.0-9eE]+" if i % 2 else re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", p)
+                   for i, p in enumerate(parts))
 
 
 def _key_error_lines(scan: _Scan) -> list[str]:

@@ -47,6 +47,7 @@ class AdmissionCache:
         self.path = Path(path) if path else None
         self.entries: dict[str, dict[str, Any]] = {}
         self.hits = self.misses = 0
+        self.admit_s: float | None = None  # running mean of one admission's wall time (the answer budget uses it)
         if self.path is not None and self.path.is_file():
             try:
                 self.entries = json.loads(self.path.read_text())
@@ -67,6 +68,10 @@ class AdmissionCache:
 
     def put(self, key: str, entry: dict[str, Any]) -> None:
         self.entries[key] = entry
+
+    def timed(self, seconds: float) -> None:
+        """Record how long one admission took (exponential mean, recent ones weigh most)."""
+        self.admit_s = seconds if self.admit_s is None else 0.5 * self.admit_s + 0.5 * seconds
 
     def save(self) -> None:
         if self.path is not None:

@@ -7,12 +7,18 @@ means which components a change moved up or down. The signals, strongest first:
 * **stop** — a change that regressed or failed from the knob's current value: values at or beyond it in the same
   direction are pushed down hard (a larger tile after a larger tile failed to compile), values part of the way there
   a little;
+* **regressed direction** — a change of this knob that regressed from *another* kept state still lowers the same
+  direction from here (issue #17: a knob that had just regressed twice was ranked first, because each regression
+  started from a different kept state), more for each such regression;
 * **size-failed** — a value that failed to compile from any state: every value at least as large on the grown
   components is pushed down (the unified buffer and L0C budgets do not move);
 * **continue** — the change that made the current value a kept gain: keep going the same way, do not walk back;
+* **near a gain** — a value next to one that measured a gain (kept, or a gain another trial of its batch beat)
+  is raised: the neighbourhood of a gain is where the next one is likely;
 * **flat** — a knob whose every measured change left the time unchanged (±0.05 %) is pushed down, and so is more
   of the same after a no-gain step;
-* **sensitive** — a knob that moved the time by ≥ 10 % somewhere is worth trying again.
+* **sensitive** — a knob whose change *gained* ≥ 10 % somewhere is worth trying again (a large regression says the
+  opposite: it never raises a knob).
 """
 
 from __future__ import annotations
@@ -35,6 +41,10 @@ W_WALK_BACK = -0.5
 W_FLAT_KNOB = -1.0
 W_FLAT_MORE = -0.5
 W_SENSITIVE = 0.2
+W_DIRECTION_REGRESSED = -1.0
+W_DIRECTION_MORE = -0.5  # each further regression of the same direction
+W_NEAR_GAIN = 0.3
+GAINS = ("kept", "not-chosen")
 
 
 def components(value: Any) -> tuple[float, ...] | None:
@@ -174,6 +184,41 @@ def history_signals(knob_id: str, current: Any, value: Any, history: Iterable[Tr
             elif back:
                 out.append(Signal("walk-back", W_WALK_BACK, f"walks back toward {_fmt(t.before_value)}, which "
                                   f"was {gain:.1f} % slower", _ev(t)))
+    # regressed direction from other kept states (the same state is "stop" above)
+    if comparable and not any(s.name == "stop" for s in out):
+        same_dir = []
+        for t in mine:
+            if t.outcome not in ("regression", "failed") or norm_value(t.before_value) == current:
+                continue
+            d_t = direction(t.before_value, t.value) if t.before_value is not None else None
+            if d_t is None or len(d_t) != len(d_cand) or not _same_way(d_t, d_cand):  # type: ignore[arg-type]
+                continue
+            same_dir.append(t)
+        if same_dir:
+            worst = max(same_dir, key=lambda t: t.delta_pct if t.delta_pct is not None else 1e9)
+            score = W_DIRECTION_REGRESSED + W_DIRECTION_MORE * (len(same_dir) - 1)
+            what = ", ".join(f"{_fmt(t.before_value)} → {_fmt(t.value)} "
+                             + ("failed" if t.delta_pct is None else f"{t.delta_pct:+.1f} %") for t in same_dir[:3])
+            out.append(Signal("regressed-direction", score, f"this direction regressed {len(same_dir)}× in this "
+                              f"session from other kept states ({what})", _ev(worst)))
+    # near a gain: values next to a point that measured a gain
+    if comparable:
+        near = []
+        for t in mine:
+            if t.outcome not in GAINS or t.delta_pct is None or t.delta_pct >= 0:
+                continue
+            probe = components(t.value)
+            if probe is None or len(probe) != len(val_c):  # type: ignore[arg-type]
+                continue
+            if norm_value(t.value) == current:
+                continue  # the gain made the current value: "continue" speaks for it
+            dist = sum(abs(math.log2(max(a, 0.5) / max(b, 0.5))) for a, b in zip(probe, val_c))  # type: ignore[arg-type]
+            if dist <= 1.0:
+                near.append((dist, t))
+        if near:
+            dist, t = min(near, key=lambda x: (x[0], x[1].delta_pct))
+            out.append(Signal("near-gain", W_NEAR_GAIN * (1.0 - 0.5 * dist), f"{'at' if dist == 0 else 'next to'} "
+                              f"{_fmt(t.value)}, which gained {-t.delta_pct:.1f} % ({t.outcome})", _ev(t)))
     # flat knob / flat direction
     measured = [t for t in mine if t.delta_pct is not None]
     if len(measured) >= 2 and all(abs(t.delta_pct) <= FLAT_PCT for t in measured):  # type: ignore[arg-type]
@@ -190,9 +235,18 @@ def history_signals(knob_id: str, current: Any, value: Any, history: Iterable[Tr
                 out.append(Signal("flat-more", W_FLAT_MORE, f"{_fmt(t.value)} gained nothing from here; this goes "
                                   "further the same way", _ev(t)))
                 break
-    big = [t for t in measured if abs(t.delta_pct) >= SENSITIVE_PCT]  # type: ignore[arg-type]
-    if big and not any(s.score <= W_STOP_REGRESSION for s in out):
-        t = max(big, key=lambda x: abs(x.delta_pct))  # type: ignore[arg-type]
-        out.append(Signal("sensitive", W_SENSITIVE, f"this knob moved the time by {t.delta_pct:+.1f} % "
-                          "in this session", _ev(t)))
+    # only gains make a knob worth another look; a regression of any size never raises it (issue #17: "moved the time
+    # by +15.6 %" once ranked a knob first)
+    big = [t for t in measured if t.delta_pct <= -SENSITIVE_PCT]  # type: ignore[operator]
+    if big and not any(s.score < 0 for s in out):
+        t = min(big, key=lambda x: x.delta_pct)  # type: ignore[arg-type, return-value]
+        out.append(Signal("sensitive", W_SENSITIVE, f"a change of this knob gained {-t.delta_pct:.1f} % in this "
+                          "session", _ev(t)))
     return out
+
+
+def _same_way(d_probe: tuple[int, ...], d_cand: tuple[int, ...]) -> bool:
+    """The candidate moves every component the probe moved, the same way, and no component the probe left alone."""
+    moved = [i for i, x in enumerate(d_probe) if x]
+    return bool(moved) and all(d_cand[i] == d_probe[i] for i in moved) and all(
+        d_cand[i] == 0 for i, x in enumerate(d_probe) if not x)

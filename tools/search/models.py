@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 StageGroup = Literal["frontend", "swimlane", "incore"]
-Outcome = Literal["kept", "regression", "no-gain", "failed"]
+#: not-chosen: a gain over the kept state that another trial of the same batch beat (it was not kept)
+Outcome = Literal["kept", "not-chosen", "regression", "no-gain", "failed"]
 CATALOG_PREFIX = {"frontend": "F-", "swimlane": "S-", "incore": "I-"}
 
 
@@ -96,6 +97,8 @@ class Candidate(BaseModel):
     score: float = Field(0.0, description="ranking score (predicted log2 speed-up units; only the order matters)")
     stage: StageGroup = "frontend"
     diff: str = Field("", description="unified diff of the edit against the kept state")
+    admitted: bool = Field(True, description="False: past propose_candidates' answer budget it was checked by the "
+                           "legality functions only; run_candidates admits it before running it")
 
     @field_validator("value", "before", mode="before")
     @classmethod
@@ -128,3 +131,8 @@ class Proposal(BaseModel):
                                      "did not pay off), 'illegal' (refused by the server's admission), 'no-change'")
     refusals: list[str] = Field(default_factory=list, description="first few admission refusals, for the record")
     notes: list[str] = Field(default_factory=list)
+    ranking_flat: bool = Field(False, description="the first candidates score the same (within FLAT_SCORE): nothing "
+                               "measured or modelled tells them apart, so their order is the catalogue's, not a "
+                               "prediction")
+    dead_sites: list[str] = Field(default_factory=list, description="knob ids whose sites the test never ran: never "
+                                  "proposed")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,7 +39,8 @@ from pypto_tune.tools.errors import (
     PyptoTuneError,
 )
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
-from pypto_tune.tools.patching.models import Knob
+from pypto_tune.tools.patching.models import EXPR_KEY, Knob
+from pypto_tune.tools.search import linked, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -57,9 +59,10 @@ from pypto_tune.tools.search.priors import Priors, load_priors
 from pypto_tune.tools.search.values import values_for
 
 Ranking = Literal["model", "plain"]
-ALL_SIGNALS = frozenset({"model", "history", "analysis"})
+ALL_SIGNALS = frozenset({"model", "history", "analysis", "knowledge"})
 ANALYSIS_ONLY = {"S-1"}  # catalogue items that are an analysis, not a change
 MAX_REFUSALS_SHOWN = 5
+FLAT_SCORE = 0.05  # scores closer than this are the same prediction (predicted log2 speed-up units)
 
 
 @dataclass
@@ -73,12 +76,36 @@ class _Raw:
     step: float = 0.0
     note: str = ""
     model: dict[str, Any] = field(default_factory=dict)
+    after_sig: str | None = None  # the kernel picture after the change (same picture: same prediction)
 
     def sort_key(self, ranking: Ranking) -> tuple:
         tail = (self.knob.id, value_key(self.value))
         if ranking == "plain":
             return (*self.plain, *tail)
         return (-round(self.score, 9), *self.plain, *tail)
+
+
+def _has_expr(v: Any) -> bool:
+    if isinstance(v, dict):
+        return EXPR_KEY in v or any(_has_expr(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_has_expr(x) for x in v)
+    return False
+
+
+def tile_view(knob: Knob, kernel: dict[str, Any] | None) -> list[int | None] | None:
+    """The view a vector-tile knob tiles in its kernel (one loop iteration's data), from the kernel picture."""
+    if kernel is None:
+        return None
+    feeds = {int(x.rsplit(":", 1)[1]) for x in knob.context.get("feeds", []) if str(x).rsplit(":", 1)[-1].isdigit()}
+    for v in kernel.get("vec", []):
+        if knob.kind == "vec_tile" and v.get("line") == knob.line:
+            return v.get("block")
+        if knob.kind == "tile_source" and v.get("line") in feeds:
+            return v.get("block")
+        if knob.kind in ("tile_constant", "local_constant") and norm_value(v.get("tile")) == norm_value(knob.value):
+            return v.get("block")
+    return None
 
 
 def _stage_group(stage: str) -> StageGroup:
@@ -138,13 +165,17 @@ def choose_catalog_id(knob: Knob, stage: StageGroup, value: Any, fb: dict[str, A
     kind, name = knob.kind, knob.name
     consumers = set(knob.context.get("consumers", []))
     grows = _grows(knob.value, value)
+    named = kind in ("tile_constant", "local_constant", "tile_source")
+    is_vec = kind == "vec_tile" or ("vec_tile" in consumers and (isinstance(knob.value, list)
+                                                                 or kind == "tile_source"))
+    is_cube = kind == "cube_tile" or (kind == "tile_source" and "cube_tile" in consumers)
     prefs: list[str] = []
     if stage == "frontend":
-        if kind == "vec_tile" or (isinstance(knob.value, list) and "vec_tile" in consumers):
+        if is_vec:
             prefs = ["F-10"]
-        elif kind == "cube_tile":
+        elif is_cube:
             prefs = ["F-9"]
-        elif kind in ("tile_constant", "local_constant") and consumers & {"loop", "slice", "view"}:
+        elif named and consumers & {"loop", "slice", "view"}:
             iters = (fb or {}).get("iterations") or 0
             cube = bool((fb or {}).get("has_cube"))
             if grows:
@@ -156,9 +187,9 @@ def choose_catalog_id(knob: Knob, stage: StageGroup, value: Any, fb: dict[str, A
         elif name == "combine_axis":
             prefs = ["F-15"]
     elif stage == "swimlane":
-        if kind == "vec_tile" or (isinstance(knob.value, list) and "vec_tile" in consumers):
+        if is_vec:
             prefs = ["S-3", "S-12"] if facts.load_gap_severe else ["S-12", "S-3"]
-        elif kind == "cube_tile":
+        elif is_cube:
             prefs = (["S-3"] if facts.load_gap_severe else []) + (["S-11", "S-2"] if grows else ["S-2", "S-11"])
         elif name == "vec_nbuffer_setting":
             prefs = ["S-5", "S-8"]
@@ -193,12 +224,20 @@ class _Context:
     """Everything computed once per call: knobs, kernel model, base features, facts, history lookups."""
 
     def __init__(self, kept: dict[str, str], context: dict[str, str] | None, stage: StageGroup,
-                 analysis: dict[str, Any] | None, history: list[TriedChange], priors: Priors, kept_hash: str) -> None:
+                 analysis: dict[str, Any] | None, history: list[TriedChange], priors: Priors, kept_hash: str,
+                 run: dict[str, Any] | None = None) -> None:
         self.kept, self.context, self.stage, self.priors = kept, context, stage, priors
         self.kept_hash = kept_hash
+        self.run = run if run and run.get("status") == "reported" else None
         self.knobs = extract_knobs(kept, context)
         self.model = KernelModel(kept, context)
-        self.base = self.model.features()
+        # what ran, when the kept state has a probe record: the kernels as they ran replace the static reading
+        built = runpicture.build(kept, context, self.run) if self.run is not None else None
+        self.runmap, self.picture = built if built is not None else (None, None)
+        base = self.picture.features() if self.picture is not None and self.picture.reported else None
+        if base is None:
+            self.picture = None
+        self.base = base if base is not None else self.model.features()
         self.facts = R.read_facts(analysis, priors)
         self.analysis = analysis
         self.history = history
@@ -206,9 +245,16 @@ class _Context:
         self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
         self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
         self._loops_before: dict[str, Any] | None = None
+        self._after_memo: dict[tuple, list[dict[str, Any]] | None] = {}
+        self._scopes_memo: dict[str, set[tuple[str, str]]] = {}
 
     # which kernels a knob's value reaches
     def scopes_of(self, knob: Knob) -> set[tuple[str, str]]:
+        if knob.id not in self._scopes_memo:
+            self._scopes_memo[knob.id] = self._scopes_of(knob)
+        return self._scopes_memo[knob.id]
+
+    def _scopes_of(self, knob: Knob) -> set[tuple[str, str]]:
         if knob.function is None:
             name = knob.name
             out = set()
@@ -222,7 +268,28 @@ class _Context:
                 if f["file"] == knob.file and (f["scope"] == fn or f["scope"].startswith(fn + ".")
                                                or fn.startswith(f["scope"] + "."))}
 
+    def as_ran(self, knob: Knob) -> Knob:
+        """A tile call written as an expression (``set_vec_tile_shapes(*tile_list)``) with the one value it ran
+        with as its value, so that pinning it to literals starts from what ran; other knobs as they are."""
+        if knob.kind not in ("vec_tile", "cube_tile") or self.runmap is None or not _has_expr(knob.value):
+            return knob
+        site = runpicture.site_of(self.runmap, knob.id)
+        eff = self.runmap.of(site).effective if site is not None else []
+        if len(eff) != 1 or _has_expr(eff[0]):
+            return knob
+        return knob.model_copy(update={"value": norm_value(eff[0])})
+
+    def live(self, knob: Knob) -> bool | None:
+        """Whether the test ran the knob's site (None: no probe record says)."""
+        if self.runmap is None:
+            return None
+        site = runpicture.site_of(self.runmap, knob.id)
+        return self.runmap.of(site).live if site is not None else None
+
     def kernel_of(self, knob: Knob) -> dict[str, Any] | None:
+        if self.picture is not None:
+            keys = self.picture.kernel_keys_of(knob)
+            return next((f for f in self.base if f.get("kernel_key") in keys), None)
         scopes = self.scopes_of(knob)
         for f in self.base:
             if (f["file"], f["scope"]) in scopes:
@@ -235,12 +302,33 @@ class _Context:
 
     def after(self, knob: Knob, value: Any) -> list[dict[str, Any]] | None:
         """Features of every kernel with the knob at ``value``; None when the model cannot see this knob."""
-        scopes = self.scopes_of(knob)
-        if knob.kind in ("vec_tile", "cube_tile"):
-            return self.model.features(site_override={(knob.file, knob.line): value}, scopes=scopes)
-        if knob.kind in ("tile_constant", "local_constant"):
-            return self.model.features(env_override={knob.name: value}, scopes=scopes)
-        return None
+        return self.after_many([(knob, value)])
+
+    def after_many(self, changes: list[tuple[Knob, Any]]) -> list[dict[str, Any]] | None:
+        """Features of every kernel with several knobs at trial values at once (a linked pair's joint point);
+        None when the model cannot see one of them."""
+        memo_key = tuple((k.id, value_key(v)) for k, v in changes)
+        if memo_key in self._after_memo:
+            return self._after_memo[memo_key]
+        if self.picture is not None:
+            pic = self.picture.features(changes)
+            self._after_memo[memo_key] = pic
+            return pic
+        env: dict[str, Any] = {}
+        sites: dict[tuple[str, int], Any] = {}
+        scopes: set[tuple[str, str]] = set()
+        for knob, value in changes:
+            if knob.kind in ("vec_tile", "cube_tile"):
+                sites[(knob.file, knob.line)] = value
+            elif knob.kind in ("tile_constant", "local_constant"):
+                env[knob.name] = value
+            else:
+                self._after_memo[memo_key] = None
+                return None
+            scopes |= self.scopes_of(knob)
+        out = self.model.features(env_override=env or None, site_override=sites or None, scopes=scopes)
+        self._after_memo[memo_key] = out
+        return out
 
     def loops_before(self) -> dict[str, Any]:
         if self._loops_before is None:
@@ -279,29 +367,108 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     return value, ""
 
 
+def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Term], dict[str, Any]]:
+    """The model's terms for going from the kept kernels (``ctx.base``) to ``after``, per kernel weighed by its share
+    of the operator time, and what changes in each kernel."""
+    terms: list[R.Term] = []
+    info: dict[str, Any] = {}
+    for fb, fa in zip(ctx.base, after):
+        if fb == fa:
+            continue
+        kt = R.vector_terms(fb, fa, ctx.priors, ctx.facts.vector_cores)
+        kt += R.cube_terms(fb, fa, ctx.priors, ctx.facts.cube_cores)
+        share = ctx.facts.kernel_share.get(fb["scope"].rsplit(".", 1)[-1])
+        gain = sum(t.score for t in kt)
+        if share is not None and gain:
+            # Amdahl: a kernel that takes a fraction of the operator time can only save that fraction
+            op_gain = R.amdahl(gain, share)
+            for t in kt:
+                t.score *= op_gain / gain
+            kt.append(R.Term("analysis", "kernel-share", 0.0, f"kernel {fb['scope']} takes {share * 100:.0f} % "
+                             f"of the operator time: predicted {gain:+.2f} on it is {op_gain:+.2f} overall",
+                             {"kernel": fb["scope"], "share_pct": round(share * 100, 2)}))
+        terms += kt
+        info[fb["scope"]] = _describe_change(fb, fa)
+    return terms, info
+
+
+def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
+    """Candidate values of one knob for a kernel picture (the kept one, or a trial one for a pair's lookahead)."""
+    k = ctx.as_ran(k)
+    kd = dict(kernel) if kernel else None
+    if kd is not None and k.kind in ("tile_constant", "local_constant", "tile_source") and isinstance(k.value, int):
+        trips = kd.get("trips") or []
+        if len(trips) == 1 and trips[0]:
+            kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
+    reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
+            if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
+    has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
+    has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
+        (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
+    return values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector,
+                      view=tile_view(k, kernel))
+
+
+def _pair_plans(ctx: _Context, knobs: list[Knob]) -> dict[str, linked.PairPlan]:
+    """Plans of the linked (block, tile) pairs among ``knobs``, keyed by the block knob's id (the best plan of a
+    block that feeds several tiles)."""
+    out: dict[str, linked.PairPlan] = {}
+    ids = {k.id for k in knobs}
+
+    def score(feats: list[dict[str, Any]]) -> float:
+        return sum(t.score for t in kernel_terms(ctx, feats)[0])
+
+    for link in linked.find_links([ctx.as_ran(k) for k in ctx.knobs], ctx.base, ctx.after_many):
+        if link.block.id not in ids or link.tile.id not in ids:
+            continue
+        blocks = [v.value for v in _knob_values(ctx, link.block, ctx.kernel_of(link.block))]
+        pl = linked.plan(link, base=ctx.base, after=ctx.after_many, score=score, block_values=blocks,
+                         tile_values=lambda kern, t=link.tile: [v.value for v in _knob_values(ctx, t, kern)])
+        prev = out.get(link.block.id)
+        if prev is None or pl.best_score > prev.best_score:
+            out[link.block.id] = pl
+    return out
+
+
+def _pair_terms(plans: dict[str, linked.PairPlan], k: Knob, value: Any, terms: list[R.Term],
+                info: dict[str, Any]) -> list[R.Term]:
+    """A block step that opens room for a linked tile scores the best point reachable through it (discounted); a
+    tile step of such a pair says what caps it. Nothing when the pair buys nothing over single steps, and nothing
+    for a block direction this session already saw fail or regress (the plan assumed the step would be kept)."""
+    out: list[R.Term] = []
+    pl = plans.get(k.id)
+    if pl is not None and pl.needs_pair:
+        key = value_key(value)
+        through = pl.through.get(key)
+        own = sum(t.score for t in terms)
+        stopped = any(t.source == "history" and t.score <= -1.0 for t in terms)
+        if through is not None and not stopped and linked.LOOKAHEAD_DISCOUNT * through > own:
+            tile = pl.link.tile
+            extra = linked.LOOKAHEAD_DISCOUNT * through - own
+            out.append(R.Term("model", "opens-room", extra,
+                              f"opens room for {tile.name}: with {k.name} = {value!r} its view is "
+                              f"{pl.view_for.get(key)}, where {tile.name} = {pl.tile_for.get(key)!r} is predicted "
+                              f"{through:+.2f} in two steps (best point it can see: {k.name} = {pl.best_block!r}, "
+                              f"{tile.name} = {pl.best_tile!r}; a linked pair, the block first)",
+                              {"linked_pair": pl.summary(), "two_step_score": round(through, 3)}))
+            info["linked_pair"] = pl.summary()
+    for pl in plans.values():
+        if pl.needs_pair and pl.link.tile.id == k.id:
+            b = pl.link.block
+            info["linked_pair"] = pl.summary()
+            out.append(R.Term("model", "capped-by-block", 0.0,
+                              f"capped by {b.name} = {b.value!r} (the view it tiles); the best point it can see "
+                              f"needs {b.name} = {pl.best_block!r} first", {"linked_pair": pl.summary()}))
+    return out
+
+
 def _model_terms(ctx: _Context, knob: Knob, value: Any) -> tuple[list[R.Term], dict[str, Any]]:
     terms: list[R.Term] = []
     info: dict[str, Any] = {}
     after = ctx.after(knob, value)
     if after is not None:
-        for fb, fa in zip(ctx.base, after):
-            if fb == fa:
-                continue
-            kt = R.vector_terms(fb, fa, ctx.priors, ctx.facts.vector_cores)
-            kt += R.cube_terms(fb, fa, ctx.priors, ctx.facts.cube_cores)
-            share = ctx.facts.kernel_share.get(fb["scope"].rsplit(".", 1)[-1])
-            gain = sum(t.score for t in kt)
-            if share is not None and gain:
-                # Amdahl: a kernel that takes a fraction of the operator time can only save that fraction
-                op_gain = R.amdahl(gain, share)
-                for t in kt:
-                    t.score *= op_gain / gain
-                kt.append(R.Term("analysis", "kernel-share", 0.0, f"kernel {fb['scope']} takes {share * 100:.0f} % "
-                                 f"of the operator time: predicted {gain:+.2f} on it is {op_gain:+.2f} overall",
-                                 {"kernel": fb["scope"], "share_pct": round(share * 100, 2)}))
-            terms += kt
-            info[fb["scope"]] = _describe_change(fb, fa)
-        if not info and knob.kind in ("tile_constant", "local_constant", "vec_tile", "cube_tile"):
+        terms, info = kernel_terms(ctx, after)
+        if not info and knob.kind in ("tile_constant", "local_constant", "vec_tile", "cube_tile", "tile_source"):
             info["note"] = "the static model sees no change in this operator's tiles or loops"
     kernel = ctx.kernel_of(knob)
     terms += R.option_terms(knob.name, value, knob.value, [kernel] if kernel else ctx.base, ctx.priors, ctx.facts)
@@ -331,7 +498,8 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
         return (f"plain ranking: catalogue priority of {raw.catalog_id} ({_catalog_title(raw.catalog_id)}), then the "
                 f"nearest value ({raw.step:.1f} log2 step(s) from {raw.knob.value!r})")
     parts = [f"analysis: {t.text}" for t in raw.terms if t.name == "kernel-share"]
-    for t in sorted(raw.terms, key=lambda t: (-abs(t.score), t.name)):
+    # the session's own measurements first: they are about this operator, the model and priors are predictions
+    for t in sorted(raw.terms, key=lambda t: (t.source != "history", -abs(t.score), t.name)):
         if t.name == "kernel-share":
             continue
         if not t.text or abs(t.score) < 1e-9:
@@ -354,6 +522,9 @@ def _evidence(raw: _Raw, priors: Priors) -> dict[str, Any]:
         ev["analysis"] = ana
     if raw.model:
         ev["model"] = raw.model
+    know = [t.evidence for t in raw.terms if t.source == "knowledge" and t.evidence]
+    if know:
+        ev["knowledge"] = know
     rules = sorted({t.rule for t in raw.terms if t.rule})
     if rules:
         ev["prior"] = [priors.rules[r].cite() for r in rules if r in priors.rules]
@@ -385,7 +556,8 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
            kept_hash: str | None = None, ranking: Ranking = "model", cache: AdmissionCache | None = None,
            exclude: Iterable[tuple[str, Any]] = (),
            only: Callable[[str, Any], bool] | None = None,
-           signals: frozenset[str] = ALL_SIGNALS) -> Proposal:
+           signals: frozenset[str] = ALL_SIGNALS, budget_s: float | None = None,
+           run: dict[str, Any] | None = None) -> Proposal:
     """Rank and admit candidates for the current stage of one operator.
 
     ``kept``: the kept operator sources (relative path → exact text); ``context``: the workspace's other Python
@@ -399,21 +571,28 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     ``cache``: admission results to reuse. ``exclude``: (knob id, value) pairs to leave out (e.g. those already in a
     running batch). ``only``: a predicate (knob id, value) → bool restricting the values considered (the offline
     benchmark uses it to stay inside a measured grid). ``signals``: which families the model ranking adds up
-    (``model``, ``history``, ``analysis``; the offline benchmark's ablations drop one).
+    (``model``, ``history``, ``analysis``; the offline benchmark's ablations drop one). ``budget_s``: admit candidates
+    (0.5–4 s each on a loaded 2-core machine) only until this many seconds have passed since the call began; the
+    remaining ones are returned with ``admitted=False`` (None: admit every one, deterministic). ``run``: the
+    run-time probe's record of the kept state (``tools/operations/probes.record_for``): dead sites are never
+    proposed, values and predictions come from the shapes that ran, and the admission judges on what ran.
 
     Returns a :class:`Proposal`; never raises for a value the admission refuses (it is counted in ``excluded``).
     Raises InputError for an unknown stage or knob, or sources that do not parse.
     """
+    started = time.monotonic()
     group = _stage_group(stage)
     hist = [h if isinstance(h, TriedChange) else TriedChange.model_validate(h) for h in history]
     priors = priors or load_priors()
     kept_hash = kept_hash or code_hash(kept)
-    ctx = _Context(kept, context, group, analysis, hist, priors, kept_hash)
+    ctx = _Context(kept, context, group, analysis, hist, priors, kept_hash, run)
     excluded: dict[str, int] = {}
     refusals: list[str] = []
     skip = {(kid, value_key(norm_value(v))) for kid, v in exclude}
 
     knobs = [k for k in ctx.knobs if k.tunable]
+    dead = [k.id for k in knobs if ctx.live(k) is False]
+    knobs = [k for k in knobs if k.id not in set(dead)]  # a site this test never runs is never proposed
     if knob is not None:
         chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
         if not chosen:
@@ -421,21 +600,13 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                              hint="list_knobs shows every knob; pass its id or name")
         knobs = chosen
 
+    plans = _pair_plans(ctx, knobs) if ranking == "model" and "model" in signals else {}
     raws: list[_Raw] = []
     considered = 0
     for k in knobs:
+        k = ctx.as_ran(k)
         kernel = ctx.kernel_of(k)
-        kd = dict(kernel) if kernel else None
-        if kd is not None and k.kind in ("tile_constant", "local_constant") and isinstance(k.value, int):
-            trips = kd.get("trips") or []
-            if len(trips) == 1 and trips[0]:
-                kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
-        reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
-                if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
-        has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
-        has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
-            (lf.get("core_type") == "AIV") for lf in (analysis or {}).get("leaves", []) or [])
-        for v in values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector):
+        for v in _knob_values(ctx, k, kernel):
             considered += 1
             cid = choose_catalog_id(k, group, v.value, kernel, ctx.facts)
             if cid is None:
@@ -462,29 +633,48 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                 info: dict[str, Any] = {}
                 if "model" in signals:
                     terms, info = _model_terms(ctx, k, value)
+                if "knowledge" in signals and priors.knowledge:  # the store's measured moves (tools/knowledge)
+                    terms += [R.Term("knowledge", e.name, e.score, e.text, e.evidence) for e in priors.experience(
+                        k, value, ctx.base, ctx.after(k, value), group, sum(t.score for t in terms), reached=kernel)]
                 if "history" in signals:
                     for s in history_signals(k.id, k.value, value, hist):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
+                terms += _pair_terms(plans, k, value, terms, info)
                 if "analysis" in signals:
                     merges = k.name == "vec_nbuffer_setting" or k.name == "cube_nbuffer_setting"
                     after = ctx.after(k, value) or ctx.base
                     terms += R.analysis_terms(cid, ctx.base, after, merges, ctx.facts)
                 raw.terms, raw.model = terms, info
                 raw.score = sum(t.score for t in terms)
+                pic = ctx.after(k, value)
+                if pic is not None and pic != ctx.base:
+                    raw.after_sig = "after:" + hashlib.sha256(json.dumps(pic, sort_keys=True, default=str)
+                                                              .encode()).hexdigest()
             raws.append(raw)
     raws.sort(key=lambda r: r.sort_key(ranking))
     if ranking == "model":
         raws = _spread(raws)
 
     cache = cache if cache is not None else AdmissionCache()
-    skey = state_key(kept, context)
+    skey = state_key(kept, context) + (":run:" + hashlib.sha256(json.dumps(ctx.run, sort_keys=True, default=str)
+                                                                   .encode()).hexdigest()[:16] if ctx.run else "")
     out: list[Candidate] = []
     checked_all = True
+    unchecked = 0
     for raw in raws:
         if limit is not None and len(out) >= limit:
             checked_all = False
             break
-        entry = _admit(cache, skey, kept, context, raw)
+        key = cache.key(skey, raw.knob.id, raw.value)
+        expected = cache.admit_s if cache.admit_s is not None else 0.0  # what one more admission is likely to take
+        if budget_s is not None and out and time.monotonic() - started + expected > budget_s \
+                and cache.entries.get(key) is None:
+            # out of time: the rest go out checked by the legality functions only (the pre-screen above); the
+            # server's admission judges each again when it is run, and refuses what it would have refused here
+            unchecked += 1
+            out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, "", admitted=False))
+            continue
+        entry = _admit(cache, skey, kept, context, raw, ctx.run)
         if not entry["ok"]:
             excluded["illegal"] = excluded.get("illegal", 0) + 1
             if len(refusals) < MAX_REFUSALS_SHOWN:
@@ -494,17 +684,54 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         if bad is not None:
             excluded["failed-code"] = excluded.get("failed-code", 0) + 1
             continue
-        out.append(Candidate(
-            id=_candidate_id(kept_hash, raw.knob.id, raw.value), knob=raw.knob.id, value=raw.value,
-            catalog_id=raw.catalog_id, why=_why(raw, ranking), evidence=_evidence(raw, priors),
-            knob_name=raw.knob.name, before=raw.knob.value, rank=len(out) + 1,
-            score=round(raw.score, 4), stage=group, diff=entry.get("diff", "")))
+        out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, entry.get("diff", "")))
     notes = []
+    if unchecked:
+        notes.append(f"{unchecked} candidate(s) past the {budget_s:g} s answer budget were checked by the legality "
+                     "functions only (admitted=false); run_candidates admits each before it runs")
     if not ctx.facts.present:
         notes.append("no analysis given: ranked on the model, the priors and the history only")
+    for pl in plans.values():
+        if pl.needs_pair:
+            b, t = pl.link.block, pl.link.tile
+            notes.append(f"linked pair: the best point the model can see needs {b.name} = {pl.best_block!r} and "
+                         f"{t.name} = {pl.best_tile!r} together (predicted {pl.best_score:+.2f}, against "
+                         f"{max(pl.tile_alone, pl.block_alone):+.2f} for either alone): {pl.link.describe()}, so "
+                         f"{b.name} goes first and {t.name} follows once its view has room")
+    flat = ranking == "model" and _flat(out)
+    if flat:
+        n = sum(1 for c in out if abs(c.score - out[0].score) <= FLAT_SCORE)
+        notes.append(f"ranking is flat: the first {n} candidates score the same ({out[0].score:+.2f}); nothing "
+                     "measured or modelled tells them apart, so their order is the catalogue's priority and the "
+                     "nearest value, not a prediction")
+    if dead:
+        notes.append(f"{len(dead)} knob site(s) the test never ran are not proposed (dead: "
+                     f"{', '.join(d.split(':', 1)[-1] for d in dead[:4])}{', …' if len(dead) > 4 else ''})")
+    if ctx.run is None:
+        notes.append("no run-time probe record of the kept state: live and dead sites are not known, values come "
+                     "from the source text")
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
                     exhausted=checked_all and not out, considered=considered, excluded=excluded,
-                    refusals=refusals, notes=notes)
+                    refusals=refusals, notes=notes, ranking_flat=flat, dead_sites=dead)
+
+
+def _candidate(raw: _Raw, kept_hash: str, ranking: Ranking, priors: Priors, group: StageGroup, rank: int,
+               diff: str, *, admitted: bool = True) -> Candidate:
+    return Candidate(id=_candidate_id(kept_hash, raw.knob.id, raw.value), knob=raw.knob.id, value=raw.value,
+                     catalog_id=raw.catalog_id, why=_why(raw, ranking), evidence=_evidence(raw, priors),
+                     knob_name=raw.knob.name, before=raw.knob.value, rank=rank, score=round(raw.score, 4),
+                     stage=group, diff=diff, admitted=admitted)
+
+
+def _flat(out: list[Candidate]) -> bool:
+    """The ranking cannot tell the leaders apart: no candidate has a score at all, or the first half of them (at
+    least two) share the top score."""
+    if len(out) < 2:
+        return False
+    if all(abs(c.score) <= FLAT_SCORE for c in out):
+        return True
+    ties = sum(1 for c in out if abs(c.score - out[0].score) <= FLAT_SCORE)
+    return ties >= max(2, (len(out) + 1) // 2)
 
 
 def _spread(raws: list[_Raw]) -> list[_Raw]:
@@ -515,10 +742,11 @@ def _spread(raws: list[_Raw]) -> list[_Raw]:
     seen: set[str] = set()
     first, later = [], []
     for r in raws:
-        sig = _signature(r)
-        if sig is None or sig not in seen:
-            if sig is not None:
-                seen.add(sig)
+        # the same work predicted for this knob, or exactly the same kernels after the change whatever knob makes it
+        # (a tile pinned at its call and the config field that feeds the call, set to the same value)
+        sigs = [x for x in (_signature(r), r.after_sig) if x is not None]
+        if not any(x in seen for x in sigs):
+            seen.update(sigs)
             first.append(r)
         else:
             later.append(r)
@@ -537,14 +765,15 @@ def _signature(raw: _Raw) -> str | None:
 
 
 def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict[str, str] | None,
-           raw: _Raw) -> dict[str, Any]:
+           raw: _Raw, run: dict[str, Any] | None = None) -> dict[str, Any]:
     key = cache.key(skey, raw.knob.id, raw.value)
     entry = cache.get(key)
     if entry is not None:
         return entry
+    t0 = time.monotonic()
     try:
         plan = plan_knob_edit(kept, raw.knob.id, raw.value, context=context)
-        adm = admit(kept, plan.new_sources, context=context)
+        adm = admit(kept, plan.new_sources, context=context, run=run)
         if adm.kind != "knob" or adm.change is None or adm.change.knob_id != raw.knob.id:
             entry = {"ok": False, "refusal": f"admitted as {adm.describe()}, not as a change of {raw.knob.id}"}
         else:
@@ -552,6 +781,7 @@ def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict
                      "semantic_hash": semantic_hash(plan.new_sources)}
     except (GateRefusal, KnobValueError, InputError, PatchError) as exc:
         entry = {"ok": False, "refusal": exc.message if isinstance(exc, PyptoTuneError) else str(exc)}
+    cache.timed(time.monotonic() - t0)
     cache.put(key, entry)
     return entry
 

@@ -23,6 +23,7 @@ CUBE_NBUF_VALUES = (1, 2, 4)
 STITCH_VALUES = (128, 256, 512, 1024)
 MAX_DIM = 4096  # when an axis length is unknown: the largest tile or block considered
 MAX_COMBOS = 4000  # vector tiles of rank 3+: the per-dim options are thinned until the product fits
+MAX_VEC_TILE_BYTES = 64 * 1024  # F-10: vector tiles of 16–64 KB
 
 
 @dataclass
@@ -48,19 +49,24 @@ def _is_expr(v: Any) -> bool:
     return isinstance(v, dict) and EXPR_KEY in v
 
 
-def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_axes: set[int]) -> list[Value]:
-    """Vector tiles of the same rank: per dim the powers of two up to the axis, the axis itself and the current
-    value; a reduce axis only at its current value or larger (splitting it is never proposed)."""
+def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_axes: set[int], *,
+                    elem_bytes: int = 4, max_bytes: int | None = MAX_VEC_TILE_BYTES) -> list[Value]:
+    """Vector tiles of the same rank: per dim the powers of two up to the view the tile covers (``dims``: the data
+    one loop iteration tiles, or the tensor when there is no loop), that view dim itself and the current value —
+    never a tile larger than the view it tiles (issue #17: a larger one is clipped to it and only looks like a
+    change); a reduce axis only whole or at its current size or larger (splitting it is never proposed, F-10);
+    at most ``max_bytes`` per tile (F-10's 16–64 KB: every measured grid failed to compile above 64 KB)."""
     rank = len(current)
     opts: list[list[int]] = []
     for i in range(rank):
         full = dims[i] if dims and i < len(dims) and dims[i] else None
         hi = full or max(MAX_DIM // 8, current[i] * 8)
-        o = set(_pow2_upto(hi)) | {current[i]}
+        o = set(_pow2_upto(hi)) | ({current[i]} if full is None or current[i] <= full else set())
         if full:
             o.add(full)
+            o = {x for x in o if x <= full}
         if i in reduce_axes or (i - rank) in reduce_axes:
-            o = {x for x in o if x >= current[i]}
+            o = {x for x in o if x >= min(current[i], full or current[i])}
         opts.append(sorted(o))
     # thin the widest dims (keep the current value, the ends and every other power of two) until the product fits
     while math.prod(len(o) for o in opts) > MAX_COMBOS:
@@ -72,8 +78,11 @@ def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_ax
     out = []
     for combo in itertools.product(*opts):
         v = list(combo)
-        if v != current:
-            out.append(Value(v))
+        if v == current:
+            continue
+        if max_bytes is not None and math.prod(v) * elem_bytes > max_bytes and math.prod(v) > math.prod(current):
+            continue  # the unified buffer: larger than the budget (and larger than what runs now)
+        out.append(Value(v, note="within the view it tiles" if dims else ""))
     return out
 
 
@@ -172,9 +181,10 @@ def stitch_values(current: Any, root_instances: int | None) -> list[Value]:
 
 
 def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[int], has_cube: bool,
-               has_vector: bool) -> list[Value]:
+               has_vector: bool, view: list[int | None] | None = None) -> list[Value]:
     """Every value worth considering for ``knob`` (current value excluded). Empty for knobs the search does not
-    tune (problem sizes, run mode, debug options, sg_set_scope ids, valid_shape expressions)."""
+    tune (problem sizes, run mode, debug options, sg_set_scope ids, valid_shape expressions). ``view``: for a
+    vector tile, the shape of the data it tiles as it ran (one loop iteration's view); tiles never exceed it."""
     if not knob.tunable:
         return []
     cur = knob.value
@@ -182,14 +192,16 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
     if kind == "vec_tile":
         if not isinstance(cur, list) or not all(_is_int(x) for x in cur):
             return []  # written as an expression (*VEC_TILE): the name it reads is the knob
-        dims = _dims_for(kernel, len(cur))
-        return vec_tile_values(cur, dims, reduce_axes)
+        dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
     if kind == "cube_tile":
         if not isinstance(cur, dict) or not all(isinstance(cur.get(a), list) for a in ("m", "k", "n")):
             return []
         cube = (kernel or {}).get("cube") or {}
         half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", []))
         return cube_tile_values(cur, cube.get("mkn"), (kernel or {}).get("tensor_dims"), half)
+    if kind == "tile_source":
+        return _source_values(knob, kernel, reduce_axes, view)
     if kind in ("tile_constant", "local_constant"):
         consumers = set(knob.context.get("consumers", []))
         if _is_int(cur) and consumers & {"loop", "slice", "view"}:
@@ -198,8 +210,8 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
                 axis = kernel.get("_axis_for_block")
             return block_values(cur, axis)
         if isinstance(cur, list) and all(_is_int(x) for x in cur) and "vec_tile" in consumers:
-            dims = _dims_for(kernel, len(cur))
-            return vec_tile_values(cur, dims, reduce_axes)
+            dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
+            return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
         if isinstance(cur, list) and consumers <= {"unroll", "loop"} and "unroll" in consumers:
             trip = (kernel or {}).get("trips", [None])[-1] if kernel and kernel.get("trips") else None
             return unroll_values(cur, trip)
@@ -230,6 +242,55 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
     if kind == "cache_policy" and isinstance(cur, dict):
         return [Value({**cur, t: not flag}) for t, flag in cur.items() if isinstance(flag, bool)]
     return []
+
+
+def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[int],
+                   view: list[int | None] | None) -> list[Value]:
+    """A tiling source (issue #17: a comprehension literal, a config field, as ``tools/patching/flows.py`` finds
+    them): values in the form the source is written in, bounded by what the tiles it feeds cover as they ran."""
+    cur = knob.value
+    consumers = set(knob.context.get("consumers", []))
+    if "vec_tile" in consumers and isinstance(cur, list) and all(_is_int(x) for x in cur):
+        dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+    if "vec_tile" in consumers and _is_int(cur):
+        # the element of [v for _ in range(rank)]: the tile is v on every axis of the view it covers
+        dims = [d for d in (view or []) if d] or None
+        if dims is None:
+            dims = next((d for d in (kernel or {}).get("tensor_dims", []) if d), None)
+        rank = len(dims) if dims else 2
+        hi = min(dims) if dims else MAX_DIM
+        reduce = bool(reduce_axes)
+        out = []
+        for v in sorted(set(_pow2_upto(hi)) | ({hi} if dims else set())):
+            if v == cur or (reduce and v < cur) or v ** rank * _elem(kernel) > MAX_VEC_TILE_BYTES:
+                continue
+            out.append(Value(v, note=f"every axis of the tile: {[v] * rank}"))
+        return out
+    if "cube_tile" in consumers and isinstance(cur, list) and len(cur) == 3 and all(_is_int(x) for x in cur):
+        mkn = ((kernel or {}).get("cube") or {}).get("mkn") or (None, None, None)
+        half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", [])) or _elem(kernel) == 2
+        lo = 16 if half else 8
+        axes = [sorted({x for x in _pow2_upto(min(a or 512, 512)) if x >= lo} | {c}) for a, c in zip(mkn, cur)]
+        out = []
+        for combo in itertools.product(*axes):
+            v = list(combo)
+            if v == cur or v[0] * v[2] * 4 > 128 * 1024:  # mL0 x nL0 x 4 B within the 128 KB L0C (F-9)
+                continue
+            out.append(Value(v, note="(m, k, n) within the matmul as it ran"))
+        return out
+    if consumers & {"loop", "slice", "view"} and _is_int(cur):
+        axis = (kernel or {}).get("_axis_for_block")
+        return block_values(cur, axis)
+    return []
+
+
+def _view_dims(view: list[int | None] | None, rank: int) -> list[int | None] | None:
+    return list(view) if view and len(view) == rank and any(x for x in view) else None
+
+
+def _elem(kernel: dict[str, Any] | None) -> int:
+    return int((kernel or {}).get("elem_bytes") or 4)
 
 
 def _dims_for(kernel: dict[str, Any] | None, rank: int) -> list[int | None] | None:

@@ -163,12 +163,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "write_intents",
             "tree_files", "questions", "admissions", "corrections", "trials")),
     ),
+    (
+        5,
+        "probes: what the run-time probe saw in a run (issue #17)",
+        # A new table rather than a column of runs: adding a column to a sealed table would change every old row's
+        # stored values and break its seal. record: the ProbeRecord without its module list; modules: the files the
+        # run imported, stored only when this session has not stored the same list before (modules_hash).
+        """
+        CREATE TABLE probes(
+            id INTEGER PRIMARY KEY, session_id TEXT NOT NULL REFERENCES sessions(id), at TEXT NOT NULL,
+            run_id INTEGER REFERENCES runs(id), code_hash TEXT NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL,
+            modules_hash TEXT NOT NULL, modules TEXT);
+        """,
+    ),
 ]
 
 APPEND_ONLY_TABLES = (
     "sessions", "env_checks", "runs", "precision_records", "measurements", "analyses", "patches", "rounds",
     "round_decisions", "transitions", "checklist_marks", "refusals", "confirmations", "write_intents",
-    "tree_files", "questions", "admissions", "corrections", "trials",
+    "tree_files", "questions", "admissions", "corrections", "trials", "probes",
 )
 #: tables whose rows are evidence and carry seals (the seal bookkeeping itself is append-only too)
 SEALED_TABLES = APPEND_ONLY_TABLES
@@ -178,7 +191,7 @@ _JSON_COLUMNS = {
     "operator_files", "test_command", "device_ids", "original_sources", "config", "argv", "env", "output_dirs",
     "command", "invalid_reasons", "samples", "analysis", "run_ids", "suggestions", "before_sources",
     "after_sources", "knob_changes", "summary", "tampered", "info", "per_kernel", "candidate", "before_value",
-    "after_value",
+    "after_value", "record", "modules",
 }
 
 

@@ -75,9 +75,18 @@ RULES: list[Rule] = [
          text_zh="算法级修改仅在配置阶段收敛仍未达标后进行；每次一个，并引用一个目录编号。"),
     Rule(id="legality", source="C", text_en="Every change is checked against domain C on the effective value of every "
          "tiling call, loop and view it affects, whichever way it was written (structured edit, diff or adopted edit); "
-         "values the server cannot evaluate pass as unchecked and are recorded so.",
+         "a tile call that ran is checked on the value it gets in each kernel that ran it and on that kernel's shapes "
+         "(run-time probe), and a changed tiling source whose value there cannot be derived is refused; a value that "
+         "names something the server cannot evaluate, or never ran and cannot be evaluated, passes as unchecked and "
+         "is recorded so.",
          text_zh="每次修改都按领域规则 C 检查其影响到的每个 tile 调用、循环与 view 的实际取值（无论以结构化修改、diff 还是采纳外部修改提交）；"
-         "服务器无法求值的取值记为“未检查”。"),
+         "运行过的 tile 调用按其在每个运行它的 kernel 中的取值及该 kernel 的实际形状（运行时探针）检查，若修改的 tile 来源在该处的新取值无法推导则拒绝；"
+         "引用了服务器无法求值的名字、或未运行且无法求值的取值记为“未检查”。"),
+    Rule(id="live-site", source="R9/C", text_en="A change is made only where the test runs: the run-time probe of the "
+         "state a change starts from marks every knob site live or dead for this test, and a change to a dead site (a "
+         "branch, helper or kernel the test never runs) is refused.",
+         text_zh="只修改测试实际运行的位置：运行时探针记录修改起点状态下每个 knob 位置对本测试是否运行（live/dead），"
+         "修改 dead 位置（测试从不进入的分支、辅助函数或 kernel）会被拒绝。"),
     Rule(id="ledger-integrity", source="—", text_en="Every ledger row carries the server's seal; while rows "
          "without one exist (or sealed rows are missing) nothing is run, changed or judged.", text_zh="账本每一行都带有"
          "服务器的封印；只要存在无封印的行（或已封印的行缺失），就不运行、不修改、不裁决。"),

@@ -13,6 +13,7 @@ from typing import Any
 
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.chips import chip_health
+from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
 from pypto_tune.tools.code.codestate import FileEntry, entries_for_sources
 from pypto_tune.tools.session.ledger import Ledger, Row
 
@@ -168,8 +169,8 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
                          default=0)
     failures = 0
     for r in rows["precision_records"]:
-        if r["round"] is not None:
-            continue
+        if r["round"] is not None or r.get("result_type") == COMMAND_PROBLEM:
+            continue  # a run without a verdict line is the command's problem, not the operator's (issue #17)
         if r["verdict"] == "passed":
             failures = 0
         elif int(r["id"]) > confirmed_upto:

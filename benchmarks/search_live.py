@@ -1,0 +1,217 @@
+"""The search on operators written the way PyPTO's own examples are (issue #17), live over MCP stdio in SIM.
+
+    .venv/bin/python benchmarks/search_live.py                      # every upstream-style fixture, held-out ones too
+    .venv/bin/python benchmarks/search_live.py upstream_layernorm --trials 12 --batch 2
+    .venv/bin/python benchmarks/search_live.py --json out.json
+
+A scripted agent drives the real server over MCP stdio: the baseline (``start_session``, ``run_precision_check``,
+``enable_runtime_debug``, ``collect_swimlane``, ``analyze_bubbles``), then only ``propose_candidates`` →
+``run_candidates`` (the first ``--batch`` proposals, by id) until ``--trials`` trials ran (when the server proposes
+nothing more, the stage's untried items are marked and the stage advanced, as ``search_bench.py`` does).
+
+Printed per operator, beside its exhaustive grid (``benchmarks/grids/<op>.json``, ``measure_grid.py``): trials to 90 %
+and 99 % of the grid's speed-up (trials of a batch count in the server's rank order) against random search's
+expectation (N+1)/(K+1) (domain F.1); failed trials and failed trials kept (must be 0); the share of proposals that
+were **live and legal** — every candidate of every ``propose_candidates`` answer, judged by the server's own
+admission with the kept state's probe record (a dead site is refused there, rule ``live-site``): candidates the
+server already admitted count as they are, the rest (``admitted: false``, past the answer budget) are admitted here,
+after the call, outside the timed path; and the search's cost — the wall time of ``propose_candidates`` calls over
+that of ``run_candidates`` calls, and per call, measured in the same run. Held-out grids (grid.json
+``"held_out": true``: the ranking was never tuned while looking at them) are reported in their own table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from search_bench import Agent, Refused, _leave_stage, _stage_ready, score  # noqa: E402
+
+ROOT = HERE.parent
+GRIDS = HERE / "grids"
+OPERATORS = ROOT / "fixtures" / "operators"
+# the upstream-style fixtures: the four written for issue #17, and the two earlier ones in the same layout
+DEFAULT_OPS = ["upstream_activation", "upstream_layernorm", "upstream_ffn", "upstream_attention", "upstream_softmax",
+               "layer_norm_multi"]
+
+
+def _spec(name: str) -> dict[str, Any]:
+    return json.loads((OPERATORS / name / "grid.json").read_text())
+
+
+def _operator_files(name: str, spec: dict[str, Any]) -> list[str]:
+    return sorted({k["file"] for k in spec["knobs"]})
+
+
+def _legal(ws: Path, files: list[str], sid: str, cand: dict[str, Any]) -> tuple[bool, str]:
+    """The server's own admission of one proposal from the workspace's kept state, with that state's probe record
+    (a dead site is refused: GATE live-site)."""
+    from pypto_tune.tools.code.admission import admit
+    from pypto_tune.tools.errors import PyptoTuneError
+    from pypto_tune.tools.operations import probes
+    from pypto_tune.tools.patching import plan_knob_edit
+    from pypto_tune.tools.session.ledger import Ledger
+
+    kept = {f: (ws / f).read_text() for f in files}
+    context = {p.name: p.read_text() for p in sorted(ws.glob("*.py")) if p.name not in files}
+    ledger = Ledger.for_workspace(ws)
+    try:
+        record = probes.record_for(ledger, sid, kept)  # code_hash strips runtime_debug_mode
+        plan = plan_knob_edit(kept, cand["knob"], cand["value"], context=context)
+        adm = admit(kept, plan.new_sources, context=context, run=record)
+        ok = adm.kind == "knob" and adm.change is not None and adm.change.knob_id == cand["knob"]
+        return ok, "" if ok else f"admitted as {adm.kind}"
+    except PyptoTuneError as exc:
+        return False, exc.message.splitlines()[0][:200]
+    finally:
+        ledger.close()
+
+
+async def run_operator(name: str, trials_budget: int, batch: int) -> dict[str, Any]:
+    from mcp import Client, StdioServerParameters
+
+    grid = json.loads((GRIDS / f"{name}.json").read_text())
+    spec = _spec(name)
+    tmp = Path(tempfile.mkdtemp(prefix=f"search-live-{name}-"))
+    ws = tmp / "ws"
+    shutil.copytree(OPERATORS / name, ws, ignore=shutil.ignore_patterns("__pycache__", "output", ".pypto-tune"))
+    files = _operator_files(name, spec)
+    cmd = [sys.executable, *grid["command"]]
+    params = StdioServerParameters(command=sys.executable, args=["-m", "pypto_tune.server.cli", "serve",
+                                                                 "--workspace", str(ws), "--log-level", "WARNING"],
+                                   cwd=str(ws))
+    t0 = time.monotonic()
+    trials: list[dict[str, Any]] = []
+    proposals: list[dict[str, Any]] = []
+    propose_s: list[float] = []
+    run_s: list[float] = []
+    notes: list[str] = []
+    base = None
+    try:
+        async with Client(params, mode="legacy") as client:
+            a = Agent(client)
+            sid = (await a.call("start_session", workspace=str(ws), operator_files=files, test_command=cmd,
+                                run_mode="sim", goal_speedup=1000.0))["session_id"]
+            pre = await a.call("run_precision_check", session_id=sid)
+            if pre["verdict"] != "passed":
+                raise RuntimeError(f"{name}: baseline precision {pre['verdict']}: {pre['reason']}")
+            await a.call("enable_runtime_debug", session_id=sid)
+            base = (await a.call("collect_swimlane", session_id=sid))["operator_time_us"]
+            await a.call("analyze_bubbles", session_id=sid, lang="en")
+            while len(trials) < trials_budget:
+                status = await a.call("get_status", session_id=sid)
+                if status["finished"]:
+                    break
+                if status["stage"] and status["stage"] != "FRONTEND" and not _stage_ready(status):
+                    await a.call("collect_swimlane", session_id=sid)
+                    await a.call("analyze_bubbles", session_id=sid, lang="en")
+                    continue
+                t = time.monotonic()
+                try:
+                    prop = await a.call("propose_candidates", session_id=sid, limit=max(batch, 4))
+                except Refused as exc:
+                    print(f"    propose_candidates refused: {str(exc).splitlines()[0][:140]}", flush=True)
+                    break
+                propose_s.append(time.monotonic() - t)
+                for n in prop.get("notes", []):
+                    if n not in notes:
+                        notes.append(n)
+                for c in prop["candidates"]:
+                    ok, why = (True, "") if c.get("admitted", True) else _legal(ws, files, sid, c)
+                    proposals.append({"knob": c["knob"], "value": c["value"], "admitted": c.get("admitted", True),
+                                      "legal": ok, "why_not": why, "stage": status["stage"]})
+                cands = prop["candidates"][:min(batch, trials_budget - len(trials))]
+                if not cands:
+                    if not await _leave_stage(a, sid):
+                        break
+                    continue
+                t = time.monotonic()
+                res = await a.call("run_candidates", session_id=sid, candidates=[c["id"] for c in cands])
+                run_s.append(time.monotonic() - t)
+                by_id = {x["candidate"]: x for x in res["trials"]}
+                for c in cands:
+                    x = by_id.get(c["id"], {})
+                    trials.append({"stage": status["stage"], "knob": c["knob"].split(":")[-1], "value": c["value"],
+                                   "time_us": x.get("operator_time_us"), "decision": x.get("decision"),
+                                   "result_type": x.get("result_type"), "refused": not x})
+                print(f"  {name}: " + ", ".join(f"{t['knob']}={t['value']} "
+                                                f"{'-' if t['time_us'] is None else round(t['time_us'], 3)} "
+                                                f"{t['decision']}" for t in trials[-len(cands):])
+                      + f" (propose {propose_s[-1]:.1f} s)", flush=True)
+            await a.call("stop_session", session_id=sid, reason="benchmark budget spent")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"operator": name, "held_out": bool(spec.get("held_out")), "grid": grid["summary"], "baseline_us": base,
+            "trials": trials, "proposals": proposals, "propose_s": propose_s, "run_s": run_s, "notes": notes,
+            "wall_s": time.monotonic() - t0}
+
+
+def _row(run: dict[str, Any]) -> str:
+    s = score(run)
+    props = run["proposals"]
+    legal = sum(1 for p in props if p["legal"])
+    failed_kept = sum(1 for t in run["trials"] if t["decision"] == "kept" and t["time_us"] is None)
+    failed = sum(1 for t in run["trials"] if t["time_us"] is None)
+    ps, rs = run["propose_s"], run["run_s"]
+    ratio = sum(ps) / sum(rs) if rs else float("nan")
+    return (f"| {run['operator']} | {s['N']} | {run['baseline_us']:.3f} ({run['grid']['shipped_us']:.3f}) | "
+            f"{s['grid_best_us']:.3f} ({s['grid_speedup']:.2f}×) | {s['final_us']:.3f} | "
+            f"{s['reach90'] or '>' + str(s['trials'])} | {s['random90']:.2f} | "
+            f"{s['reach99'] or '>' + str(s['trials'])} | {s['random99']:.2f} | "
+            f"{legal}/{len(props)} ({100 * legal / max(len(props), 1):.0f} %) | {failed} / {failed_kept} | "
+            f"{statistics.median(ps) if ps else float('nan'):.1f} / {max(ps) if ps else float('nan'):.1f} | "
+            f"{statistics.median(rs) if rs else float('nan'):.1f} | {ratio:.3f} | {run['wall_s']:.0f} |")
+
+
+HEAD = ("| operator | N | shipped µs (grid) | grid best µs (×) | search final µs | trials to 90 % | random 90 % | "
+        "trials to 99 % | random 99 % | proposals live & legal | failed / failed kept | propose s median / max | "
+        "run_candidates s median | propose / run wall | wall s |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("operators", nargs="*", default=DEFAULT_OPS)
+    ap.add_argument("--trials", type=int, default=12, help="trial budget per operator (default 12)")
+    ap.add_argument("--batch", type=int, default=2, help="candidates per run_candidates call (default 2)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    runs = []
+    for name in args.operators:
+        print(f"{name}: searching ({args.trials} trials, batches of {args.batch})"
+              + (" [held out]" if _spec(name).get("held_out") else ""), flush=True)
+        runs.append(asyncio.run(run_operator(name, args.trials, args.batch)))
+    for title, keep in (("tuned on (the ranking was developed while looking at these)", False),
+                        ("HELD OUT (never looked at while tuning the ranking)", True)):
+        chosen = [r for r in runs if r["held_out"] == keep]
+        if not chosen:
+            continue
+        print(f"\n{title}\n\n{HEAD}")
+        for r in chosen:
+            print(_row(r))
+    print()
+    for r in runs:
+        for n in r["notes"]:
+            if n.startswith(("linked pair", "ranking is flat")) or "never ran" in n:
+                print(f"{r['operator']}: {n[:300]}")
+        bad = [p for p in r["proposals"] if not p["legal"]]
+        for p in bad[:3]:
+            print(f"{r['operator']}: not legal: {p['knob']} = {p['value']!r}: {p['why_not']}")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "scores": [score(r) for r in runs]}, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""The knob map joins text and run (issue #17): live / dead sites, the values that ran, sharing, and the admission
+gate judging tile calls and loop blocks on what ran.
+
+The runs are recorded probe records of real SIM runs of the upstream-style fixtures (``data/probes/``); the expected
+values come from the fixtures' own text: which test builds which config, which branch a static test enters, which
+kernels call the shared helper, the tensor shapes the test creates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pypto_tune.tools.code.admission import admit
+from pypto_tune.tools.errors import GateRefusal
+from pypto_tune.tools.patching.runmap import knob_map
+from tests.conftest import OPERATORS
+
+DATA = Path(__file__).parent / "data" / "probes"
+
+
+def _fixture(name: str, file: str, test: str) -> tuple[dict[str, str], dict[str, Any]]:
+    sources = {file: (OPERATORS / name / file).read_text(encoding="utf-8")}
+    return sources, json.loads((DATA / f"{name}__{test}.json").read_text(encoding="utf-8"))
+
+
+def _change(sources: dict[str, str], old: str, new: str) -> dict[str, str]:
+    (file, text), = sources.items()
+    assert text.count(old) == 1, old
+    return {file: text.replace(old, new)}
+
+
+def _refusal(before: dict[str, str], after: dict[str, str], run: Any) -> GateRefusal:
+    with pytest.raises(GateRefusal) as info:
+        admit(before, after, run=run)
+    return info.value
+
+
+@pytest.fixture(scope="module")
+def layernorm() -> tuple[dict[str, str], dict[str, Any]]:
+    return _fixture("upstream_layernorm", "layernorm_op.py", "test_layer_norm")
+
+
+@pytest.fixture(scope="module")
+def activation() -> tuple[dict[str, str], dict[str, Any]]:
+    return _fixture("upstream_activation", "activation_ops.py", "test_swiglu")
+
+
+@pytest.fixture(scope="module")
+def ffn() -> tuple[dict[str, str], dict[str, Any]]:
+    return _fixture("upstream_ffn", "ffn_module.py", "test_ffn_static")
+
+
+def _info(rm: Any, knob_id: str) -> Any:
+    site = next(s for s in rm.sites if s.knob.id == knob_id)
+    return rm.of(site)
+
+
+# ------------------------------------------------------------------------------------------------- live / dead
+
+LN = "layernorm_op.py:"
+LN_KERNEL = LN + "build_layer_norm.layer_norm_kernel."
+
+
+def test_a_static_test_leaves_the_dynamic_branch_dead_and_its_own_config_live(layernorm):
+    sources, run = layernorm
+    rm = knob_map(sources, {}, run)
+    # test_layer_norm builds LayerNormConfig(block_rows=1, vec_tile_shape=(1, 128)) and takes the static branch
+    static_tile = _info(rm, LN_KERNEL + "set_vec_tile_shapes#2")
+    assert static_tile.live is True and static_tile.effective == [[1, 128]]
+    assert static_tile.kernels == ["layer_norm_kernel"] and static_tile.tests == ["test_layer_norm"]
+    assert [128, 512] in static_tile.shapes and [1, 512] in static_tile.shapes  # x, and one row block of x
+    for dead in ("set_vec_tile_shapes#1", "loop[LOOP_DYN_ROWS].unroll_list", "view#1.valid_shape"):
+        info = _info(rm, LN_KERNEL + dead)
+        assert info.live is False and "never ran" in info.why, dead
+    assert _info(rm, LN + "test_layer_norm.LayerNormConfig(block_rows)").effective == [1]
+    assert _info(rm, LN + "test_layer_norm.LayerNormConfig(vec_tile_shape)").effective == [[1, 128]]
+    other = _info(rm, LN + "test_layer_norm_no_affine.LayerNormConfig(block_rows)")
+    assert other.live is False and "test_layer_norm_no_affine" in other.why
+    # the kernel is shared by the file's three tests: its sites say so
+    assert set(static_tile.shared_with) >= {"test test_layer_norm (ran)", "test test_layer_norm_dynamic_batch "
+                                            "(not run by this test)", "test test_layer_norm_no_affine (not run by "
+                                            "this test)"}
+
+
+def test_a_helper_shared_by_four_kernels_names_them_and_the_tests(activation):
+    sources, run = activation
+    rm = knob_map(sources, {}, run)
+    source = _info(rm, "activation_ops.py:configure_tiling.tile_list[*]")
+    call = _info(rm, "activation_ops.py:configure_tiling.set_vec_tile_shapes#1")
+    assert source.live is True and source.effective == [32]
+    assert call.effective == [[32, 32]] and call.kernels == ["swiglu_kernel"]  # a [128, 1024] tensor: rank 2
+    for info in (source, call):
+        assert "kernel swiglu_kernel (ran)" in info.shared_with
+        for other in ("gelu_kernel", "silu_kernel", "relu_kernel"):
+            assert f"kernel {other} (not run by this test)" in info.shared_with
+        assert "test test_silu_short_batch (not run by this test)" in info.shared_with
+    assert _info(rm, "activation_ops.py:build_gelu.gelu_kernel.runtime_options.run_mode").live is False
+    assert _info(rm, "activation_ops.py:build_swiglu.swiglu_kernel.runtime_options.run_mode").effective == [1]
+
+
+def test_without_a_record_nothing_is_called_dead(layernorm):
+    sources, _ = layernorm
+    for run in (None, {"status": "no-report", "reason": "the run left no probe record"}):
+        rm = knob_map(sources, {}, run)
+        assert not rm.dead_ids() and len(rm.live_sites()) == len(rm.sites)
+        info = _info(rm, LN_KERNEL + "set_vec_tile_shapes#1")
+        assert info.live is None and "did not report" in info.why
+
+
+def test_lines_follow_the_text_when_the_state_differs_from_what_ran(layernorm):
+    """The record is of one state; the map may be asked about it with lines shifted (debug options on)."""
+    sources, run = layernorm
+    (file, text), = sources.items()
+    shifted = {file: "# a comment line added above everything\n" + text}
+    rm = knob_map(shifted, {}, run)
+    assert _info(rm, LN_KERNEL + "set_vec_tile_shapes#2").live is True
+    assert _info(rm, LN_KERNEL + "set_vec_tile_shapes#1").live is False
+
+
+# ------------------------------------------------------------------------------------------------- admission
+
+
+def test_a_dead_site_is_never_tunable(layernorm):
+    sources, run = layernorm
+    r = _refusal(sources, _change(sources, "pypto.set_vec_tile_shapes(1, hidden)", "pypto.set_vec_tile_shapes(2, "
+                                  "hidden)"), run)
+    assert r.rule == "live-site" and "set_vec_tile_shapes#1" in r.message
+
+
+def test_a_config_field_is_one_knob_checked_on_the_shapes_that_ran(layernorm):
+    sources, run = layernorm
+    adm = admit(sources, _change(sources, "vec_tile_shape=(1, 128))", "vec_tile_shape=(1, 512))"), run=run)
+    assert adm.kind == "knob" and adm.change.knob_id == LN + "test_layer_norm.LayerNormConfig(vec_tile_shape)"
+    assert adm.live is True and adm.ran_with == [[1, 128]] and not adm.unchecked
+    assert any("[1, 512]" in c and "[128, 512]" in c for c in adm.checked)
+    # x is [128, 512]: a tile 1024 wide cannot fit, and the refusal names what ran
+    r = _refusal(sources, _change(sources, "vec_tile_shape=(1, 128))", "vec_tile_shape=(1, 1024))"), run)
+    assert r.rule == "legality" and "1024" in r.message and "[128, 512]" in r.message
+
+
+def test_a_block_size_is_checked_on_the_axis_the_run_blocked(layernorm):
+    sources, run = layernorm
+    adm = admit(sources, _change(sources, "block_rows=1, vec", "block_rows=8, vec"), run=run)
+    assert any("axis 128" in c and "16 block(s) of 8" in c for c in adm.checked)
+    # 128 rows in blocks of 3 leave 2 rows uncomputed (floor division)
+    r = _refusal(sources, _change(sources, "block_rows=1, vec", "block_rows=3, vec"), run)
+    assert r.rule == "legality" and "not a multiple of 3" in r.message
+
+
+def test_a_comprehension_literal_and_the_pinned_call_are_each_one_knob(activation):
+    sources, run = activation
+    adm = admit(sources, _change(sources, "[32 for _ in", "[64 for _ in"), run=run)
+    assert adm.change.knob_id == "activation_ops.py:configure_tiling.tile_list[*]"
+    assert any("= [64, 64]" in c for c in adm.checked) and not adm.unchecked
+    assert "kernel gelu_kernel (not run by this test)" in adm.shared_with
+    pinned = admit(sources, _change(sources, "pypto.set_vec_tile_shapes(*tile_list)",
+                                    "pypto.set_vec_tile_shapes(64, 128)"), run=run)
+    assert pinned.change.knob_id == "activation_ops.py:configure_tiling.set_vec_tile_shapes#1"
+    assert any("= [64, 128]" in c and "[128, 1024]" in c for c in pinned.checked)
+    # the swiglu tensors are [128, 1024]: rows beyond 128, or a third dim, are refused with the shapes that ran
+    r = _refusal(sources, _change(sources, "[32 for _ in", "[256 for _ in"), run)
+    assert r.rule == "legality" and "[128, 1024]" in r.message
+    r = _refusal(sources, _change(sources, "pypto.set_vec_tile_shapes(*tile_list)",
+                                  "pypto.set_vec_tile_shapes(1, 32, 64)"), run)
+    assert r.rule == "legality" and "2 dims" in r.message
+
+
+def test_a_cube_tile_from_a_config_tuple_is_checked_with_the_dtypes_that_ran(ffn):
+    sources, run = ffn
+    adm = admit(sources, _change(sources, "cube_tile_shape=(16, 32, 32)", "cube_tile_shape=(32, 32, 32)"), run=run)
+    assert any("'m': [32, 32]" in c for c in adm.checked)
+    # x and the weights ran as FP16: an L0 of 24 is not a multiple of 16
+    r = _refusal(sources, _change(sources, "cube_tile_shape=(16, 32, 32)", "cube_tile_shape=(16, 24, 32)"), run)
+    assert r.rule == "legality" and "multiple of 16" in r.message
+
+
+def test_a_tiling_source_needs_the_record_but_a_pin_does_not(activation):
+    sources, _ = activation
+    r = _refusal(sources, _change(sources, "[32 for _ in", "[64 for _ in"), None)
+    assert r.rule == "legality" and "run-time probe" in r.message
+    adm = admit(sources, _change(sources, "pypto.set_vec_tile_shapes(*tile_list)",
+                                 "pypto.set_vec_tile_shapes(64, 128)"), run=None)
+    assert adm.kind == "knob" and adm.live is None
+
+
+# ------------------------------------------------------------------------------------- smuggling through a source
+
+SMUGGLE = '''
+import dataclasses
+from dataclasses import dataclass
+
+import pypto
+import torch
+
+
+@dataclass
+class Cfg:
+    rows: int = 64
+    tile: tuple = (8, 64)
+    scale: int = 2
+    dtype_bits: int = 32
+
+
+def build(cfg):
+    @pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+    def kernel(x: pypto.Tensor((64, 64), pypto.DT_FP32), y: pypto.Tensor((64, 64), pypto.DT_FP32)):
+        pypto.set_vec_tile_shapes(*cfg.tile)
+        pypto.set_vec_tile_shapes(cfg.scale, 64)
+        lanes = [16 for _ in range(2)]
+        pypto.set_vec_tile_shapes(*lanes)
+        y[:, :] = x * cfg.scale
+        if cfg.dtype_bits == 16:
+            pypto.set_vec_tile_shapes(cfg.dtype_bits, 64)
+    return kernel
+
+
+def test_it():
+    cfg = Cfg(rows=64, tile=(8, 64), scale=2, dtype_bits=32)
+    x = torch.randn(cfg.rows, 64)
+    build(cfg)(x, torch.zeros(64, 64))
+    width = [4 for _ in range(3)]
+    print(torch.zeros(width))
+'''
+
+
+@pytest.mark.parametrize("old,new,why", [
+    ("rows=64, tile", "rows=32, tile", "a field that sizes the test's input tensor"),
+    ("scale=2,", "scale=4,", "a field that is both a tile and a factor of the computed value"),
+    ("dtype_bits=32", "dtype_bits=16", "a field that decides a branch (a dtype choice)"),
+])
+def test_a_field_that_reaches_anything_but_tiling_is_not_a_knob(old, new, why):
+    sources = {"op.py": SMUGGLE}
+    r = _refusal(sources, _change(sources, old, new), None)
+    assert r.rule == "one-change", why
+    assert "not a tuning knob" in r.message or "not a knob change" in r.message, why
+
+
+def test_reflection_makes_every_field_a_problem():
+    sources = {"op.py": SMUGGLE + "\nprint(dataclasses.asdict(Cfg()))\n"}
+    r = _refusal(sources, _change(sources, "tile=(8, 64), scale", "tile=(16, 64), scale"), None)
+    assert r.rule == "one-change" and "reflection" in r.message
+
+
+def test_a_comprehension_literal_that_also_sizes_data_is_not_a_knob():
+    sources = {"op.py": SMUGGLE}
+    r = _refusal(sources, _change(sources, "[4 for _ in range(3)]", "[2 for _ in range(3)]"), None)
+    assert r.rule == "one-change"
+    # the control case: the one that only tiles is a knob — refused here only because no run recorded what it feeds
+    r = _refusal(sources, _change(sources, "[16 for _ in range(2)]", "[32 for _ in range(2)]"), None)
+    assert r.rule == "legality" and "op.py:build.kernel.lanes[*]" in r.message and "run-time probe" in r.message

@@ -1,0 +1,181 @@
+"""Issue #17 item 3 on the upstream-style fixtures, with the probe record of a real SIM run of each (no simulator here).
+
+The records in ``tests/search/data/`` were written by ``record_probes.py`` there (the server's probe hook on the
+fixture's own test). What is expected is read off the fixture's source, never off the ranker:
+
+* the static test never enters ``if config.use_dynamic_shape:`` nor calls the kernels other tests use, so no knob
+  whose site sits there is ever proposed;
+* ``test_layer_norm`` builds ``LayerNormConfig(block_rows=1, vec_tile_shape=(1, 128))`` over x[128, HIDDEN]: one
+  loop iteration's view is [1, 512], so no tile may have more than 1 row or 512 columns; the activation kernel has
+  no loop and tiles the whole [128, 1024] tensor;
+* a tile can use no more rows than the block gives it, so the best point needs the block raised first;
+* the session's history moves the ranking the right way: a direction that regressed goes down (wherever it was
+  tried from), the neighbourhood of a gain goes up, a regression never makes a knob "worth another look".
+
+The searches run with ``budget_s=0``: one candidate is admitted, the rest are ranked and generated exactly the same
+way but not admitted (0.5–4 s each); legality by admission is checked over stdio and by the live benchmark.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from pypto_tune.tools.search import AdmissionCache, TriedChange, search
+
+from .conftest import OPS
+
+DATA = Path(__file__).resolve().parent / "data"
+LN, LN_FILE = "upstream_layernorm", "layernorm_op.py"
+ACT, ACT_FILE = "upstream_activation", "activation_ops.py"
+BLOCK = "layernorm_op.py:test_layer_norm.LayerNormConfig(block_rows)"
+TILE_FIELD = "layernorm_op.py:test_layer_norm.LayerNormConfig(vec_tile_shape)"
+
+
+def _load(op: str, file: str) -> tuple[dict[str, str], dict]:
+    return {file: (OPS / op / file).read_text()}, json.loads((DATA / f"{op}.probe.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def cache() -> AdmissionCache:
+    return AdmissionCache()
+
+
+@pytest.fixture(scope="module")
+def ln_all(cache):
+    kept, rec = _load(LN, LN_FILE)
+    return search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0)
+
+
+def _dynamic_branch_lines(text: str) -> set[int]:
+    """Lines inside ``if config.use_dynamic_shape:`` bodies (the branch a static test never takes)."""
+    out: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.If) and "use_dynamic_shape" in ast.unparse(node.test):
+            for st in node.body:
+                out.update(range(st.lineno, (st.end_lineno or st.lineno) + 1))
+    return out
+
+
+def test_the_record_is_of_the_fixture_as_it_is():
+    for op, file in ((LN, LN_FILE), (ACT, ACT_FILE)):
+        kept, rec = _load(op, file)
+        assert rec["status"] == "reported"
+        assert rec["fixture_sha256"][file] == hashlib.sha256(kept[file].encode()).hexdigest(), \
+            f"{op} changed since its probe record was made: run tests/search/data/record_probes.py again"
+
+
+def test_no_proposal_targets_a_site_the_test_never_runs(ln_all, cache):
+    kept, _ = _load(LN, LN_FILE)
+    branch = _dynamic_branch_lines(kept[LN_FILE])
+    from pypto_tune.tools.patching import extract_knobs
+
+    in_branch = {k.id for k in extract_knobs(kept) if k.line in branch and k.tunable}
+    assert in_branch, "the fixture has tunable sites in its dynamic branch"
+    proposed = {c.knob for c in ln_all.candidates}
+    assert proposed and not proposed & in_branch
+    assert in_branch <= set(ln_all.dead_sites)
+    # another test's config: the no-affine test builds its own LayerNormConfig, which this test never constructs
+    assert "layernorm_op.py:test_layer_norm_no_affine.LayerNormConfig(block_rows)" in ln_all.dead_sites
+    assert any("never ran" in n for n in ln_all.notes)
+
+    # activations: four kernels share the helper; the SwiGLU test runs one of them, so the other three kernels' jit
+    # options are dead, and the helper's site is live
+    kept, rec = _load(ACT, ACT_FILE)
+    prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0)
+    others = ("build_gelu.", "build_silu.", "build_relu.")
+    assert all(not c.knob.split(":", 1)[1].startswith(others) for c in prop.candidates)
+    assert {d for d in prop.dead_sites if d.split(":", 1)[1].startswith(others)}
+    assert any(c.knob.endswith("configure_tiling.tile_list[*]") for c in prop.candidates)
+
+
+def _rows_cols(c) -> tuple[int, int] | None:
+    v = c.value
+    if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v):
+        return v[0], v[1]
+    if isinstance(v, int) and c.knob.endswith("tile_list[*]"):
+        return v, v  # the comprehension fills every axis with the literal
+    return None
+
+
+def test_no_tile_is_larger_than_the_view_it_tiles(ln_all, cache):
+    tiles = [(c, _rows_cols(c)) for c in ln_all.candidates if "vec_tile" in c.knob or "set_vec_tile_shapes" in c.knob]
+    assert tiles
+    for c, rc in tiles:
+        assert rc is not None and rc[0] <= 1 and rc[1] <= 512, (c.knob, c.value)  # view [block_rows=1, 512]
+    kept, rec = _load(ACT, ACT_FILE)
+    prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0)
+    tiles = [(c, _rows_cols(c)) for c in prop.candidates]
+    assert tiles
+    for c, rc in tiles:
+        assert rc is not None and rc[0] <= 128 and rc[1] <= 1024, (c.knob, c.value)  # no loop: the whole tensor
+        assert rc[0] * rc[1] * 4 <= 64 * 1024  # F-10: at most 64 KB of FP32
+
+
+def test_the_block_that_opens_room_for_the_tile_comes_first_and_the_pair_is_named(ln_all):
+    first = ln_all.candidates[0]
+    assert first.knob == BLOCK and first.value > 1
+    assert "opens room" in first.why and first.evidence["model"]["linked_pair"]["tile_knob"] in (
+        TILE_FIELD, "layernorm_op.py:build_layer_norm.layer_norm_kernel.set_vec_tile_shapes#2")
+    assert any(n.startswith("linked pair") and "block_rows" in n for n in ln_all.notes)
+
+
+def _rank(prop, knob, value) -> int:
+    return next(c.rank for c in prop.candidates if c.knob == knob and c.value == value)
+
+
+def test_a_direction_that_regressed_from_other_kept_states_goes_down(ln_all, cache):
+    kept, rec = _load(LN, LN_FILE)
+    # raising the block regressed twice this session, each time from another kept state (block 2, then block 4)
+    hist = [TriedChange(knob_id=BLOCK, value=8, before_value=2, from_kept_hash="a", outcome="regression",
+                        before_us=40.0, after_us=46.2, round=3),
+            TriedChange(knob_id=BLOCK, value=16, before_value=4, from_kept_hash="b", outcome="regression",
+                        before_us=40.0, after_us=47.0, round=5)]
+    after = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=hist)
+    ups = [c for c in after.candidates if c.knob == BLOCK and c.value > 1]
+    before_ups = {c.value: c.score for c in ln_all.candidates if c.knob == BLOCK and c.value > 1}
+    assert ups
+    for c in ups:
+        assert c.score < before_ups[c.value]  # every step up is lowered
+        assert "regressed" in c.why
+    assert after.candidates[0].knob != BLOCK  # no longer the first thing to try
+
+
+def test_a_regression_never_raises_its_knob(cache):
+    kept, rec = _load(LN, LN_FILE)
+    # the transcript's case: one large regression of this knob ("moved the time by +15.6 %")
+    hist = [TriedChange(knob_id=BLOCK, value=2, before_value=4, from_kept_hash="a", outcome="regression",
+                        before_us=10.0, after_us=11.56, round=2)]
+    prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=hist)
+    for c in prop.candidates:
+        if c.knob == BLOCK:
+            assert "sensitive" not in c.why
+            assert sum(h.get("delta_pct", 0) < 0 for h in c.evidence.get("history", [])) == 0
+
+
+def test_the_neighbourhood_of_a_gain_goes_up(ln_all, cache):
+    kept, rec = _load(LN, LN_FILE)
+    # the tile [1, 512] gained 65 % from an older kept state, but another trial of its batch was kept instead
+    hist = [TriedChange(knob_id=TILE_FIELD, value=[1, 512], before_value=[1, 128], from_kept_hash="older",
+                        outcome="not-chosen", before_us=193.7, after_us=67.0, round=2)]
+    prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=hist)
+    score = {(c.knob, json.dumps(c.value)): c.score for c in prop.candidates}
+    base = {(c.knob, json.dumps(c.value)): c.score for c in ln_all.candidates}
+    at_gain = (TILE_FIELD, json.dumps([1, 512]))
+    next_to = (TILE_FIELD, json.dumps([1, 256]))  # one log2 step away
+    assert score[at_gain] > base[at_gain] and score[next_to] > base[next_to]
+    assert score[at_gain] - base[at_gain] >= score[next_to] - base[next_to]  # nearer the gain, raised more
+    assert _rank(prop, TILE_FIELD, [1, 512]) <= _rank(ln_all, TILE_FIELD, [1, 512])
+
+
+def test_a_flat_ranking_says_so(cache):
+    kept, rec = _load(ACT, ACT_FILE)
+    prop = search(kept, stage="frontend", limit=6, cache=cache, run=rec, budget_s=0.0)
+    top = [c.score for c in prop.candidates]
+    tied = sum(1 for s in top if abs(s - top[0]) <= 0.05)
+    assert prop.ranking_flat == (tied >= max(2, (len(top) + 1) // 2))
+    if prop.ranking_flat:
+        assert any(n.startswith("ranking is flat") for n in prop.notes)

@@ -1,0 +1,206 @@
+"""Where a tiling value comes from, and who shares it: the parts of the role analysis issue #17 added.
+
+Upstream PyPTO examples rarely write a tile as a literal at the call. They build it in a helper shared by several
+kernels (``tile_list = [32 for _ in range(len(x.shape))]; pypto.set_vec_tile_shapes(*tile_list)``) or carry it in
+a config dataclass built in the test function (``Config(cube_tile_shape=(16, 32, 32))``, read in the kernel as
+``config.cube_tile_shape[0]``). Such a call site is an expression; its value can be tuned at the call (pin the
+arguments to literals) or at its **source**:
+
+* a number literal that is the element of a list comprehension (every element it yields is that literal);
+* a literal keyword argument of a call that constructs a class defined in the workspace (a dataclass field).
+
+A source is a knob only if everything it reaches is tuning (the role analysis's rule for names): every use of the
+comprehension's value, and every load of an attribute with the field's name anywhere in the workspace (any object:
+the analysis does not know types, so it is conservative), ends in a tiling consumer. Reflection that could read a
+field by other means (``getattr``, ``vars``, ``dataclasses.asdict`` / ``astuple`` / ``fields`` / ``replace``,
+``__dict__``) anywhere in the workspace makes every field a problem use.
+
+``reach`` answers "which kernels and tests run this scope" statically: the nested defs and workspace functions a
+function calls, transitively.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field as dc_field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from .roles import Consumer, _Analysis, _File
+
+MODULE = "<module>"
+# Names through which a field could be read without naming it (dotted forms as written).
+REFLECTION = {"getattr", "vars", "asdict", "astuple", "fields", "dataclasses.asdict", "dataclasses.astuple",
+              "dataclasses.fields", "dataclasses.replace", "__dict__", "attrgetter", "operator.attrgetter"}
+SourceKind = Literal["comprehension", "field"]
+
+
+@dataclass
+class Source:
+    """A literal a tiling value flows from, other than a name bound to it (those are :class:`roles.Binding`)."""
+
+    kind: SourceKind
+    file: str
+    scope: str  # the function the literal is written in (dotted), or MODULE
+    line: int
+    col: int
+    value: Any
+    label: str  # "tile_list[*]" (comprehension bound to tile_list) / "MatmulConfig.cube_tile_shape"
+    cls: str | None = None  # field sources: the class constructed
+    field: str | None = None  # field sources: the keyword
+    consumers: set[str] = dc_field(default_factory=set)
+    consumer_sites: set[tuple[str, str, int]] = dc_field(default_factory=set)
+    problems: list[str] = dc_field(default_factory=list)
+
+    @property
+    def is_knob(self) -> bool:
+        return bool(self.consumers) and not self.problems
+
+
+def _number_literal(node: ast.AST) -> Any:
+    """The value of an int literal or a tuple/list of int literals, else None (flags, strings: not tiles)."""
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, int) and not isinstance(v, bool)
+                                                            for v in value):
+        return list(value)
+    return None
+
+
+def reach(a: "_Analysis", start: tuple[str, str]) -> set[tuple[str, str]]:
+    """(file, scope) of everything ``start`` runs: its nested defs and the workspace functions it calls."""
+    seen: set[tuple[str, str]] = set()
+    todo = [start]
+    while todo:
+        key = todo.pop()
+        if key in seen or key[0] not in a.files:
+            continue
+        seen.add(key)
+        f = a.files[key[0]]
+        for sname in f.scopes:
+            if sname.startswith(key[1] + "."):
+                todo.append((f.path, sname))
+        fn = f.functions.get(key[1])
+        if fn is None:
+            continue
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Call):
+                target = a.callee(f, f.scope_of.get(id(n)) or f.scopes[key[1]], n.func)
+                if target is not None:
+                    todo.append(target)
+    return seen
+
+
+def entry_points(a: "_Analysis") -> dict[tuple[str, str], set[tuple[str, str]]]:
+    """Module-level test functions (``test*``) and what each runs."""
+    out: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for f in a.files.values():
+        for sname in f.functions:
+            if "." not in sname and sname.lower().startswith("test"):
+                out[(f.path, sname)] = reach(a, (f.path, sname))
+    return out
+
+
+def _class_of(a: "_Analysis", f: "_File", call: ast.Call) -> tuple[str, str] | None:
+    """(file, class name) of a workspace class the call constructs, else None."""
+    scope = f.scope_of.get(id(call)) or f.scopes[MODULE]
+    if isinstance(call.func, ast.Name):
+        owner = f.resolve(scope, call.func.id)
+        if owner is None:
+            return None
+        for site in owner.bound.get(call.func.id, []):
+            if isinstance(site, ast.ClassDef):
+                return (f.path, site.name)
+            if isinstance(site, ast.ImportFrom) and site.module:
+                other = a.by_module.get(site.module)
+                for alias in site.names:
+                    if (alias.asname or alias.name) == call.func.id and other and _defines_class(a, other, alias.name):
+                        return (other, alias.name)
+        return None
+    if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        other = a.by_module.get(f.imports.get(call.func.value.id) or "")
+        if other and _defines_class(a, other, call.func.attr):
+            return (other, call.func.attr)
+    return None
+
+
+def _defines_class(a: "_Analysis", path: str, name: str) -> bool:
+    return any(isinstance(n, ast.ClassDef) and n.name == name for n in a.files[path].tree.body)
+
+
+def _reflection(a: "_Analysis") -> list[str]:
+    from .roles import dotted
+
+    out = []
+    for f in a.files.values():
+        for n in ast.walk(f.tree):
+            name = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else ""
+            if name in REFLECTION or (isinstance(n, ast.Attribute) and n.attr == "__dict__"):
+                out.append(f"{f.path}:{n.lineno}: reads attributes by reflection ({name or '__dict__'})")
+    return out
+
+
+def find_sources(a: "_Analysis") -> list[Source]:
+    """Every comprehension literal and constructor keyword literal that reaches at least one tiling consumer."""
+    out: list[Source] = []
+    reflection: list[str] | None = None
+    field_uses: dict[str, tuple[set, list[str]]] = {}
+    for f in a.files.values():
+        for n in ast.walk(f.tree):
+            scope = f.scope_of.get(id(n))
+            sname = scope.name if scope is not None else MODULE
+            if isinstance(n, (ast.ListComp, ast.GeneratorExp)):
+                value = _number_literal(n.elt)
+                if value is None or not isinstance(value, int):
+                    continue
+                consumers, problems = a._use(f, n)
+                if not consumers:
+                    continue
+                parent = f.parents.get(id(n))
+                target = (parent.targets[0].id if isinstance(parent, ast.Assign) and len(parent.targets) == 1
+                          and isinstance(parent.targets[0], ast.Name) else None)
+                out.append(Source("comprehension", f.path, sname, n.elt.lineno, n.elt.col_offset, value,
+                                  f"{target}[*]" if target else "[…]", consumers={c[0] for c in consumers},
+                                  consumer_sites=set(consumers), problems=list(problems)))
+            elif isinstance(n, ast.Call) and n.keywords:
+                cls = _class_of(a, f, n)
+                if cls is None:
+                    continue
+                for kw in n.keywords:
+                    value = _number_literal(kw.value) if kw.arg else None
+                    if value is None:
+                        continue
+                    if kw.arg not in field_uses:
+                        field_uses[kw.arg] = _field_uses(a, kw.arg)  # type: ignore[index]
+                    consumers, problems = field_uses[kw.arg]  # type: ignore[index]
+                    if not consumers:
+                        continue
+                    if reflection is None:
+                        reflection = _reflection(a)
+                    out.append(Source("field", f.path, sname, kw.value.lineno, kw.value.col_offset, value,
+                                      f"{cls[1]}.{kw.arg}", cls=cls[1], field=kw.arg,
+                                      consumers={c[0] for c in consumers}, consumer_sites=set(consumers),
+                                      problems=list(problems) + reflection[:3]))
+    return out
+
+
+def _field_uses(a: "_Analysis", name: str) -> tuple[set["Consumer"], list[str]]:
+    """Consumers and problem uses of every ``<anything>.name`` load in the workspace."""
+    consumers: set = set()
+    problems: list[str] = []
+    for f in a.files.values():
+        for n in ast.walk(f.tree):
+            if isinstance(n, ast.Attribute) and n.attr == name:
+                if not isinstance(n.ctx, ast.Load):
+                    problems.append(f"{f.path}:{n.lineno}: {name} is assigned as an attribute")
+                    continue
+                c, p = a._use(f, n)
+                consumers |= c
+                problems.extend(p)
+    return consumers, problems

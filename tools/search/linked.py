@@ -1,0 +1,234 @@
+"""Knobs the shapes link (issue #17): a loop's block and the tile that covers the block's view.
+
+A tile can use no more rows than the view it tiles has, and a loop's block size sets that view. So the tile's best
+value depends on the block. From a state where the tile already fills its view, a larger tile is the same tile
+(clipped; the search never proposes it) and a larger block alone often costs a little: a one-knob walk that widens
+the tile first can be stuck far from the best point (issue #17 measured 40 % of a grid's speed-up), while raising
+the block *first* opens the path. Only a model that knows the shapes can see that order.
+
+This module finds such pairs on the kernel picture (:mod:`.kernel`, evaluated under trial values: a block knob is
+linked to a tile when changing the block changes that tile's view) and plans each one: for every value of the
+block it evaluates the best tile the new view allows, so every block candidate gets the best score reachable in two
+steps through it. The ranking gives a block step that opens room that score (discounted), and says when the best
+point it can see needs the pair. Pure: it reads and scores, it never admits or runs anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pypto_tune.tools.patching.models import Knob
+from pypto_tune.tools.search.cache import value_key
+from pypto_tune.tools.search.models import norm_value
+
+#: A two-step plan is worth this much of its predicted gain now: the second step is not measured yet, and the first
+#: must itself be kept (a strict gain) for the second to build on it.
+LOOKAHEAD_DISCOUNT = 0.9
+#: Joint points whose predicted score beats the best single step by less than this are not worth a pair.
+MIN_PAIR_ADVANTAGE = 0.25
+
+Features = list[dict[str, Any]]
+AfterFn = Callable[[list[tuple[Knob, Any]]], "Features | None"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """``block`` sets dims ``dims`` of the view that ``tile`` tiles in kernel ``scope`` (``kind``: a vector tile's
+    view, or the M / N of a cube tile's matmul)."""
+
+    block: Knob
+    tile: Knob
+    scope: str
+    kind: Literal["vec", "cube"]
+    dims: tuple[int, ...]
+
+    def describe(self) -> str:
+        what = "rows" if self.dims == (0,) else f"dims {list(self.dims)}" if self.kind == "vec" else "M"
+        return f"{self.tile.name} ({self.tile.id}) can use no more {what} than the view {self.block.name} sets"
+
+
+@dataclass
+class PairPlan:
+    link: Link
+    through: dict[str, float] = field(default_factory=dict)  # value_key(block value) -> best joint score through it
+    tile_for: dict[str, Any] = field(default_factory=dict)  # value_key(block value) -> the tile of that best
+    view_for: dict[str, Any] = field(default_factory=dict)  # value_key(block value) -> the tile's view there
+    best_block: Any = None
+    best_tile: Any = None
+    best_score: float = 0.0
+    tile_alone: float = 0.0  # the best the tile alone reaches from here (within the current view)
+    block_alone: float = 0.0  # the best the block alone reaches from here (tile as it is)
+    view_now: Any = None  # the tile's view as it ran (vec: its shape; cube: the matmul's M, K, N)
+
+    @property
+    def needs_room(self) -> bool:
+        """The best tile uses more of a linked dim than the current view has: it cannot be set before the block."""
+        best = norm_value(self.best_tile)
+        view = self.view_now
+        if not view:
+            return False
+        if self.link.kind == "vec" and isinstance(best, list):
+            return any(i < len(best) and i < len(view) and view[i] and best[i] > view[i] for i in self.link.dims)
+        if self.link.kind == "cube" and isinstance(best, dict):
+            m = best.get("m")
+            return bool(isinstance(m, list) and m and view[0] and m[0] > view[0])
+        if self.link.kind == "cube" and isinstance(best, list) and len(best) == 3:  # (m, k, n) tiling source
+            return bool(view[0] and best[0] > view[0])
+        return False
+
+    @property
+    def needs_pair(self) -> bool:
+        """The best point the model sees changes both knobs, needs the block first (the tile it wants does not fit
+        the current view) and beats every single step by a clear margin."""
+        return (self.best_block is not None and norm_value(self.best_block) != norm_value(self.link.block.value)
+                and norm_value(self.best_tile) != norm_value(self.link.tile.value) and self.needs_room
+                and self.best_score > max(self.tile_alone, self.block_alone, 0.0) + MIN_PAIR_ADVANTAGE)
+
+    def summary(self) -> dict[str, Any]:
+        b, t = self.link.block, self.link.tile
+        return {"block_knob": b.id, "tile_knob": t.id, "best_point": {b.name: self.best_block, t.name: self.best_tile},
+                "predicted_score": round(self.best_score, 3), "tile_alone": round(self.tile_alone, 3),
+                "block_alone": round(self.block_alone, 3), "order": f"raise {b.name} first, then {t.name}",
+                "why": self.link.describe()}
+
+
+def _is_block(k: Knob) -> bool:
+    return (k.kind in ("tile_constant", "local_constant", "tile_source") and isinstance(k.value, int)
+            and not isinstance(k.value, bool) and bool(set(k.context.get("consumers", [])) & {"loop", "slice", "view"}))
+
+
+def _feeds(k: Knob) -> set[tuple[str, int]]:
+    out = set()
+    for x in k.context.get("feeds", []):
+        f, _, line = str(x).rpartition(":")
+        if line.isdigit():
+            out.add((f, int(line)))
+    return out
+
+
+def _tile_of(knobs: list[Knob], f: dict[str, Any], kind: str, entry: dict[str, Any]) -> Knob | None:
+    """The knob that sets this tile: a tiling source that feeds it (the form the author wrote), else the call's
+    own knob (pinning)."""
+    for k in knobs:
+        if k.tunable and k.kind == "tile_source" and (f["file"], entry.get("line")) in _feeds(k):
+            return k
+    for k in knobs:
+        if k.tunable and k.kind == ("vec_tile" if kind == "vec" else "cube_tile") and k.file == f["file"] \
+                and k.line == entry.get("line"):
+            return k
+    for k in knobs:
+        if not k.tunable or k.file != f["file"]:
+            continue
+        if kind == "vec":
+            if k.kind == "vec_tile" and k.line == entry.get("line"):
+                return k
+            if k.kind in ("tile_constant", "local_constant") and "vec_tile" in k.context.get("consumers", []) \
+                    and norm_value(k.value) == norm_value(entry.get("tile")):
+                return k
+        elif k.kind == "cube_tile" and k.line == entry.get("line"):
+            return k
+    return None
+
+
+def find_links(knobs: list[Knob], base: Features, after: AfterFn) -> list[Link]:
+    """Every (block, tile) pair where changing the block changes the view of that tile: doubling the block is
+    evaluated on the kernel picture and the views compared."""
+    out: list[Link] = []
+    for b in knobs:
+        if not b.tunable or not _is_block(b) or b.value <= 0:
+            continue
+        trial = after([(b, b.value * 2)])
+        if trial is None:
+            continue
+        for fb, fa in zip(base, trial):
+            for eb, ea in zip(fb.get("vec", []), fa.get("vec", [])):
+                vb, va = eb.get("block"), ea.get("block")
+                if not vb or not va or len(vb) != len(va):
+                    continue
+                dims = tuple(i for i, (x, y) in enumerate(zip(vb, va)) if x is not None and y is not None and y > x)
+                tile = _tile_of(knobs, fb, "vec", eb) if dims else None
+                if tile is not None and tile.id != b.id:
+                    out.append(Link(b, tile, fb["scope"], "vec", dims))
+            cb, ca = fb.get("cube") or {}, fa.get("cube") or {}
+            mb, ma = cb.get("mkn"), ca.get("mkn")
+            if mb and ma and mb[0] and ma[0] and ma[0] > mb[0]:
+                tile = _tile_of(knobs, fb, "cube", cb)
+                if tile is not None:
+                    out.append(Link(b, tile, fb["scope"], "cube", (0,)))
+    return out
+
+
+def _kernel(feats: Features, scope: str) -> dict[str, Any] | None:
+    return next((f for f in feats if f["scope"] == scope), None)
+
+
+def _view(link: Link, kernel: dict[str, Any]) -> Any:
+    """The tile's view in a kernel picture: the shape it tiles (vec), or the matmul's M, K, N (cube)."""
+    if link.kind == "cube":
+        return (kernel.get("cube") or {}).get("mkn")
+    lines = {link.tile.line} | {line for _, line in _feeds(link.tile)}
+    entry = next((e for e in kernel.get("vec", []) if e.get("line") in lines), None)
+    return entry.get("block") if entry else None
+
+
+def _free_part(link: Link, value: Any) -> Any:
+    """The part of a tile value the block does not cap (compared to keep the pair search small)."""
+    v = norm_value(value)
+    if link.kind == "vec" and isinstance(v, list):
+        return [x for i, x in enumerate(v) if i not in link.dims]
+    if link.kind == "cube" and isinstance(v, dict):
+        return {a: v.get(a) for a in ("k", "n")}
+    return v
+
+
+def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Features], float],
+         block_values: list[Any], tile_values: Callable[[dict[str, Any]], list[Any]]) -> PairPlan:
+    """Evaluate the pair: the tile alone, the block alone, and for every block value the best tile its view allows.
+
+    ``tile_values(kernel_features)`` generates the tile's candidate values for a kernel picture (the same generator
+    the search uses: within the view, within the buffer budget); only values whose uncapped part equals the current
+    tile's or the best lone tile's are tried at each block (a pair changes the capped dims).
+    """
+    p = PairPlan(link)
+    b, t = link.block, link.tile
+    base_k = _kernel(base, link.scope)
+    if base_k is None:
+        return p
+    p.view_now = _view(link, base_k)
+    alone: list[tuple[float, Any]] = []
+    for v in tile_values(base_k):
+        feats = after([(t, v)])
+        if feats is not None:
+            alone.append((score(feats), v))
+    best_alone = max(alone, key=lambda x: x[0]) if alone else None
+    p.tile_alone = best_alone[0] if best_alone else 0.0
+    templates = [_free_part(link, t.value)] + ([_free_part(link, best_alone[1])] if best_alone else [])
+    p.best_score = float("-inf")
+    for bv in block_values:
+        only_b = after([(b, bv)])
+        if only_b is None:
+            continue
+        s_b = score(only_b)
+        p.block_alone = max(p.block_alone, s_b)
+        kb = _kernel(only_b, link.scope)
+        best_here, tile_here = s_b, t.value
+        for v in tile_values(kb) if kb is not None else []:
+            if _free_part(link, v) not in templates:
+                continue
+            feats = after([(b, bv), (t, v)])
+            if feats is None:
+                continue
+            sc = score(feats)
+            if sc > best_here:
+                best_here, tile_here = sc, v
+        key = value_key(bv)
+        p.through[key], p.tile_for[key] = best_here, tile_here
+        if kb is not None:
+            p.view_for[key] = _view(link, kb)
+        if best_here > p.best_score:
+            p.best_score, p.best_block, p.best_tile = best_here, bv, tile_here
+    if p.best_score == float("-inf"):
+        p.best_score = 0.0
+    return p

@@ -1,0 +1,321 @@
+"""The kernels as they ran (issue #17): the search's picture of each kernel built from the run-time probe's record.
+
+The static picture (:mod:`.kernel`) reads the kernel from its text, and upstream-style code defeats it: tiles set in
+a helper from a comprehension, a block size carried in a config dataclass built in the test, tensor shapes that only
+the test's inputs decide. The probe recorded what ran (``tools/running/probe/``, joined with the text by
+``tools/patching/runmap.py``): every kernel's input tensors, every loop with its trip count, every view with its
+shape, every tile call with the value it got. This module turns that into the same per-kernel features the ranking
+reads (``KernelModel.features()``'s format), and evaluates a trial value of one or more knobs on it:
+
+* a tile call's own knob (pinned literals): the call gets the value;
+* a tiling source (a comprehension literal, a config field, a name bound to a literal) that feeds tile calls: what
+  each call gets is *derived* by the knob map's own reader (``runmap.derive``: the old value must reproduce what ran,
+  or nothing is derived and the picture says "cannot tell");
+* a block size that feeds a loop bound and the views of one iteration: the loop's trip count follows
+  ``axis // block`` (the axis is what ran: trips × old block), and every view dimension that the block fed and that
+  had the old block's extent takes the new one.
+
+Only kernels that ran are pictured: a dead kernel costs nothing and gains nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pypto_tune.tools.patching import roles, runmap
+from pypto_tune.tools.patching.extract import Site
+from pypto_tune.tools.patching.models import DTYPE_BYTES, Knob
+from pypto_tune.tools.search.cache import value_key
+from pypto_tune.tools.search.kernel import KernelModel
+
+_VIEW_APIS = {"view", "Tensor.view"}
+_CANNOT = object()
+_DERIVED: dict[str, dict[tuple, Any]] = {}  # sources → (knob, value, tile call, ran) → derived tile value
+_LOOP_APIS = {"loop", "loop_unroll"}
+
+
+def _ints(v: Any) -> list[int] | None:
+    if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return list(v)
+    return None
+
+
+def _trips(args: list[Any]) -> int | None:
+    """Trip count of ``pypto.loop(stop)`` / ``loop(start, stop[, step])`` as recorded (ints only)."""
+    vals = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
+    if len(vals) != len(args):
+        return None
+    if len(vals) == 1:
+        return max(vals[0], 0)
+    if len(vals) in (2, 3):
+        start, stop = vals[0], vals[1]
+        step = vals[2] if len(vals) == 3 else 1
+        return max(0, -(-(stop - start) // step)) if step else None
+    return None
+
+
+@dataclass
+class _Loop:
+    file: str
+    line: int
+    trips: int | None
+    ceil: bool = False
+
+
+@dataclass
+class _View:
+    file: str
+    line: int
+    shape: list[int]
+
+
+@dataclass
+class _Tile:
+    file: str
+    line: int
+    kind: str  # "vec" / "cube"
+    value: Any
+
+
+@dataclass
+class _Kernel:
+    key: str
+    file: str
+    scope: str
+    tensors: list[tuple[list[int], str]]  # (dims, DT_*) of the inputs, in call order
+    loops: list[_Loop] = field(default_factory=list)
+    views: list[_View] = field(default_factory=list)
+    tiles: list[_Tile] = field(default_factory=list)
+    matmuls: list[dict[str, Any]] = field(default_factory=list)  # recorded matmul calls, when the probe has them
+
+
+class RunPicture:
+    """Per-kernel features of a probed run, and of the same run with knobs at trial values."""
+
+    def __init__(self, rm: runmap.RunMap) -> None:
+        self.rm = rm
+        self.sites = {s.knob.id: s for s in rm.sites}
+        self.kernels: list[_Kernel] = []
+        # derive() parses the file on every call (~0.1 s): one answer per question, kept across searches of the
+        # same sources (the pair planner asks the same questions on every propose_candidates of a kept state)
+        files_key = value_key(sorted(rm.files.items()))
+        self._derived = _DERIVED.setdefault(files_key, {})
+        if len(_DERIVED) > 32:
+            _DERIVED.pop(next(iter(_DERIVED)))
+        if not rm.reported:
+            return
+        for key, k in rm.kernels.items():
+            if not k.get("ran"):
+                continue
+            tensors: list[tuple[list[int], str]] = []
+            for call in (k.get("inputs") or [])[:1]:
+                for a in call:
+                    if isinstance(a, dict) and "$tensor" in a and _ints(a["$tensor"]):
+                        dt = runmap.TORCH_DTYPES.get(str(a.get("dtype")), "")
+                        tensors.append((list(a["$tensor"]), dt))
+            kern = _Kernel(key, k["file"], runmap._scope_of_qualname(k["qualname"]), tensors)
+            for c in rm.calls:
+                if c.get("kernel") != key:
+                    continue
+                api = c["api"]
+                if api in _LOOP_APIS and c.get("origin") == "direct":
+                    kern.loops.append(_Loop(c["file"], c["line"], _trips(list(c.get("args") or []))))
+                elif api in _VIEW_APIS and _ints(c.get("result_shape")):
+                    kern.views.append(_View(c["file"], c["line"], list(c["result_shape"])))
+                elif api == "set_vec_tile_shapes":
+                    kern.tiles.append(_Tile(c["file"], c["line"], "vec", _ints(runmap.effective_value(
+                        _KindOnly("vec_tile"), c))))
+                elif api == "set_cube_tile_shapes":
+                    kern.tiles.append(_Tile(c["file"], c["line"], "cube", runmap.effective_value(
+                        _KindOnly("cube_tile"), c)))
+                elif api == "matmul":
+                    kern.matmuls.append(c)
+            self.kernels.append(kern)
+
+    @property
+    def reported(self) -> bool:
+        return bool(self.kernels)
+
+    # ----------------------------------------------------------------------------------------------- features
+    def features(self, changes: list[tuple[Knob, Any]] | None = None) -> list[dict[str, Any]] | None:
+        """Features of every kernel that ran, with ``changes`` applied; None when a change's effect cannot be
+        derived from what ran (the ranking then says it cannot tell)."""
+        out = []
+        for kern in self.kernels:
+            trial = _Trial(kern)
+            for knob, value in changes or []:
+                if not self._apply(trial, knob, value):
+                    return None
+            out.append(trial.features())
+        return out
+
+    def kernel_keys_of(self, knob: Knob) -> set[str]:
+        """The kernels (keys) whose tile calls, loops or views the knob reaches in this run."""
+        lines = self._lines(knob)
+        out = set()
+        for kern in self.kernels:
+            if knob.kind in ("jit_option", "debug_option"):
+                if kern.file == knob.file and knob.function and kern.scope == knob.function:
+                    out.add(kern.key)
+                continue
+            if any((t.file, t.line) in lines for t in kern.tiles) or any((lp.file, lp.line) in lines
+                                                                           for lp in kern.loops) \
+                    or any((v.file, v.line) in lines for v in kern.views):
+                out.add(kern.key)
+        return out
+
+    def scope_of(self, key: str) -> str:
+        return next((k.scope for k in self.kernels if k.key == key), "")
+
+    def _lines(self, knob: Knob) -> set[tuple[str, int]]:
+        site = self.sites.get(knob.id)
+        if knob.kind in ("vec_tile", "cube_tile"):
+            return {(knob.file, knob.line)}
+        feeder = runmap._feeder(self.rm.program, site) if site is not None else None
+        if feeder is None:
+            return set()
+        return {(f, line) for _, f, line in feeder.consumer_sites}
+
+    def _apply(self, trial: "_Trial", knob: Knob, value: Any) -> bool:
+        kern = trial.kern
+        if knob.kind in ("vec_tile", "cube_tile"):
+            for t in kern.tiles:
+                if (t.file, t.line) == (knob.file, knob.line):
+                    trial.tiles[id(t)] = value if t.kind == "vec" else {**(t.value or {}), **(value or {})}
+            return True
+        site = self.sites.get(knob.id)
+        feeder = runmap._feeder(self.rm.program, site) if site is not None else None
+        if feeder is None:
+            return knob.kind not in ("tile_source", "tile_constant", "local_constant")
+        fed = {(kind, f, line) for kind, f, line in feeder.consumer_sites}
+        # tile calls the source feeds: derived with the knob map's reader (old value must reproduce what ran)
+        for t in kern.tiles:
+            if not any(f == t.file and line == t.line and kind in ("vec_tile", "cube_tile") for kind, f, line in fed):
+                continue
+            tile_site = next((s for s in self.rm.sites if s.knob.kind == ("vec_tile" if t.kind == "vec" else
+                                                                           "cube_tile")
+                              and s.file == t.file and s.knob.line == t.line), None)
+            if tile_site is None:
+                return False
+            key = (knob.id, value_key(value), t.file, t.line, value_key(t.value))
+            if key not in self._derived:
+                try:
+                    self._derived[key] = runmap.derive(self.rm.files, self.rm.program, feeder, tile_site,
+                                                       knob.value, value, t.value)
+                except runmap._NoValue:
+                    self._derived[key] = _CANNOT
+            if self._derived[key] is _CANNOT:
+                return False
+            trial.tiles[id(t)] = self._derived[key]
+        # a block size: loops divide their axis by it, the views of one iteration take its extent
+        old, new = knob.value, value
+        if isinstance(old, int) and isinstance(new, int) and not isinstance(old, bool) and old > 0 and new > 0:
+            for lp in kern.loops:
+                if ("loop", lp.file, lp.line) in fed and lp.trips is not None:
+                    axis = lp.trips * old
+                    trial.trips[id(lp)] = -(-axis // new) if lp.ceil else axis // new
+            for v in kern.views:
+                if any(f == v.file and line == v.line and kind in ("slice", "view") for kind, f, line in fed):
+                    trial.views[id(v)] = [new if d == old else d for d in v.shape]
+        return True
+
+
+@dataclass
+class _KindOnly:
+    kind: str
+
+
+class _Trial:
+    """One kernel's recorded facts with trial values laid over them."""
+
+    def __init__(self, kern: _Kernel) -> None:
+        self.kern = kern
+        self.tiles: dict[int, Any] = {}
+        self.trips: dict[int, int] = {}
+        self.views: dict[int, list[int]] = {}
+
+    def features(self) -> dict[str, Any]:
+        k = self.kern
+        trips = [self.trips.get(id(lp), lp.trips) for lp in k.loops]
+        iterations = math.prod(trips) if trips and all(t is not None for t in trips) else (1 if not trips else None)
+        elem = max((DTYPE_BYTES.get(d, 0) for _, d in k.tensors), default=0) or 4
+        tensors = {f"in{i}": (dims, dt) for i, (dims, dt) in enumerate(k.tensors)}
+        views = [self.views.get(id(v), v.shape) for v in k.views]
+        # the data one iteration tiles: the views the kernel built inside its loops (the whole tensors without one)
+        blocks = [list(v) for v in views] if k.loops else []
+        feats: dict[str, Any] = {"scope": k.scope, "file": k.file, "kernel_key": k.key, "trips": trips,
+                                 "iterations": iterations, "elem_bytes": elem, "source": "run",
+                                 "tensor_dims": [d for d, _ in k.tensors],
+                                 "has_cube": any(t.kind == "cube" for t in k.tiles) or bool(k.matmuls)}
+        vec = []
+        cube = None
+        for t in k.tiles:
+            value = self.tiles.get(id(t), t.value)
+            if t.kind == "vec":
+                vec.append(KernelModel._vec_features(t.line, _ints(value), blocks, tensors, elem))
+            else:
+                cube = (t.line, value)
+        feats["vec"] = vec
+        if cube is not None:
+            feats["cube"] = self._cube(cube[1], views, elem)
+            feats["cube"]["line"] = cube[0]
+        return feats
+
+    def _cube(self, tile: Any, views: list[list[int]], elem: int) -> dict[str, Any]:
+        f: dict[str, Any] = {"tile": tile}
+        mkn = self._mkn(views)
+        f["mkn"] = mkn
+        if isinstance(tile, dict) and mkn and all(isinstance(tile.get(a), list) for a in ("m", "n")):
+            M, _, N = mkn
+            m, n = tile["m"], tile["n"]
+            if m and n and m[-1] and n[-1]:
+                f["tasks_per_iter"] = -(-M // min(m[-1], M)) * -(-N // min(n[-1], N))
+                f["l0c_bytes"] = m[0] * n[0] * 4  # the FP32 accumulator of one L0 tile (see priors.json)
+                f["eff_out_elems"] = min(m[0], M) * min(n[0], N)
+        return f
+
+    def _mkn(self, views: list[list[int]]) -> tuple[int, int, int] | None:
+        """M, K, N of the kernel's (first) matmul: recorded when the probe has it; else read from the views and
+        inputs — the rows of the largest 2-D view inside the loop (one iteration's A), K its last dim, N the other
+        input's dim that is not K. A guess, said so in the features ('mkn_source')."""
+        k = self.kern
+        for mm in k.matmuls:
+            args = [a for a in mm.get("args") or [] if isinstance(a, dict) and "$tensor" in a]
+            res = _ints(mm.get("result_shape"))
+            if len(args) >= 2 and res and len(res) >= 2:
+                a = _ints(args[0]["$tensor"]) or []
+                kw = mm.get("kwargs") or {}
+                kdim = (a[-2] if kw.get("a_trans") else a[-1]) if len(a) >= 2 else None
+                return (res[-2], kdim, res[-1]) if kdim else None
+        two_d = [v for v in views if len(v) == 2] if k.loops else []
+        tens = [d for d, _ in k.tensors if len(d) == 2]
+        a = max(two_d, key=lambda v: v[0] * v[1]) if two_d else (tens[0] if tens else None)
+        if a is None:
+            return None
+        kdim = a[-1]
+        others = [d for d in tens[1:] if kdim in d]
+        if not others:
+            return None
+        b = others[0]
+        n = b[1] if b[0] == kdim else b[0]
+        return (a[0], kdim, n)
+
+
+def build(sources: dict[str, str], context: dict[str, str] | None, record: dict[str, Any] | None
+          ) -> tuple[runmap.RunMap, RunPicture] | None:
+    """The knob map and the run picture of a kept state from its probe record; None without a reported record."""
+    if not record or record.get("status") != "reported":
+        return None
+    rm = runmap.knob_map(sources, context, record)
+    if not rm.reported:
+        return None
+    return rm, RunPicture(rm)
+
+
+def site_of(rm: runmap.RunMap, knob_id: str) -> Site | None:
+    return next((s for s in rm.sites if s.knob.id == knob_id), None)
+
+
+__all__ = ["RunPicture", "build", "roles", "site_of"]
