@@ -7,6 +7,7 @@ gamma/beta [1, 512] in FP32, LayerNormConfig(block_rows=1, vec_tile_shape=(1, 12
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -144,6 +145,25 @@ def test_a_probe_that_cannot_write_changes_nothing_and_is_reported_as_silent(tmp
     assert read_records(bad, [str(tmp_path)]).status == "unreadable"
     (bad / "probe-1.json").write_text('{"kernels": [{"key": 1}]}')
     assert read_records(bad, [str(tmp_path)]).status == "unreadable"
+
+
+def test_every_spelling_of_the_workspace_in_a_record_is_the_workspace(tmp_path: Path) -> None:
+    """A test command may name the operator ``/./WS/op.py`` (issue #16 attack a): Python keeps that spelling in the
+    file names the probe records, and the sites it ran are still the workspace's (else they would look dead)."""
+    ws = str(tmp_path / "ws")
+    spellings = [f"{ws}/op.py", f"/.{ws}/op.py", f"/{ws}/op.py", f"{ws}/sub/../op.py", f"{ws}/./op.py"]
+    raw = {"kernels": [{"key": f"k{i}", "name": "k", "qualname": "k", "file": f, "line": 3, "calls": 1, "ran": True}
+                       for i, f in enumerate(spellings)],
+           "calls": [{"api": "set_vec_tile_shapes", "file": f, "line": 5, "function": "<jit>", "kernel": f"k{i}",
+                      "args": [1, 8]} for i, f in enumerate(spellings)],
+           "traced": {f: [5] for f in spellings}}
+    record = parse_records({"probe-1.json": json.dumps(raw).encode()}, [ws])
+    assert record.status == "reported", record
+    assert {(k.file, k.in_workspace) for k in record.kernels} == {("op.py", True)}
+    assert {(c.file, c.in_workspace, c.kernel) for c in record.calls} == {("op.py", True, "op.py:3:k")}
+    assert record.traced == {"op.py": [5]}
+    outside = parse_records({"probe-1.json": json.dumps(raw).encode()}, [str(tmp_path / "other")])
+    assert {k.in_workspace for k in outside.kernels} == {False}
 
 
 def test_without_the_record_folder_the_hook_does_nothing(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ workspace-relative. A run that left no file, or only unreadable ones, is *not re
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,19 @@ def probe_env(env: dict[str, str], record_dir: str | Path, hook_dir: str | Path 
     return run_env(env, pythonpath_first=(str(hook_dir),), capture_env=DIR_ENV, capture_path=str(record_dir))
 
 
+def _normal(path: str) -> str:
+    """A path as one spelling: the test command may name the workspace ``/./ws``, ``//ws`` or through ``..`` (the
+    sandbox mounts the copy at every spelling alike), and Python keeps the spelling it was given in file names."""
+    if not path.startswith("/"):
+        return path  # "<string>", "<frozen …>": not a file
+    norm = os.path.normpath(path)
+    return "/" + norm.lstrip("/")  # normpath keeps a leading "//"
+
+
 def _relative(path: str, roots: list[str]) -> tuple[str, bool]:
+    path = _normal(path)
     for root in roots:
-        root = root.rstrip("/")
+        root = _normal(root).rstrip("/")
         if root and (path == root or path.startswith(root + "/")):
             return path[len(root) + 1:], True
     return path, False
