@@ -432,6 +432,9 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
 
     if progress_error:
         raise progress_error[0]
+    if on_progress is not None and cap.last_line():
+        # A run shorter than one interval still tells the client what it printed last (its verdict line, usually).
+        await on_progress(round(time.monotonic() - t0, 3), cap.last_line())
     rc = proc.returncode
     exit_code: int | None = rc if rc is not None and rc >= 0 else None
     sig: int | None = -rc if rc is not None and rc < 0 else None
