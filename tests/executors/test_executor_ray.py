@@ -93,7 +93,8 @@ def test_ray_runs_go_in_parallel_up_to_the_cluster_cpus(report: dict) -> None:
 def test_progress_reaches_the_driver(report: dict) -> None:
     p = report["progress"]
     assert p["exit_code"] == 0
-    assert len(p["seen"]) >= 1 and all(line.startswith("tick p") for _, line in p["seen"])
+    assert len(p["seen"]) >= 2 and all(line.startswith("tick p") for _, line in p["seen"][:-1])
+    assert p["seen"][-1][1] == "done p"  # the last line, reported once the run ended
 
 
 def test_a_run_past_its_budget_times_out_on_the_worker(report: dict) -> None:

@@ -17,25 +17,45 @@ from tests.conftest import sim_command
 from tests.runner.runner_helpers import is_alive
 from tests.server.mcp_client import connect, server_params
 
-# Runs execute in a private copy of the workspace (tools/running/execution.py), so the grandchild reports its pid to a file
-# outside it, whose absolute path the test writes into the script.
+# Runs execute in the run sandbox (tools/running/sandbox.py): their own pid namespace, and no file outside the
+# workspace's copy reaches the host. So the grandchild cannot report its pid; it carries a marker on its command line
+# instead (it re-executes itself with one), and the test finds it in the host's /proc.
 HANG = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 pid = os.fork()
 if pid == 0:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    open(PID_FILE, "w").write(str(os.getpid()))
-    time.sleep(600)
-    sys.exit(0)
+    os.execv(sys.executable, [sys.executable, "-c",
+             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)", MARKER])
 time.sleep(600)
 """
 
 
-def _hang_script(ws: Path) -> Path:
-    pid_file = ws.parent / "grandchild.pid"
-    (ws / "hang.py").write_text(f"PID_FILE = {str(pid_file)!r}\n" + HANG)
-    return pid_file
+def _hang_script(ws: Path) -> str:
+    """Write hang.py; returns the marker its grandchild carries."""
+    marker = f"pypto-tune-grandchild-{os.getpid()}-{abs(hash(str(ws)))}"
+    (ws / "hang.py").write_text(f"MARKER = {marker!r}\n" + HANG)
+    return marker
+
+
+def _marked(marker: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes().split(b"\0"):
+                    out.append(int(d.name))
+            except OSError:
+                continue
+    return out
+
+
+async def _grandchild(marker: str, within_s: float) -> int:
+    deadline = time.monotonic() + within_s
+    while not (pids := _marked(marker)) and time.monotonic() < deadline:
+        await anyio.sleep(0.1)
+    assert pids, f"the grandchild ({marker}) never started"
+    return pids[0]
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -118,16 +138,22 @@ def _start(ws: Path, cmd: list[str], timeout_s: float = 300.0) -> dict:
 
 
 def test_a_timeout_kills_the_whole_process_group_including_grandchildren(softmax_ws: Path) -> None:
-    pid_file = _hang_script(softmax_ws)
+    marker = _hang_script(softmax_ws)
 
     async def scenario() -> None:
         async with connect(softmax_ws) as s:
             sid = (await s.ok("start_session", **_start(softmax_ws, [sys.executable, "hang.py"], 3)))["session_id"]
             t = time.monotonic()
-            res = await s.ok("run_precision_check", session_id=sid)
+            async with anyio.create_task_group() as tg:
+                seen: list[int] = []
+
+                async def watch() -> None:
+                    seen.append(await _grandchild(marker, 60))
+                tg.start_soon(watch)
+                res = await s.ok("run_precision_check", session_id=sid)
             assert res["verdict"] == "timeout"
             assert time.monotonic() - t < 60
-            pid = int(pid_file.read_text())
+            pid = seen[0]
             deadline = time.monotonic() + 5
             while is_alive(pid) and time.monotonic() < deadline:
                 await anyio.sleep(0.1)
@@ -137,7 +163,7 @@ def test_a_timeout_kills_the_whole_process_group_including_grandchildren(softmax
 
 
 def test_a_background_job_reports_progress_and_a_cancelled_job_leaves_no_process(softmax_ws: Path) -> None:
-    pid_file = _hang_script(softmax_ws)
+    marker = _hang_script(softmax_ws)
 
     async def scenario() -> None:
         async with connect(softmax_ws) as s:
@@ -155,10 +181,7 @@ def test_a_background_job_reports_progress_and_a_cancelled_job_leaves_no_process
             busy = await s.refused("run_precision_check", session_id=sid)
             assert "GATE busy:" in busy
             # the environment check runs first (it imports pypto): on a loaded machine that takes tens of seconds
-            deadline = time.monotonic() + 90
-            while not pid_file.exists() and time.monotonic() < deadline:
-                await anyio.sleep(0.1)
-            pid = int(pid_file.read_text())
+            pid = await _grandchild(marker, 90)
             cancelled = await s.ok("cancel_job", job_id=job["job_id"])
             assert cancelled["status"] == "cancelled"
             deadline = time.monotonic() + 5

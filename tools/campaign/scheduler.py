@@ -151,6 +151,13 @@ class Campaign:
                 self.cdir.log("stop-requested", reason=self.stop.reason, force=False)
         return self.stop.reason
 
+    def _graceful_stop_reason(self) -> str | None:
+        """What a session driver is told: a graceful stop ends its session (``stop_session``); a forced one is not
+        the driver's to act on — its step is cancelled and its session left as the ledger has it, resumable (a driver
+        that read the forced request first used to record a user stop, and the resume found the session done)."""
+        reason = self._stop_reason()
+        return None if self.stop.force else reason
+
     def _trials_used(self) -> int:
         return sum(f.trials for f in self._facts().values() if f is not None)
 
@@ -222,7 +229,7 @@ class Campaign:
             service = TuningService(executor=executor)
             pool = TrialPool(self.spec.trials, used=self._trials_used() if self.opts.resume else 0)
             self.ctx = DriverContext(service=service, log=cdir.log, batch=self.spec.batch, pool=pool,
-                                     stop_reason=self._stop_reason)
+                                     stop_reason=self._graceful_stop_reason)
             concurrency = self.spec.concurrency or max(2, 2 * self.slots)
             cdir.log("driver-started", pid=os.getpid(), resume=self.opts.resume, executor=self.opts.executor,
                      ray_address=self.opts.ray_address, slots=self.slots, nodes=self.nodes, concurrency=concurrency,
