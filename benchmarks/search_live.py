@@ -28,7 +28,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from search_bench import Agent, Refused, _leave_stage, _stage_ready, score  # noqa: E402
+from search_bench import Agent, Refused, _leave_stage, _stage_ready, score, scratch_workspace  # noqa: E402
 
 ROOT = HERE.parent
 GRIDS = HERE / "grids"
@@ -79,18 +78,13 @@ def _legal(ws: Path, files: list[str], sid: str, cand: dict[str, Any]) -> tuple[
 
 
 async def run_operator(name: str, trials_budget: int, batch: int) -> dict[str, Any]:
-    from mcp import Client, StdioServerParameters
+    from mcp import Client
 
     grid = json.loads((GRIDS / f"{name}.json").read_text())
     spec = _spec(name)
-    tmp = Path(tempfile.mkdtemp(prefix=f"search-live-{name}-"))
-    ws = tmp / "ws"
-    shutil.copytree(OPERATORS / name, ws, ignore=shutil.ignore_patterns("__pycache__", "output", ".pypto-tune"))
+    tmp, ws, params = scratch_workspace(name, "search-live")
     files = _operator_files(name, spec)
     cmd = [sys.executable, *grid["command"]]
-    params = StdioServerParameters(command=sys.executable, args=["-m", "pypto_tune.server.cli", "serve",
-                                                                 "--workspace", str(ws), "--log-level", "WARNING"],
-                                   cwd=str(ws))
     t0 = time.monotonic()
     trials: list[dict[str, Any]] = []
     proposals: list[dict[str, Any]] = []

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pypto_tune.tools.patching import roles, runmap
+from pypto_tune.tools.patching import runmap
 from pypto_tune.tools.patching.extract import Site
 from pypto_tune.tools.patching.models import DTYPE_BYTES, Knob
 from pypto_tune.tools.search.cache import value_key
@@ -318,4 +318,4 @@ def site_of(rm: runmap.RunMap, knob_id: str) -> Site | None:
     return next((s for s in rm.sites if s.knob.id == knob_id), None)
 
 
-__all__ = ["RunPicture", "build", "roles", "site_of"]
+__all__ = ["RunPicture", "build", "site_of"]
