@@ -392,6 +392,18 @@ def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Ter
     return terms, info
 
 
+def _kept_us(ctx: _Context) -> float | None:
+    """The kept state's time: its analysis, else what this session's trials say (the latest kept trial, or the
+    reference of the trials run from this very state)."""
+    if ctx.facts.operator_time_us:
+        return float(ctx.facts.operator_time_us)
+    here = [t.before_us for t in ctx.history if t.from_kept_hash == ctx.kept_hash and t.before_us]
+    if here:
+        return float(here[-1])
+    kept = [t.after_us for t in ctx.history if t.outcome == "kept" and t.after_us]
+    return float(kept[-1]) if kept else None
+
+
 def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
     """Candidate values of one knob for a kernel picture (the kept one, or a trial one for a pair's lookahead)."""
     k = ctx.as_ran(k)
@@ -598,6 +610,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         knobs = chosen
 
     plans = _pair_plans(ctx, knobs) if ranking == "model" and "model" in signals else {}
+    kept_us = _kept_us(ctx)
     raws: list[_Raw] = []
     considered = 0
     for k in knobs:
@@ -631,7 +644,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                 if "model" in signals:
                     terms, info = _model_terms(ctx, k, value)
                 if "history" in signals:
-                    for s in history_signals(k.id, k.value, value, hist):
+                    for s in history_signals(k.id, k.value, value, hist, kept_us=kept_us):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
                 terms += _pair_terms(plans, k, value, terms, info)
                 if "analysis" in signals:
