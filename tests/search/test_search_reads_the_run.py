@@ -179,3 +179,19 @@ def test_a_flat_ranking_says_so(cache):
     assert prop.ranking_flat == (tied >= max(2, (len(top) + 1) // 2))
     if prop.ranking_flat:
         assert any(n.startswith("ranking is flat") for n in prop.notes)
+
+
+def test_a_value_tried_before_only_this_knob_changed_is_not_proposed_again(cache):
+    # a batch ran two pinned tiles of the helper's call from state A; one was kept. Pinning the other again from the
+    # new state writes exactly the code that was tried (the rest of the file is as it was in A): the no-retry gate
+    # would refuse it, so it is not proposed — even past the answer budget, where candidates are not admitted
+    text = (OPS / ACT / ACT_FILE).read_text()
+    state_b = {ACT_FILE: text.replace("pypto.set_vec_tile_shapes(*tile_list)", "pypto.set_vec_tile_shapes(128, 64)")}
+    pin = f"{ACT_FILE}:configure_tiling.set_vec_tile_shapes#1"
+    hist = [TriedChange(knob_id=pin, value=[64, 256], before_value=[32, 32], from_kept_hash="A", outcome="no-gain",
+                        before_us=30.485, after_us=30.485, round=1),
+            TriedChange(knob_id=pin, value=[128, 64], before_value=[32, 32], from_kept_hash="A", outcome="kept",
+                        before_us=30.485, after_us=8.184, round=2)]
+    prop = search(state_b, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=hist)
+    values = [c.value for c in prop.candidates if c.knob == pin]
+    assert values and [64, 256] not in values and prop.excluded.get("tried", 0) >= 1

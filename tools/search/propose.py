@@ -241,7 +241,7 @@ class _Context:
         self.facts = R.read_facts(analysis, priors)
         self.analysis = analysis
         self.history = history
-        self.tried_here = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
+        self.tried_here = _tried_here(history, kept_hash)
         self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
         self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
         self._loops_before: dict[str, Any] | None = None
@@ -390,6 +390,28 @@ def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Ter
         terms += kt
         info[fb["scope"]] = _describe_change(fb, fa)
     return terms, info
+
+
+def _tried_here(history: list[TriedChange], kept_hash: str) -> set[tuple[str, str]]:
+    """(knob, value) pairs whose code from the kept state would be code already tried: those tried from this very
+    state, and those tried from an earlier state when every change kept since was a change of that same knob — the
+    rest of the code is as it was then, and the knob's site is overwritten with the same value (a pinned tile call
+    gives the same text from both states). The server's no-retry gate refuses such code; proposing it would only
+    spend a trial on a refusal (candidates past the answer budget are not admitted, so this check is what stops
+    them here)."""
+    out = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
+    kept = sorted((t for t in history if t.outcome == "kept" and t.round is not None), key=lambda t: t.round)
+    for t in history:
+        if t.from_kept_hash == kept_hash or t.outcome == "kept":
+            continue
+        # the kept change that left t's state, and every kept change after it
+        since = [u for u in kept if u.from_kept_hash == t.from_kept_hash]
+        if not since:
+            continue
+        later = [u for u in kept if u.round >= since[0].round]  # type: ignore[operator]
+        if later and all(u.knob_id == t.knob_id for u in later):
+            out.add((t.knob_id, value_key(t.value)))
+    return out
 
 
 def _kept_us(ctx: _Context) -> float | None:
