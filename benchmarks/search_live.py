@@ -136,6 +136,12 @@ async def run_operator(name: str, trials_budget: int, batch: int) -> dict[str, A
                 by_id = {x["candidate"]: x for x in res["trials"]}
                 for c in cands:
                     x = by_id.get(c["id"], {})
+                    if not x:  # refused when run (the gate's word is final): the proposal was not legal
+                        for prop_row in reversed(proposals):
+                            if prop_row["knob"] == c["knob"] and prop_row["value"] == c["value"]:
+                                prop_row.update(legal=False, why_not="refused by run_candidates: "
+                                                + "; ".join(res.get("refused") or [])[:200])
+                                break
                     trials.append({"stage": status["stage"], "knob": c["knob"].split(":")[-1], "value": c["value"],
                                    "time_us": x.get("operator_time_us"), "decision": x.get("decision"),
                                    "result_type": x.get("result_type"), "refused": not x})

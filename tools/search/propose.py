@@ -307,7 +307,7 @@ class _Context:
     def after_many(self, changes: list[tuple[Knob, Any]]) -> list[dict[str, Any]] | None:
         """Features of every kernel with several knobs at trial values at once (a linked pair's joint point);
         None when the model cannot see one of them."""
-        memo_key = tuple((k.id, value_key(v)) for k, v in changes)
+        memo_key = tuple((k.id, json.dumps(v, sort_keys=True, default=str)) for k, v in changes)
         if memo_key in self._after_memo:
             return self._after_memo[memo_key]
         if self.picture is not None:
@@ -436,6 +436,9 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
     reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
             if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
+    if ctx.runmap is not None and kernel is not None and kernel.get("kernel_key"):
+        # the reductions of everything the kernel that ran reaches (a reduce in a helper it calls counts too)
+        reds |= {ax for r in ctx.runmap.kernel_context(kernel["kernel_key"])[2] for ax in r.axes}
     has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
     has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
         (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
