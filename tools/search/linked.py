@@ -15,6 +15,7 @@ point it can see needs the pair. Pure: it reads and scores, it never admits or r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -182,6 +183,8 @@ def _free_part(link: Link, value: Any) -> Any:
         return tuple(tuple(value.get(a) or ()) for a in ("k", "n"))
     if isinstance(value, (list, tuple)):
         return tuple(value[1:]) if link.kind == "cube" else tuple(value)
+    if isinstance(value, dict):  # an expression the model cannot split: compared whole
+        return json.dumps(value, sort_keys=True, default=str)
     return value
 
 
