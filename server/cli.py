@@ -1,4 +1,4 @@
-"""Command line: ``pypto-tune serve | demo | analyze | status | report``.
+"""Command line: ``pypto-tune serve | demo | campaign | knowledge | analyze | status | report | confirm``.
 
 Only parses flags and turns library errors into one-line messages; logs go to stderr because on stdio the
 stdout stream belongs to the MCP protocol.
@@ -40,12 +40,31 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --executor ray: the cluster to join (HOST:PORT of its head, from a cluster node); "
                    "default: RAY_ADDRESS, else a local Ray instance")
+    s.add_argument("--knowledge", type=Path, default=None, metavar="FILE",
+                   help="a knowledge store (pypto-tune knowledge export): its observations rank propose_candidates "
+                   "as labelled priors (default: PYPTO_TUNE_KNOWLEDGE, else none)")
     s.add_argument("--log-level", default="INFO")
 
     d = sub.add_parser("demo", help="the main job: a complete scripted tuning session on a bundled operator (SIM)")
     d.add_argument("--workspace", type=Path, default=None, help="where to copy the operator (default: ./demo-run)")
     d.add_argument("--lang", choices=["zh", "en"], default="en")
     d.add_argument("--operator", default="softmax", help="bundled operator to tune")
+
+    from pypto_tune.tools.campaign.commands import HELP as CAMPAIGN_HELP
+    from pypto_tune.tools.campaign.commands import add_arguments as campaign_arguments
+
+    k = sub.add_parser("campaign", help="tune every operator of a manifest or folder, each a full gated session "
+                       "driven by the server's own search", epilog=CAMPAIGN_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    campaign_arguments(k)
+
+    kn = sub.add_parser("knowledge", help="the knowledge store distilled from ledgers: export it as one file, "
+                        "import a file (or ledgers, or workspaces) into it")
+    kn.add_argument("action", choices=["export", "import", "show"])
+    kn.add_argument("files", nargs="*", type=Path, help="export: the file to write; import: knowledge files, "
+                    "ledgers (.sqlite3) or workspaces")
+    kn.add_argument("--store", type=Path, default=None, help="the store (default: PYPTO_TUNE_KNOWLEDGE, else "
+                    "~/.config/pypto-tune/knowledge.json)")
 
     a = sub.add_parser("analyze", help="one-shot analysis of a run's output folder (NPU or SIM layout)")
     a.add_argument("args", nargs=argparse.REMAINDER, help="OUTPUT_DIR [--json] [--lang zh|en] [--outer-loops N]")
@@ -76,6 +95,14 @@ def main(argv: list[str] | None = None) -> int:
             from pypto_tune.server.demo import run_demo
 
             return run_demo(workspace=args.workspace, lang=args.lang, operator=args.operator)
+        if args.command == "campaign":
+            from pypto_tune.tools.campaign.commands import campaign_command
+
+            return campaign_command(args)
+        if args.command == "knowledge":
+            from pypto_tune.tools.knowledge.commands import knowledge_command
+
+            return knowledge_command(args.action, list(args.files), store=args.store)
         if args.command == "analyze":
             from pypto_tune.tools.analysis.cli import analyze_command
 
@@ -98,6 +125,10 @@ def _serve(args: argparse.Namespace) -> int:
     from pypto_tune.server.app import build_server
 
     ws = args.workspace.resolve() if args.workspace else None
+    if args.knowledge is not None:
+        from pypto_tune.tools.search.priors import configure_knowledge
+
+        configure_knowledge(args.knowledge.resolve())  # read now: a malformed file is a one-line error, exit 2
     if args.executor != "local" or args.ray_address:
         from pypto_tune.tools.running.executors import configure_default
 

@@ -73,6 +73,11 @@ class ServiceHolder:
     def built(self) -> bool:
         return self._service is not None
 
+    @property
+    def workspace(self) -> Path | None:
+        """The server's default workspace (relative paths an agent passes are read against it)."""
+        return self._workspace
+
     async def aget(self) -> TuningService:
         return self._service if self._service is not None else await anyio.to_thread.run_sync(self.get)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pypto_tune.server.families import jobs, rounds, runs, search, session
+from pypto_tune.server.families import campaign, jobs, rounds, runs, search, session
 from pypto_tune.server.wiring import Wiring
 
 FAMILIES: tuple[Callable[[Wiring], None], ...] = (
@@ -15,4 +15,5 @@ FAMILIES: tuple[Callable[[Wiring], None], ...] = (
     rounds.register,  # apply_tuning_patch, revert_patch, record_round
     search.register,  # propose_candidates, run_candidates
     jobs.register,  # wait_job, cancel_job
+    campaign.register,  # start_campaign, campaign_status, stop_campaign
 )

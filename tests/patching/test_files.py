@@ -13,6 +13,8 @@ from pypto_tune.tools.patching import (
     write_sources,
 )
 from pypto_tune.tools.patching import files as files_mod
+from pypto_tune.tools.patching import nofollow
+from pypto_tune.tools.patching.nofollow import LinkRefused
 
 
 def test_read_then_write_is_byte_exact_for_crlf_tabs_and_undecodable_bytes(tmp_path: Path):
@@ -49,10 +51,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path, monkeypa
     p = tmp_path / "op.py"
     p.write_text("old\n")
 
-    def boom(src, dst):
+    def boom(*args, **kw):
         raise OSError("disk full")
 
-    monkeypatch.setattr(files_mod.os, "replace", boom)
+    monkeypatch.setattr(nofollow.os, "replace", boom)
     with pytest.raises(OSError):
         write_sources(tmp_path, {"op.py": "new\n"})
     assert p.read_text() == "old\n"
@@ -62,7 +64,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path: Path, monkeypa
 def test_write_verifies_what_is_on_disk(tmp_path: Path, monkeypatch):
     (tmp_path / "op.py").write_text("old\n")
     real = files_mod._atomic_write
-    monkeypatch.setattr(files_mod, "_atomic_write", lambda path, data: real(path, data + b"#"))
+    monkeypatch.setattr(files_mod, "_atomic_write", lambda tree, rel, data: real(tree, rel, data + b"#"))
     with pytest.raises(PatchError, match="another process"):
         write_sources(tmp_path, {"op.py": "new\n"})
 
@@ -81,7 +83,7 @@ def test_a_symlink_out_of_the_workspace_is_refused(tmp_path: Path):
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "op.py").symlink_to(outside)
-    with pytest.raises(InputError, match="outside the workspace"):
+    with pytest.raises(LinkRefused, match="op.py .*is now a symbolic link to .*outside.py"):
         read_sources(ws, ["op.py"])
 
 
@@ -115,3 +117,35 @@ def test_snapshot_restore_gives_the_bytes_back_and_proves_it(tmp_path: Path):
     corrupt = snap.model_copy(update={"hash": make_snapshot({"op.py": "zzz"}).hash})
     with pytest.raises(PatchError, match="corrupted"):
         restore_snapshot(tmp_path, corrupt)
+
+
+def test_a_folder_replaced_by_a_link_is_refused_before_any_file_is_written(tmp_path: Path):
+    """Issue #16: a recorded folder swapped for a symbolic link must not redirect the write (to a file outside the
+    workspace, or into the server's own .pypto-tune/): refused, the target untouched, and the other file of the
+    same write not written either."""
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "op.py").write_text("someone else's file\n")
+    (ws / "a.py").write_text("a\n")
+    (ws / "sub").symlink_to(outside)
+    with pytest.raises(LinkRefused, match="sub .*is now a symbolic link to .*outside: the server never writes"):
+        write_sources(ws, {"a.py": "A\n", "sub/op.py": "x\n"})
+    assert (outside / "op.py").read_text() == "someone else's file\n"
+    assert (ws / "a.py").read_text() == "a\n"
+
+
+def test_an_operator_file_replaced_by_a_link_is_replaced_back_and_the_target_is_untouched(tmp_path: Path):
+    ws = tmp_path / "ws"
+    (ws / ".pypto-tune").mkdir(parents=True)
+    ledger = ws / ".pypto-tune" / "ledger.sqlite3"
+    ledger.write_bytes(b"SQLite format 3\0")
+    (ws / "op.py").symlink_to(".pypto-tune/ledger.sqlite3")
+    write_sources(ws, {"op.py": "x = 1\n"})
+    assert not (ws / "op.py").is_symlink() and (ws / "op.py").read_text() == "x = 1\n"
+    assert ledger.read_bytes() == b"SQLite format 3\0"
+
+
+def test_the_servers_own_folder_is_never_a_workspace_write_target(tmp_path: Path):
+    with pytest.raises(InputError, match="belongs to the server"):
+        write_sources(tmp_path, {".pypto-tune/ledger.sqlite3": "x"})

@@ -37,8 +37,10 @@ from pydantic import BaseModel, Field
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
+from pypto_tune.tools.patching import runcheck
 from pypto_tune.tools.patching import runmap as runmap_mod
 from pypto_tune.tools.patching._cst import same
+from pypto_tune.tools.patching.legality import uncatalogued
 from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
 from pypto_tune.tools.snapshot import KnobChange
 
@@ -216,8 +218,11 @@ def _plain_tree(text: str) -> ast.Module:
     return _strip_docstrings(ast.parse(text[1:] if text.startswith("\ufeff") else text))  # type: ignore[return-value]
 
 
-def _statements(node: ast.AST) -> list[ast.stmt]:
-    return list(getattr(node, "body", [])) + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", []))
+def _statements(node: ast.AST) -> list[ast.AST]:
+    """The statements directly inside ``node``, in order; a ``try``'s ``except`` handlers count as statements (each
+    with its own body), so an edit inside one is found and named like any other line."""
+    return (list(getattr(node, "body", [])) + list(getattr(node, "handlers", []))
+            + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", [])))
 
 
 def _differences(ma: ast.AST, mb: ast.AST, pb: ast.AST, text_b: str, out: list[str], depth: int = 0) -> None:
@@ -329,11 +334,13 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     parsed_a, sites_a = sites_of(fa, context)
     _pair_sources(parsed_b, sites_b, fb, parsed_a, sites_a, fa)
 
-    structural: list[str] = []
+    structural: list[str] = []  # what differs, for the message
+    structural_files: list[str] = []  # the decision: files whose masked syntax trees differ
     formatting: list[str] = []
     for path in changed:
         ma, mb = _masked_tree(parsed_b[path], sites_b), _masked_tree(parsed_a[path], sites_a)
         if ast.dump(ma) != ast.dump(mb):
+            structural_files.append(path)
             diffs: list[str] = []
             _differences(ma, mb, _plain_tree(fa[path]), fa[path], diffs)
             structural.extend(f"{path}: {d}" for d in (diffs or ["a difference outside any knob"]))
@@ -341,13 +348,13 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
             formatting.append(path)
 
     delta = _delta(sites_b, sites_a)
-    if structural and algorithm and allow_structural:
+    if structural_files and algorithm and allow_structural:
         outside = _outside_kernels(changed, parsed_b, parsed_a, sites_b, sites_a, fb, fa, context)
         if outside:
             raise _refuse("algorithm", "an algorithm-level change rewrites the kernel, never the test: "
                           + "; ".join(outside[:3]), "change only code inside the jit kernels (and the helpers they "
                           "call); the harness, its inputs, tolerances and verdict stay as recorded")
-    if structural:
+    if structural_files:
         if algorithm and allow_structural:
             report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
             return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
@@ -380,6 +387,9 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     assert knob is not None
     if not knob.tunable:
         why = "; ".join(knob.context.get("problem_uses", [])) or knob.legal
+        if uncatalogued(knob.legal):  # R10 + domain C: only catalogued options with a declared domain
+            raise _refuse("catalog-stage", f"{knob.id} = {change.after!r}: {why}",
+                          "tune a knob list_knobs shows as tunable; each serves a catalogue item of a stage")
         raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
                       "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
     impure = [c for c in _exprs(change.after) if not _pure(c)]
@@ -550,28 +560,38 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
 
             check_knob_value(knob.model_copy(update={"value": next(
                 (s.knob.value for s in sites_b if s.knob.id == knob.id), knob.value)}), new_value)
+            own = f"{knob.id} = {new_value!r} within its domain ({knob.legal[:90]})"
         except KnobValueError as exc:
             raise _refuse("legality", f"{knob.id} = {new_value!r} is not legal: {exc.message}",
                           "choose a value inside the legal range (list_knobs shows it)") from None
         except InputError as exc:
             raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
+    else:
+        own = ""
+    named = (f"{knob.id} = {new_value!r}: names something the server cannot evaluate; its domain "
+             f"({knob.legal[:90]}) was not checked") if knob is not None and _exprs(new_value) else ""
     prog_b = roles.analyze({**(context or {}), **fb})
     prog_a = roles.analyze({**(context or {}), **fa})
     try:
         values_b, values_a = effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a)
-        blocks: tuple[list[str], list[str]] = ([], [])
         if runmap is not None:
-            values_b, values_a = runmap_mod.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
-                                                    values_b, values_a, change, changed_site)
-            blocks = runmap_mod.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site)
+            values_b, values_a = runcheck.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
+                                                  values_b, values_a, change, changed_site)
         report = effective.check_after(values_b, values_a,
                                        effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
                                        structural=structural, changed_names=_changed_names(sites_b, sites_a))
+        # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
+        blocks = runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site) \
+            if runmap is not None else ([], [])
         report.checked.extend(blocks[0])
         report.unchecked.extend(blocks[1])
         if runmap is not None:
-            report.unchecked = runmap_mod.annotate_unchecked(runmap, report.unchecked, report.checked)
-        return report
+            report.unchecked = runcheck.annotate_unchecked(runmap, report.unchecked, report.checked)
     except KnobValueError as exc:
         raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None
+    if own:  # the knob's own domain (type, range) was checked: recorded like every site check
+        report.checked.insert(0, own)
+    if named:  # admitted, unchecked, recorded with the value it names (domain C)
+        report.unchecked = [named] + [u for u in report.unchecked if not u.startswith(knob.id)]
+    return report

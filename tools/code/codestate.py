@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError, TreeError
 from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.patching.nofollow import LinkRefused, open_tree
 from pypto_tune.tools.report.names import is_report_file
 
 # Folders that hold what runs and tools produce (run output, caches, VCS metadata, virtual environments), never code
@@ -183,27 +184,32 @@ class BlobStore:
     """Content-addressed copies of the recorded files: ``.pypto-tune/blobs/<sha256>``.
 
     A blob's name is its hash, and every read checks it, so a blob altered on disk is detected instead of executed.
+    Reads and writes never follow a symbolic link (``tools/patching/nofollow.py``): a ``blobs/`` folder swapped for
+    a link can neither redirect a write nor feed a read.
     """
 
     def __init__(self, workspace: Path) -> None:
-        self.root = Path(workspace) / LEDGER_DIR / "blobs"
+        self.workspace = Path(workspace)
+        self.root = self.workspace / LEDGER_DIR / "blobs"
+
+    def _rel(self, digest: str) -> str:
+        return f"{LEDGER_DIR}/blobs/{digest}"
 
     def put(self, data: bytes) -> str:
         digest = sha256_bytes(data)
-        target = self.root / digest
-        if not target.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".tmp{os.getpid()}")
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
+        with open_tree(self.workspace, allow_server_dir=True) as tree:
+            if tree.lstat(self._rel(digest)) is None:
+                tree.write(self._rel(digest), data, mode=0o644)
         return digest
 
     def get(self, digest: str) -> bytes:
         try:
-            data = (self.root / digest).read_bytes()
+            with open_tree(self.workspace, allow_server_dir=True) as tree:
+                data = tree.read(self._rel(digest))
+        except LinkRefused as exc:
+            raise TreeError(f"the recorded copy {digest[:12]} cannot be read: {exc.message}",
+                            hint="blobs are the bytes runs execute; restore .pypto-tune/blobs or start a new "
+                            "session") from None
         except OSError:
             raise TreeError(f"the recorded copy of a workspace file ({digest[:12]}) is missing from {self.root}",
                             hint="the session's recorded files were deleted; restore .pypto-tune/blobs or start a "
@@ -217,13 +223,17 @@ class BlobStore:
 def record_tree(workspace: Path, entries: dict[str, FileEntry]) -> None:
     """Copy every recorded file into the blob store (links need no blob: the target string is the content)."""
     store = BlobStore(workspace)
-    for e in entries.values():
-        if e.link is None:
-            data = (Path(workspace) / e.path).read_bytes()
-            if sha256_bytes(data) != e.sha256:
-                raise TreeError(f"{e.path} changed while the session was being recorded",
-                                hint="leave the workspace alone for a moment and start the session again")
-            store.put(data)
+    with open_tree(workspace) as tree:
+        for e in entries.values():
+            if e.link is None:
+                try:
+                    data = tree.read(e.path)
+                except (OSError, LinkRefused):
+                    data = b""
+                if sha256_bytes(data) != e.sha256:
+                    raise TreeError(f"{e.path} changed while the session was being recorded",
+                                    hint="leave the workspace alone for a moment and start the session again")
+                store.put(data)
 
 
 @dataclass(frozen=True)
@@ -274,17 +284,18 @@ def _safe_target(dest: Path, rel: str) -> Path:
 
 
 def materialize(dest: Path, files: dict[str, ExecFile]) -> None:
-    """Write ``files`` under ``dest`` (which must not exist yet): the run's private copy of the recorded state."""
+    """Write ``files`` under ``dest`` (which must not exist yet): the run's private copy of the recorded state.
+
+    Every file is written through directory descriptors opened without following links, so a folder of the copy
+    swapped for a link while it is being written cannot send recorded bytes anywhere else."""
     dest.mkdir(parents=True, exist_ok=False)
-    for rel, f in sorted(files.items()):
-        target = _safe_target(dest, rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if f.link is not None:
-            os.symlink(f.link, target)
-            continue
-        target.write_bytes(f.data)
-        if f.executable:
-            target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    with open_tree(dest) as tree:
+        for rel, f in sorted(files.items()):
+            _safe_target(dest, rel)
+            if f.link is not None:
+                tree.symlink(rel, f.link)
+                continue
+            tree.write(rel, f.data, executable=True if f.executable else None, durable=False)
 
 
 def changed_in_copy(dest: Path, files: dict[str, ExecFile]) -> list[str]:

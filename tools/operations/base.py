@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import ast
+import functools
+import inspect
 import logging
 import operator
-import os
+import stat
 import sys
-from collections.abc import Awaitable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,6 +30,7 @@ from pypto_tune.tools.code.codestate import FileEntry, diff_trees, entries_for_s
 from pypto_tune.tools.errors import TreeError
 from pypto_tune.tools.running.interpreter_files import EnvironmentWatch, Fingerprint
 from pypto_tune.tools.session.state import SessionState, derive_state, load_rows
+from pypto_tune.tools.code import server_files
 from pypto_tune.tools.code.workspace import WorkspaceLock
 
 if TYPE_CHECKING:
@@ -50,20 +56,78 @@ INTERPRETER_CHECK = "interpreter files"
 log = logging.getLogger("pypto_tune.service")
 
 
+#: handles whose operation lock the current call holds (a context variable: each job task and each worker thread of
+#: a synchronous tool has its own context, so two calls on one event loop are told apart)
+_HELD: ContextVar[frozenset[int]] = ContextVar("pypto_tune_operation_locks", default=frozenset())
+
+
 class _Handle:
-    """What this process keeps per workspace: the ledger, the session lock and the name of a running long call."""
+    """What this process keeps per workspace: the ledger, the session lock and the operation in progress."""
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
         self.ledger = Ledger.for_workspace(workspace)
         self.lock = WorkspaceLock(workspace)
-        self.busy: str | None = None  # name of the long operation in progress
+        self.busy: str | None = None  # name of the operation that holds the operation lock
+        self.server_index: tuple[tuple[str, ...], dict[str, int]] | None = None  # sessions, recorded blobs
+        self._busy_mutex = threading.Lock()
         self.env_watch = EnvironmentWatch()  # scans of the interpreter's files, shared by parallel runs
         self.fingerprints: dict[str, Fingerprint | None] = {}  # session -> what was scanned before its baseline
 
 
+def exclusive(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A call that changes a session holds the session's one operation lock from before its gates to its last
+    write — long jobs and synchronous tools alike. A second such call meanwhile is refused (``GATE busy``) before it
+    reads anything, so it cannot act on a state that the first is changing (issue #16: of two concurrent
+    ``apply_tuning_patch`` calls the refused one had already written the operator file)."""
+    name = fn.__name__
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def run_async(self: "OperationsBase", session_id: str | None = None, *args: Any, **kw: Any) -> Any:
+            with self._operation(session_id, name):
+                return await fn(self, session_id, *args, **kw)
+        return run_async
+
+    @functools.wraps(fn)
+    def run(self: "OperationsBase", session_id: str | None = None, *args: Any, **kw: Any) -> Any:
+        with self._operation(session_id, name):
+            return fn(self, session_id, *args, **kw)
+    return run
+
+
 class OperationsBase:
     """Plumbing every operation group shares: finding a session, deriving its state, the gates, writes."""
+
+    @contextmanager
+    def _operation(self, session_id: str | None, name: str) -> Iterator[None]:
+        if session_id is None:  # no session (analyze_bubbles on a folder): nothing to lock
+            yield
+            return
+        with self._claim(self._find(session_id), name, session_id):
+            yield
+
+    @contextmanager
+    def _claim(self, h: _Handle, name: str, session_id: str | None) -> Iterator[None]:
+        """Take ``h``'s operation lock for ``name`` (re-entrant within one call), or refuse with ``GATE busy``."""
+        if id(h) in _HELD.get():
+            yield
+            return
+        with h._busy_mutex:
+            holder = h.busy
+            if holder is None:
+                h.busy = name
+        if holder is not None:
+            raise self._refuse(h, session_id, name, GateRefusal(
+                "busy", f"{holder} is running for this session; a call that changes the session waits for it",
+                allowed=["wait_job", "get_status", "list_knobs"],
+                hint="call again when it has returned (wait_job for a job)"))
+        token = _HELD.set(_HELD.get() | {id(h)})
+        try:
+            yield
+        finally:
+            _HELD.reset(token)
+            with h._busy_mutex:
+                h.busy = None
 
     # -------------------------------------------------------------- the interpreter's files (interpreter_files.py)
     def _fingerprint_path(self, h: _Handle, session_id: str) -> Path:
@@ -143,9 +207,8 @@ class OperationsBase:
         """Run the gates for ``tool``; record and raise the first refusal."""
         try:
             if mutating:
-                if h.busy:
-                    raise GateRefusal("busy", f"{h.busy} is still running for this session",
-                                      allowed=["wait_job", "get_status"], hint="wait for the job to finish")
+                if id(h) not in _HELD.get():  # every call that changes a session is @exclusive (a bug otherwise)
+                    raise RuntimeError(f"{tool} changes the session without holding its operation lock")
                 h.lock.acquire()
                 findings = h.ledger.integrity_findings() if tool not in ("render_report", "stop_session") else []
                 if findings:
@@ -176,63 +239,96 @@ class OperationsBase:
         reports = _report_names(st)
         actual = {p: e for p, e in actual.items() if p not in reports or p in st.tree}
         diff = diff_trees(st.expected_tree, actual)
-        return "" if diff.empty else diff.describe()
+        parts = [] if diff.empty else [diff.describe()]
+        alien = self._foreign(h, st)
+        if alien:
+            parts.append(server_files.describe(alien))
+        return "; ".join(parts)
+
+    def _foreign(self, h: _Handle, st: SessionState) -> list[tuple[str, str]]:
+        """Entries of ``.pypto-tune/`` the server did not write (``tools/code/server_files.py``), judged against the
+        sealed ledger: its sessions and every session's recorded blobs."""
+        sessions = tuple(sorted(str(r["id"]) for r in h.ledger.rows("sessions")))
+        if h.server_index is None or h.server_index[0] != sessions:
+            blobs = {str(r["sha256"]): int(r["size"]) for r in h.ledger.rows("tree_files") if r["link"] is None}
+            h.server_index = (sessions, blobs)
+        known = server_files.Known(sessions=set(sessions), blobs=h.server_index[1])
+        return server_files.foreign(h.workspace, known)
 
     def _disk_sources(self, h: _Handle, st: SessionState) -> dict[str, str]:
-        try:
-            return read_sources(h.workspace, list(st.session["operator_files"]))
-        except FileNotFoundError as exc:
-            raise GateRefusal("drift", f"an operator file is missing on disk: {exc}",
-                              allowed=["revert_patch", "get_status"],
-                              hint="call revert_patch to restore the server's last known sources") from None
+        """The operator files as they are on disk, for the record of what a revert replaced. A file that is missing,
+        or is now a symbolic link (never read through), is recorded as a one-line note instead of its text."""
+        from pypto_tune.tools.patching.nofollow import LinkRefused
+
+        out: dict[str, str] = {}
+        for rel in st.session["operator_files"]:
+            try:
+                out.update(read_sources(h.workspace, [rel]))
+            except LinkRefused as exc:
+                out[rel] = f"# <not read: {exc.message}>\n"
+            except InputError:
+                out[rel] = "# <missing on disk>\n"
+        return out
 
     def _restore_tree(self, h: _Handle, st: SessionState) -> str:
         """Put the recorded state back: the operator files as the server wrote them, every other recorded file from
         the blob store; files added since are moved to ``.pypto-tune/quarantine/<time>/`` (nothing a person wrote is
-        deleted). Returns what was done besides the operator files."""
-        import shutil
-        import stat as stat_mod
+        deleted). Returns what was done besides the operator files.
+
+        No step follows a symbolic link (``tools/patching/nofollow.py``): a recorded folder that is now a link is
+        refused, naming it, before anything is written, removed or moved (issue #16: revert rewrote a file outside
+        the workspace, and pointed at .pypto-tune/ it overwrote the ledger). The added entry that IS the link is
+        moved into quarantine as a link; its target is never touched."""
         from datetime import datetime
 
         from pypto_tune.tools.code.codestate import BlobStore
+        from pypto_tune.tools.patching.nofollow import open_tree
 
-        self._write(h, st, st.expected_sources, "revert_patch")
-        if not st.tree:
-            return ""
-        diff = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False))
-        store = BlobStore(h.workspace)
-        restored: list[str] = []
+        diff = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False)) if st.tree else None
+        restore = [p for p in (diff.changed + diff.removed if diff else []) if p not in st.expected_sources]
+        added = list(diff.added) if diff else []
+        alien = [p for p, _ in self._foreign(h, st)]
+        if LEDGER_DIR in alien:
+            raise GateRefusal("drift", f"{LEDGER_DIR}/ itself is a symbolic link: the ledger and the recorded files "
+                              "would live wherever it points", allowed=["get_status"],
+                              hint=f"a person must put the server's own {LEDGER_DIR}/ folder back")
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         moved: list[str] = []
-        for path in diff.changed + diff.removed:
-            if path in st.expected_sources:
-                continue
-            e = st.tree[path]
-            target = h.workspace / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.exists():
-                if target.is_dir() and not target.is_symlink():
-                    shutil.rmtree(target)
-                else:
-                    target.unlink()
-            if e.link is not None:
-                os.symlink(e.link, target)
-            else:
-                target.write_bytes(store.get(e.sha256))
-                mode = target.stat().st_mode
-                target.chmod(mode | stat_mod.S_IXUSR if e.executable else mode & ~stat_mod.S_IXUSR)
-            restored.append(path)
-        if diff.added:
-            dest = h.workspace / LEDGER_DIR / "quarantine" / datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-            for path in diff.added:
-                src = h.workspace / path
-                (dest / path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(str(src), str(dest / path))
+        with open_tree(h.workspace) as tree, open_tree(h.workspace, allow_server_dir=True) as own:
+            for path in [*st.expected_sources, *restore, *added]:
+                tree.check_parents(path)  # LinkRefused before the first write
+            for path in alien:
+                own.check_parents(path)
+            self._write(h, st, st.expected_sources, "revert_patch")
+            for path in alien:  # files dropped into the server's own folder: out of every run's way
+                own.move_to(path, own, f"{LEDGER_DIR}/quarantine/{stamp}/{path}")
                 moved.append(path)
+            if diff is None:
+                return f"moved to {LEDGER_DIR}/quarantine/: " + ", ".join(moved) if moved else ""
+            if added:
+                for path in added:
+                    if any(path.startswith(m + "/") for m in moved):
+                        continue  # went with its folder
+                    tree.move_to(path, own, f"{LEDGER_DIR}/quarantine/{stamp}/{path}")
+                    moved.append(path)
+            store = BlobStore(h.workspace)
+            restored: list[str] = []
+            for path in restore:
+                e = st.tree[path]
+                tree.check_parents(path)
+                if e.link is not None:
+                    tree.symlink(path, e.link)
+                else:
+                    now = tree.lstat(path)
+                    if now is not None and stat.S_ISDIR(now.st_mode):
+                        tree.remove(path)  # a folder where the recorded file was (its own links are not followed)
+                    tree.write(path, store.get(e.sha256), executable=e.executable)
+                restored.append(path)
         parts = []
         if restored:
             parts.append("restored " + ", ".join(restored))
         if moved:
-            parts.append(f"moved added files to {LEDGER_DIR}/quarantine/: " + ", ".join(moved))
+            parts.append(f"moved added files to {LEDGER_DIR}/quarantine/{stamp}/: " + ", ".join(moved))
         return "; ".join(parts)
 
     def _context(self, h: _Handle, st: SessionState) -> dict[str, str]:
@@ -277,9 +373,13 @@ class OperationsBase:
                                       f"{same_knob_as}, not {adm.change.knob_id}",
                                       allowed=["apply_tuning_patch", "record_round", "revert_patch"],
                                       hint="correct the same knob, or roll the round back")
-                served = [c for c in adm.catalog_ids]
-                if catalog_id and stage is not None and stage.group != "algorithm" and served \
-                        and catalog_id not in served:
+                served = list(adm.catalog_ids)
+                if stage is not None and stage.group != "algorithm" and not served:
+                    raise GateRefusal("catalog-stage", f"knob {adm.change.knob_id} serves no catalogue item: only a "
+                                      "knob of a catalogue item of the current stage is tuned (R10)",
+                                      allowed=["apply_tuning_patch", "list_knobs"],
+                                      hint="list_knobs shows each knob's catalogue ids")
+                if catalog_id and stage is not None and stage.group != "algorithm" and catalog_id not in served:
                     raise GateRefusal("catalog-stage", f"knob {adm.change.knob_id} serves {', '.join(served)}, not "
                                       f"{catalog_id}", allowed=["apply_tuning_patch", "list_knobs"],
                                       hint="cite the catalogue id the change belongs to (list_knobs shows each "
@@ -299,25 +399,34 @@ class OperationsBase:
         return adm
 
     def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
-        """'' or why this change was already tried: the same code (by meaning) was judged and not kept, or the same
-        knob+value was tried from the same kept state."""
+        """'' or why this change was already tried (R19), keyed on the code state:
+
+        * the same code (by meaning) failed — a failed precision check or an invalid measurement of that code, in any
+          round, whatever became of the round (rolled back, abandoned after a correction, cut off) and whatever
+          rounds lay between (issue #16: a failed change retried after one "correction" round that was reverted
+          before verification);
+        * the same code was judged and not kept (no gain, regression, failed);
+        * the same knob and value was tried from the same kept state and not kept."""
         new_sem = semantic_hash(after)
+        failed = _failed_code(st)
         key = (adm.change.knob_id, _value_key(adm.change.after)) if adm.change else None
-        for r in st.rounds:
-            n = int(r["number"])
-            d = st.decisions.get(n)
-            if d is None or d["decision"] == "kept" or d["result_type"] == "abandoned":
+        rounds = {int(r["number"]): r for r in st.rounds}
+        for p in st.rows["patches"]:
+            if p["round"] is None or p["kind"] not in CHANGE_PATCHES:
                 continue
-            for p in st.rows["patches"]:
-                if p["round"] != n or p["kind"] not in ("tuning", "correction", "manual-adopt", "trial"):
-                    continue
-                if self._sem(p) == new_sem:
-                    return (f"this exact change was tried in round {n} ({r['change']}) and ended "
-                            f"{d['decision']} ({d['result_type']})")
-                if key and r["before_hash"] == st.kept_hash and any(
-                        (c["knob_id"], _value_key(c["after"])) == key for c in p["knob_changes"]):
-                    return (f"{key[0]} = {adm.change.after!r} was tried from this same kept state in round {n} and "
-                            f"ended {d['decision']} ({d['result_type']})")
+            n = int(p["round"])
+            r, d = rounds.get(n), st.decisions.get(n)
+            what = f"round {n}" + (f" ({r['change']})" if r is not None else "")
+            if p["after_hash"] in failed and self._sem(p) == new_sem:
+                return f"this exact code failed in {what}: {failed[p['after_hash']]}"
+            if r is None or d is None or d["decision"] == "kept" or d["result_type"] == "abandoned":
+                continue
+            if self._sem(p) == new_sem:
+                return f"this exact change was tried in {what} and ended {d['decision']} ({d['result_type']})"
+            if key and r["before_hash"] == st.kept_hash and any(
+                    (c["knob_id"], _value_key(c["after"])) == key for c in p["knob_changes"]):
+                return (f"{key[0]} = {adm.change.after!r} was tried from this same kept state in round {n} and "
+                        f"ended {d['decision']} ({d['result_type']})")
         return ""
 
     def _sem(self, patch: Any) -> str:
@@ -355,7 +464,7 @@ class OperationsBase:
             return st  # that write was recorded (or superseded): nothing of ours is pending
         try:
             disk = read_sources(h.workspace, list(st.session["operator_files"]))
-        except FileNotFoundError:
+        except (FileNotFoundError, InputError):  # missing, or a link now (never read through): not our write
             return st
         if hash_sources(disk) == st.expected_raw_hash:
             return st
@@ -390,6 +499,24 @@ def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict
                 knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
 
 
+#: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes
+#: to the workspace for the winner and is not a second change)
+CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
+
+
+def _failed_code(st: SessionState) -> dict[str, str]:
+    """Code hash → how it failed, for every change that failed in a round: a failed precision check of its code,
+    or an invalid measurement of it (R19 keys on the code, not on how its round was closed)."""
+    out: dict[str, str] = {}
+    for r in st.rows["precision_records"]:
+        if r["round"] is not None and int(r["round"]) > 0 and r["verdict"] != "passed":
+            out.setdefault(r["code_hash"], f"precision {r['verdict']} ({r['result_type'] or 'failure'})")
+    for m in st.rows["measurements"]:
+        if m["round"] is not None and int(m["round"]) > 0 and not m["valid"]:
+            out.setdefault(m["code_hash"], "invalid measurement (" + "; ".join(m["invalid_reasons"])[:120] + ")")
+    return out
+
+
 def _goal_text(row: Any) -> str:
     return (f"{row['goal_value']:g}x faster" if row["goal_kind"] == "speedup" else f"≤ {row['goal_value']:g} µs")
 
@@ -411,8 +538,8 @@ def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]
     """Legacy sessions (no recorded tree): the operator files only, as they are on disk."""
     try:
         disk = read_sources(workspace, list(st.session["operator_files"]))
-    except FileNotFoundError as exc:
-        raise TreeError(f"an operator file is missing on disk: {exc}") from None
+    except (FileNotFoundError, InputError) as exc:
+        raise TreeError(f"an operator file cannot be read: {exc}") from None
     return entries_for_sources(disk, {})
 
 
@@ -456,7 +583,10 @@ def _value_key(value: Any) -> str:
         if isinstance(v, (list, tuple)):
             return [norm(x) for x in v]
         if isinstance(v, dict) and set(v) == {"$expr"}:
-            return norm(_fold(str(v["$expr"])))  # +2, 2 * 4, (8) are the value 2 and 8, not new values
+            folded = _fold(str(v["$expr"]))  # +2, 2 * 4, (8) are the value 2 and 8, not new values
+            if isinstance(folded, dict):  # names something (X.value * 512): its canonical text is the value
+                return ("$expr", folded["$expr"])
+            return norm(folded)
         if isinstance(v, dict):
             out = {}
             for k, x in v.items():

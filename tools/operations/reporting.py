@@ -11,10 +11,7 @@ from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.session.ledger import LEDGER_DIR, LEDGER_FILE
-from pypto_tune.tools.patching import (
-    extract_knobs,
-    set_runtime_debug,
-)
+from pypto_tune.tools.patching import set_runtime_debug
 from pypto_tune.tools.operations.results import (
     KnobOut,
     KnobsResult,
@@ -24,7 +21,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import load_rows
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, _patch_row,
+    exclusive, OperationsBase, _patch_row,
 )
 
 
@@ -34,6 +31,7 @@ log = logging.getLogger("pypto_tune.service")
 class ReportOps(OperationsBase):
     """render_report, get_status, list_knobs, ledger_json, snapshot."""
 
+    @exclusive
     def render_report(self, session_id: str, *, fmt: str = "md", lang: str = "zh") -> ReportResult:
         """Write the final report (R21) after restoring debug options (R22)."""
         h = self._find(session_id)
@@ -54,14 +52,7 @@ class ReportOps(OperationsBase):
             restored_now = True
             st = self._state(h, session_id)
         snap = self.snapshot(session_id)
-        out_dir = (h.workspace / st.session["operator_files"][0]).parent
-        from pypto_tune.tools.report import write_report_files
-
-        # Each format twice: the session's own {operator}_tuning_report_{session_id}[_en].{fmt}, which a later
-        # session on the same operator never overwrites, and the latest under R21's stable name (issue #11).
-        paths = []
-        for f in (["md", "html"] if fmt == "both" else [fmt]):
-            paths += [str(p) for p in write_report_files(snap, f, lang, out_dir)]
+        paths = self._write_reports(h, st, snap, fmt, lang)
         if st.level1 != "DONE":
             self._transition(h, st, "state", "DONE", "final report rendered")
         # A finished session writes nothing more: free the workspace so another server can start the next one
@@ -72,6 +63,29 @@ class ReportOps(OperationsBase):
                                          + " (this session's own file, then the latest under the stable name)"
                                          + ("; debug options restored first (R22)" if restored_now else "")),
                             paths=paths, debug_restored_now=restored_now)
+
+    def _write_reports(self, h: Any, st: SessionState, snap: Any, fmt: str, lang: str) -> list[str]:
+        """Each format twice: the session's own {operator}_tuning_report_{session_id}[_en].{fmt}, which a later
+        session on the same operator never overwrites, and the latest under R21's stable name (issue #11).
+
+        Rendered into a private folder first and then copied next to the operator without following any link
+        (``tools/patching/nofollow.py``): a report name, or its temp file, planted as a link to the ledger would
+        otherwise have the report written over the ledger (issue #16)."""
+        import tempfile
+        from pathlib import PurePosixPath
+
+        from pypto_tune.tools.patching.nofollow import open_tree
+        from pypto_tune.tools.report import write_report_files
+
+        folder = PurePosixPath(st.session["operator_files"][0]).parent
+        paths: list[str] = []
+        with tempfile.TemporaryDirectory(prefix="pypto-tune-report-") as private, open_tree(h.workspace) as tree:
+            for f in (["md", "html"] if fmt == "both" else [fmt]):
+                for made in write_report_files(snap, f, lang, Path(private)):
+                    rel = str(folder / made.name) if str(folder) != "." else made.name
+                    tree.write(rel, made.read_bytes(), mode=0o644)
+                    paths.append(str(h.workspace / rel))
+        return paths
 
     def get_status(self, session_id: str, lang: str = "zh") -> StatusResult:
         h = self._find(session_id)

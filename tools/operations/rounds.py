@@ -21,7 +21,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, _Handle, _describe, _next_round, _patch_row, code_hash,
+    exclusive, OperationsBase, _Handle, _describe, _next_round, _patch_row, code_hash,
 )
 
 
@@ -33,6 +33,7 @@ log = logging.getLogger("pypto_tune.service")
 class RoundOps(OperationsBase):
     """apply_tuning_patch, revert_patch, record_round."""
 
+    @exclusive
     def apply_tuning_patch(self, session_id: str, *, catalog_id: str, rationale: str, knob: str | None = None,
                            value: Any = None, target: str | None = None, diff: str | None = None,
                            algorithm: bool = False) -> PatchResult:
@@ -102,6 +103,7 @@ class RoundOps(OperationsBase):
             ran_with=adm.ran_with, shared_with=adm.shared_with,
         )
 
+    @exclusive
     def revert_patch(self, session_id: str, *, notes: str = "") -> RevertResult:
         """Roll the open round back to the last kept state byte-for-byte (or undo an external edit)."""
         h = self._find(session_id)
@@ -168,6 +170,7 @@ class RoundOps(OperationsBase):
                           reason=f"round {n}: {result_type}", round=n)
         return restored_hash
 
+    @exclusive
     def record_round(self, session_id: str, *, notes: str = "") -> RecordResult:
         """Judge the open round from the server's own measurement and keep or roll back (R12/R13/R14)."""
         h = self._find(session_id)
@@ -234,6 +237,9 @@ def _abandon_outcome(st: SessionState) -> tuple[str, str, str]:
     last = r.precision[-1] if r.precision else None
     if last is not None and last["verdict"] != "passed" and last["code_hash"] == st.current_hash:
         return "failed", last["result_type"] or "precision-failure", last["key_output"]
+    bad = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash and not m["valid"]), None)
+    if bad is not None:  # measured and unusable: a failure, as record_round would have called it, not "abandoned"
+        return "failed", "runtime-error", "invalid measurement: " + "; ".join(bad["invalid_reasons"])
     return "reverted", "abandoned", ""
 
 

@@ -38,7 +38,7 @@ from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, _Handle, code_hash,
+    exclusive, OperationsBase, Progress, _Handle, code_hash,
 )
 
 
@@ -281,6 +281,7 @@ class RunOps(OperationsBase):
             archive=archive, run_ids=m.run_ids, stage=st.stage, per_kernel=m.per_kernel,
         )
 
+    @exclusive
     async def collect_swimlane(self, session_id: str, *, progress: Progress = None) -> CollectResult:
         """Run the test with runtime_debug_mode 1, parse the new output folders and record a measurement.
 
@@ -322,7 +323,8 @@ class RunOps(OperationsBase):
                                                purpose=purpose, round_no=round_no, count=reps, label="repeat",
                                                progress=progress)
                     m.absorb(more)
-                    kept_pool += ref.samples
+                    if ref.valid:  # an invalid reference never joins the kept time (state.kept_samples_of)
+                        kept_pool += ref.samples
                     notes.append(f"not decisive at ±{rules.NPU_Z} se: measured the kept state and the candidate "
                                  f"{reps} more times each ({len(m.samples)} samples)")
                     if not (ref.valid and more.valid):
@@ -408,6 +410,7 @@ class RunOps(OperationsBase):
                       f"round={latest['round']} or measurement={latest['id']} to analyse it")
         return m, which
 
+    @exclusive
     def analyze_bubbles(self, session_id: str | None = None, *, output_dir: str | None = None,
                         lang: str = "zh", outer_loops: int | None = None, measurement: int | None = None,
                         round: int | None = None) -> AnalyzeResult:  # noqa: A002 - the tool's parameter name

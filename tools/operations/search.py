@@ -27,7 +27,9 @@ from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.chips import implicates_chip
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.session.ledger import now_iso
-from pypto_tune.tools.operations.base import OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash
+from pypto_tune.tools.operations.base import (
+    OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash, exclusive,
+)
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
 from pypto_tune.tools.session.state import SessionState
@@ -152,6 +154,7 @@ class SearchOps(OperationsBase):
         return out
 
     # ------------------------------------------------------------------------------------------------ run
+    @exclusive
     async def run_candidates(self, session_id: str, candidates: list[Any], *, parallel: int | None = None,
                              progress: Progress = None) -> TrialsResult:
         """Run candidates as gated rounds, concurrently; keep the best one that beats the kept state."""
@@ -367,7 +370,8 @@ class SearchOps(OperationsBase):
                                        purpose="trial-measure", round_no=t.round_no, count=reps,
                                        label=f"candidate r{t.round_no}", progress=None, batch=batch, pooled=True)
             m.absorb(more)
-            pool += ref.samples
+            if ref.valid:  # an invalid reference never joins the kept time (state.kept_samples_of)
+                pool += ref.samples
             if not (ref.valid and more.valid):
                 break
         t.kept_pool = pool

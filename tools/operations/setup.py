@@ -34,7 +34,7 @@ from pypto_tune.tools.code.workspace import relative_operator_files, resolve_wor
 from pypto_tune.tools.running.interpreter_files import python_of
 from pypto_tune.tools.running.interpreter_files import take as take_fingerprint
 from pypto_tune.tools.operations.base import (
-    INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
+    exclusive, INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 
 
@@ -240,6 +240,7 @@ class SetupOps(OperationsBase):
         """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
         return {k: v for k, v in self._patterns(st).items() if v}
 
+    @exclusive
     def confirm(self, session_id: str, *, source: str, answer: bool = True) -> str:
         """Record a person's answer to the pending question (R5 retry). ``source`` is how it was given: "elicitation"
         (the MCP client asked its user) or "cli" (``pypto-tune confirm`` typed at a terminal). Never called with the
@@ -261,6 +262,7 @@ class SetupOps(OperationsBase):
                         source=source, question_id=int(q["id"]))
         return f"retry confirmed by a person ({source}); run_precision_check may run the baseline again"
 
+    @exclusive
     async def run_precision_check(self, session_id: str, *, confirm_retry: bool = False, adopt_drift: bool = False,
                                   progress: Progress = None) -> PrecisionResult:
         """Run the fixed test command on the current code and record the verdict bound to its hash (R4/R6)."""
@@ -409,7 +411,7 @@ class SetupOps(OperationsBase):
                 "helpers and data are fixed for the whole session", allowed=["revert_patch", "get_status"],
                 hint="revert_patch restores them (added files go to .pypto-tune/quarantine/); to change the test, "
                 "finish this session and start a new one"))
-        disk = self._disk_sources(h, st)
+        disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
         stage = rules.STAGES_BY_NAME[st.stage]
         adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
@@ -433,6 +435,7 @@ class SetupOps(OperationsBase):
                                               catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
                                               changes=changes))
 
+    @exclusive
     def enable_runtime_debug(self, session_id: str, enabled: bool = True) -> DebugResult:
         """Add (or remove) ``debug_options={"runtime_debug_mode": 1}`` on every jit (R7/R22)."""
         h = self._find(session_id)

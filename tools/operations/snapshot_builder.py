@@ -32,11 +32,9 @@ from pypto_tune.tools.snapshot import (
     StageTransition,
     TypeBalance,
 )
-from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
+from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState, kept_samples_of
+from pypto_tune.tools.operations.base import CHANGE_PATCHES
 
-# Patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same
-# bytes to the workspace for the winner and is not a second change).
-CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
 # record_round writes "noise margin 2.31 %" into the decision's notes on the NPU (tools/operations/rounds.py).
 _MARGIN = re.compile(r"noise margin (\d+(?:\.\d+)?) %")
 
@@ -132,9 +130,7 @@ def _measurement(m: dict[str, Any], runs: dict[int, dict[str, Any]] | None = Non
 def _kept_pool(rows: dict[str, list[Any]], kept_hash: str, before_id: int) -> list[float]:
     """Every sample of the kept code recorded before measurement ``before_id``: what a decision compared with
     (``SessionState.kept_samples`` at that moment; kept-state references of the round itself included)."""
-    return [float(x) for m in rows["measurements"]
-            if m["valid"] and m["code_hash"] == kept_hash and int(m["id"]) < before_id
-            for x in (m["samples"] or [m["operator_time_us"]])]
+    return kept_samples_of(rows["measurements"], kept_hash, before_id)
 
 
 def _flags(notes: str) -> list[str]:

@@ -17,7 +17,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
-    OperationsBase, _Handle,
+    exclusive, OperationsBase, _Handle,
 )
 
 
@@ -43,12 +43,9 @@ class StageOps(OperationsBase):
             return f"session finished: {reason}"
         if st.stage is None:
             return ""
-        sdef = rules.STAGES_BY_NAME[st.stage]
-        c = st.counters.get(st.stage)
-        if c and c.consecutive_no_gain >= sdef.no_gain_threshold:
-            return self._leave_stage(h, st, f"{c.consecutive_no_gain} consecutive rounds without gain "
-                                           f"(threshold {sdef.no_gain_threshold})")
-        return ""
+        c = st.counters.get(st.stage)  # none yet: no round of this stage was decided, no streak
+        why = rules.stage_exit_reason(st.stage, c.consecutive_no_gain) if c else ""
+        return self._leave_stage(h, st, why) if why else ""
 
     def _leave_stage(self, h: _Handle, st: SessionState, reason: str, *, converged: bool = True) -> str:
         """Move to the next stage. ``converged`` is False for an early exit by a complete checklist: the last
@@ -74,6 +71,7 @@ class StageOps(OperationsBase):
         self._transition(h, st, "stage", nxt.name, f"{st.stage} left: {reason}", summary)
         return f"stage {st.stage} left ({reason}); now {nxt.name}: collect_swimlane + analyze_bubbles first (R15)"
 
+    @exclusive
     def mark_checklist(self, session_id: str, *, catalog_id: str, status: str, reason: str) -> ChecklistResult:
         """Mark a catalogue item of the current stage as not-applicable, with a reason the server can check (R10).
 
@@ -173,6 +171,7 @@ class StageOps(OperationsBase):
                         "reason": mark["reason"] if mark else ""})
         return out
 
+    @exclusive
     def advance_stage(self, session_id: str, *, reason: str) -> ChecklistResult:
         """Leave the current stage early: only after its entry collection and analysis, with every checklist item
         tried or marked (R14). Leaving the last configuration stage early ends the session (no ALGORITHM, R23)."""
@@ -196,6 +195,7 @@ class StageOps(OperationsBase):
         st2 = self._state(h, session_id)
         return ChecklistResult(**self._base(st2, msg), stage_group=group, items=items)
 
+    @exclusive
     def stop_session(self, session_id: str, *, reason: str) -> StatusResult:
         """The user's explicit stop (R14b): the session moves to reporting."""
         h = self._find(session_id)

@@ -7,12 +7,11 @@ Text is kept exact: files are decoded from bytes (no newline translation; undeco
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from ..errors import InputError, PatchError
 from .models import Snapshot
+from .nofollow import LinkRefused, Tree, open_tree, parts_of
 
 ENCODING = "utf-8"
 ERRORS = "surrogateescape"  # keeps any byte sequence recoverable: decode → encode is the identity
@@ -37,97 +36,82 @@ def hash_sources(sources: dict[str, str]) -> str:
     return hash_bytes({p: to_bytes(t) for p, t in sources.items()})
 
 
-def _resolve(workspace: Path, rel: str) -> Path:
-    """The file inside ``workspace``; refuses absolute paths and paths that leave the workspace."""
-    pure = PurePosixPath(rel.replace("\\", "/"))
-    if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+def _parts(rel: str) -> tuple[str, ...]:
+    """The components of an operator file's path; refuses absolute paths and paths that leave the workspace."""
+    try:
+        return parts_of(rel, what="operator file")
+    except InputError:
         raise InputError(f"operator file {rel!r} must be a relative path inside the workspace",
-                         hint="pass paths relative to the workspace, without '..'")
-    root = Path(workspace).resolve()
-    path = (root / Path(*pure.parts)).resolve()
-    if root != path and root not in path.parents:
-        raise InputError(f"operator file {rel!r} resolves outside the workspace ({path})",
-                         hint="operator files must live inside the workspace (symlinks out are refused)")
-    return path
+                         hint="pass paths relative to the workspace, without '..'") from None
+
+
+def _read(tree: Tree, rel: str) -> bytes:
+    """The file's bytes, reached without following a link (a link on the way is refused: ``LinkRefused``)."""
+    _parts(rel)
+    try:
+        return tree.read(rel)
+    except IsADirectoryError:
+        raise InputError(f"operator file {rel} is a directory") from None
+    except NotADirectoryError:
+        raise FileNotFoundError(rel) from None
 
 
 def hash_files(workspace: Path, files: list[str]) -> str:
-    """Drift check: hash of the files as they are on disk now (bytes, no decoding). A missing file hashes as absent."""
+    """Drift check: hash of the files as they are on disk now (bytes, no decoding). A missing file hashes as absent;
+    a file reached through a symbolic link hashes as the link (never as what it points at)."""
     data: dict[str, bytes] = {}
-    for rel in files:
-        path = _resolve(workspace, rel)
-        try:
-            data[rel] = path.read_bytes()
-        except FileNotFoundError:
-            data[rel] = b"\0<missing>"  # never equal to a real file's bytes' hash contribution of an empty file
+    with open_tree(workspace) as tree:
+        for rel in files:
+            try:
+                data[rel] = _read(tree, rel)
+            except FileNotFoundError:
+                data[rel] = b"\0<missing>"  # never equal to a real file's bytes' hash contribution of an empty file
+            except LinkRefused as exc:
+                data[rel] = b"\0<link>" + exc.message.encode()
     return hash_bytes(data)
 
 
 def read_sources(workspace: Path, files: list[str]) -> dict[str, str]:
-    """Exact text of each file (bytes decoded, no newline translation). InputError names a missing file."""
+    """Exact text of each file (bytes decoded, no newline translation). InputError names a missing file;
+    ``LinkRefused`` (an InputError) a file or folder on its way that is now a symbolic link."""
     out: dict[str, str] = {}
-    for rel in files:
-        path = _resolve(workspace, rel)
-        try:
-            out[rel] = path.read_bytes().decode(ENCODING, ERRORS)
-        except FileNotFoundError:
-            raise InputError(f"operator file {rel} does not exist in {workspace}",
-                             hint="check operator_files; revert_patch restores the last recorded state") from None
-        except IsADirectoryError:
-            raise InputError(f"operator file {rel} is a directory") from None
+    with open_tree(workspace) as tree:
+        for rel in files:
+            try:
+                out[rel] = _read(tree, rel).decode(ENCODING, ERRORS)
+            except FileNotFoundError:
+                raise InputError(f"operator file {rel} does not exist in {workspace}",
+                                 hint="check operator_files; revert_patch restores the last recorded state") from None
     return out
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """temp file in the same directory + fsync + rename + fsync(dir): a crash leaves the old or the new file."""
-    mode = None
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".pypto-tune.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+def _atomic_write(tree: Tree, rel: str, data: bytes) -> None:
+    """temp file in the same directory + fsync + rename + fsync(dir), all relative to directory descriptors opened
+    without following links: a crash leaves the old or the new file, and a link never redirects the write."""
+    tree.write(rel, data)
 
 
 def write_sources(workspace: Path, sources: dict[str, str]) -> str:
     """Write every file whose bytes differ from disk, atomically; return the hash of ``sources``.
 
+    No write follows a symbolic link (``nofollow.py``): a folder on the way that is now a link is refused before
+    anything is written (``LinkRefused``); a file replaced by a link is replaced back (the link, not its target).
     Afterwards the files are read back and hashed; a mismatch (a concurrent writer, a full disk that lied) raises
     PatchError instead of letting the session believe the wrong state.
     """
     expected = hash_sources(sources)
-    for rel in sorted(sources):
-        path = _resolve(workspace, rel)
-        data = to_bytes(sources[rel])
-        try:
-            if path.read_bytes() == data:
-                continue
-        except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, data)
+    with open_tree(workspace) as tree:
+        for rel in sorted(sources):
+            _parts(rel)
+            tree.check_parents(rel)  # every folder checked before the first byte is written
+        for rel in sorted(sources):
+            data = to_bytes(sources[rel])
+            try:
+                if _read(tree, rel) == data:
+                    continue
+            except (FileNotFoundError, LinkRefused):
+                pass
+            _atomic_write(tree, rel, data)
     actual = hash_files(workspace, list(sources))
     if actual != expected:
         raise PatchError(f"after writing, the files on disk hash to {actual[:12]}…, expected {expected[:12]}…",

@@ -124,6 +124,15 @@ def _not_tunable(reason: str) -> Validator:
     return check
 
 
+UNDECLARED = "no catalogue item names it and it has no declared legal domain (domain C): not a tuning knob"
+UNCATALOGUED = "no catalogue item names it (R10): not tuned"
+
+
+def uncatalogued(legal: str) -> bool:
+    """True for the legal text of an option that is never admitted because no catalogue item names it."""
+    return legal.endswith((UNDECLARED, UNCATALOGUED))
+
+
 OPTION_SPECS: dict[str, Spec] = {
     "vec_nbuffer_setting": Spec(("S-5", "S-8"), VEC_NBUF_LEGAL, True, _vec_nbuffer),
     "cube_l1_reuse_setting": Spec(("S-6", "S-8"), L1_REUSE_LEGAL, True, _l1_reuse),
@@ -132,9 +141,13 @@ OPTION_SPECS: dict[str, Spec] = {
                                     True, _int_in(1, 1024, "C/S-9", "stitch_function_max_num")),
     "device_sched_mode": Spec(("S-10",), "integer 0–3 (0 FIFO, 1 L2-affinity, 2 fair, 3 = 1+2)", True,
                               _int_in(0, 3, "C/S-10", "device_sched_mode")),
-    "stitch_function_num_initial": Spec((), "integer 1–1024", True, _int_in(1, 1024, "C", "stitch_function_num_initial")),
-    "mg_vec_parallel_lb": Spec((), "integer 1–48", True, _int_in(1, 48, "C", "mg_vec_parallel_lb")),
-    "valid_shape_optimize": Spec((), "0 or 1", True, _int_in(0, 1, "C", "valid_shape_optimize")),
+    # in pypto 0.2.0's schema with a known range, but no catalogue item names them: tracked, never tuned (R10)
+    "stitch_function_num_initial": Spec((), "integer 1–1024; " + UNCATALOGUED, False,
+                                        _not_tunable("no catalogue item names stitch_function_num_initial (R10)")),
+    "mg_vec_parallel_lb": Spec((), "integer 1–48; " + UNCATALOGUED, False,
+                               _not_tunable("no catalogue item names mg_vec_parallel_lb (R10)")),
+    "valid_shape_optimize": Spec((), "0 or 1; " + UNCATALOGUED, False,
+                                 _not_tunable("no catalogue item names valid_shape_optimize (R10)")),
     "run_mode": Spec((), "pypto.RunMode.SIM / NPU — fixed by the session, not a tuning knob", False,
                      _not_tunable("run_mode is fixed by the session (run_mode sim/npu at start_session), not tuned")),
     "runtime_debug_mode": Spec((), "0–3; owned by enable_runtime_debug, not a tuning knob", False,
@@ -359,7 +372,8 @@ KIND_SPECS: dict[str, Spec] = {
     "valid_shape": Spec(("I-9", "F-7"), VALID_SHAPE_LEGAL, True, _valid_shape),
     # the literal a tiling call's value flows from (tools/patching/flows.py); the calls it feeds are checked on the
     # values the run gave them, with this literal replaced (tools/patching/runmap.py)
-    "tile_source": Spec((), TILE_CONST_LEGAL, True, _tile_constant),
+    "tile_source": Spec(("F-10", "F-9", "F-11", "F-3", "F-1", "F-7", "S-2", "S-3", "S-12"), TILE_CONST_LEGAL, True,
+                        _tile_constant),
 }
 
 LOOP_SPECS = {
@@ -376,6 +390,13 @@ COMBINE_SPECS = {
 }
 
 
+def undeclared(what: str) -> Spec:
+    """An option no catalogue item names and whose legal values nobody declared (issue #16: pass_options keys the
+    catalogue never mentions, one with a negative bound, were admitted in FRONTEND with no legality record). It is
+    tracked (a change to it is a knob change, so it cannot ride along with another) but never admitted (R10)."""
+    return Spec((), f"{what}: {UNDECLARED}", False, _not_tunable(f"{what}: {UNDECLARED}"))
+
+
 def spec_for(kind: str, key: str | None, group: str | None = None) -> Spec:
     """The spec of a knob kind, refined by its option key where the key matters."""
     if kind in ("jit_option", "pass_option", "debug_option"):
@@ -387,12 +408,12 @@ def spec_for(kind: str, key: str | None, group: str | None = None) -> Spec:
         if key == "*":
             return Spec((), f"{group} built by an expression the server cannot edit safely; use a diff", False,
                         _not_tunable(f"{group} is built by an expression; edit it with a diff"))
-        return Spec((), "see the pypto option schema (an unknown runtime key fails with 'map::at')", True)
+        return undeclared(f"{group or kind} key {key!r}")
     if kind == "loop_option":
-        return LOOP_SPECS.get(key or "", Spec())
+        return LOOP_SPECS.get(key or "", undeclared(f"loop option {key!r}"))
     if kind == "combine_axis":
         return COMBINE_SPECS.get(key or "", Spec((), "", False, _not_tunable(f"{key} is not a tuning knob")))
-    return KIND_SPECS.get(kind, Spec())
+    return KIND_SPECS.get(kind, undeclared(f"knob kind {kind!r}"))
 
 
 def validate(kind: str, key: str | None, group: str | None, value: Any, ctx: dict[str, Any]) -> Any:

@@ -321,6 +321,7 @@ class _Analysis:
         self.kernel: set[tuple[str, str]] = set()
         self.jits: set[tuple[str, str]] = set()
         self.reductions: dict[str, list[Reduction]] = {}
+        self.reach: dict[tuple[str, str], set[tuple[str, str]]] = {}  # jit → what it runs (find_kernels)
         self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
         self._active: set[tuple[str, str, str]] = set()
 
@@ -438,30 +439,16 @@ class _Analysis:
 
     # ---- kernel scopes
     def find_kernels(self) -> None:
-        todo: list[tuple[str, str]] = []
+        """The jit-decorated functions, and everything each of them runs (nested defs, workspace functions it
+        calls, transitively): kernel code."""
+        from .flows import reach
+
         for f in self.files.values():
             for sname, fn in f.functions.items():
                 if any(f.qname(d.func if isinstance(d, ast.Call) else d) in JIT_NAMES for d in fn.decorator_list):
-                    todo.append((f.path, sname))
                     self.jits.add((f.path, sname))
-        while todo:
-            key = todo.pop()
-            if key in self.kernel:
-                continue
-            self.kernel.add(key)
-            f = self.files[key[0]]
-            # nested functions and workspace functions it calls are kernel code too
-            for sname in f.scopes:
-                if sname.startswith(key[1] + "."):
-                    todo.append((f.path, sname))
-            fn = f.functions.get(key[1])
-            if fn is None:
-                continue
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call):
-                    target = self.callee(f, f.scope_of.get(id(n)) or f.scopes[key[1]], n.func)
-                    if target is not None:
-                        todo.append(target)
+        self.reach = {j: reach(self, j) for j in sorted(self.jits)}
+        self.kernel = set().union(*self.reach.values()) if self.reach else set()
 
     def callee(self, f: _File, scope: _Scope, func: ast.AST) -> tuple[str, str] | None:
         """(file, scope) of a workspace function called as ``func``, else None."""
@@ -718,7 +705,7 @@ def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
     from . import flows
 
     return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals,
-                   jit_scopes=a.jits, kernel_reach={j: flows.reach(a, j) for j in sorted(a.jits)},
+                   jit_scopes=a.jits, kernel_reach=a.reach,
                    entry_reach=flows.entry_points(a), sources=flows.find_sources(a))
 
 

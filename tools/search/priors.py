@@ -1,15 +1,27 @@
-"""The ranking's priors (``priors.json``, package data): rules with a weight and the measurements behind them.
+"""The ranking's priors: the knowledge store — hand-written rules (its seed) and measured observations.
 
 A prior is what other kernels taught: it orders the first trials of a session that has measured nothing yet, and it
-is always shown as a prior — never as evidence about the operator being tuned. ``holdout`` drops the rules whose only
-support is one operator, so an offline replay on that operator does not grade the search with its own answers.
+is always shown as a prior — never as evidence about the operator being tuned. Two parts, read through one path
+(:func:`load_priors`):
+
+* the **seed** — ``priors.json`` (package data): rules with a weight and the measurements behind them, written by
+  hand from the project's grids. ``holdout`` drops the rules whose only support is one operator, so an offline
+  replay on that operator does not grade the search with its own answers;
+* the **observations** of the configured knowledge store (``tools/knowledge/``: every ledger it was given, distilled
+  to one-knob moves with their situation and measured gain), used by :meth:`Priors.experience`. A store is used only
+  when configured — ``configure_knowledge(path)`` (``serve --knowledge``, ``campaign --knowledge``) or
+  ``PYPTO_TUNE_KNOWLEDGE`` — so without one the ranking is the seed's alone, reproducibly.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -37,11 +49,47 @@ class PriorRule(BaseModel):
                                                       for e in self.evidence]}
 
 
+@dataclass
+class Experience:
+    """One term the knowledge store adds to a candidate's score (the ranker wraps it as a ``knowledge`` term)."""
+
+    name: str
+    score: float
+    text: str
+    evidence: dict[str, Any]
+
+
 class Priors(BaseModel):
     version: str = ""
     vector_cores: int = 48
     cube_cores: int = 24
     rules: dict[str, PriorRule] = Field(default_factory=dict)
+    knowledge: list[Any] = Field(default_factory=list, exclude=True,
+                                 description="observations of the knowledge store (tools/knowledge/store.Observation)")
+    knowledge_source: str = Field("", description="where the observations came from")
+
+    def experience(self, knob: Any, value: Any, base: list[dict[str, Any]], after: list[dict[str, Any]] | None,
+                   stage: str, model_score: float, reached: dict[str, Any] | None = None) -> list[Experience]:
+        """What the store's observations say about changing ``knob`` (a patching ``Knob``) to ``value``: at most
+        one term, moving the score from ``model_score`` (the model's and the seed rules' prediction) toward the
+        measured outcome of similar changes (tools/knowledge/match.py). ``base`` / ``after``: the shape model's
+        features of every kernel before and with the change (``after`` None for options); ``reached``: the
+        kernel the knob reaches; ``stage``: frontend / swimlane / incore. Empty without observations."""
+        if not self.knowledge:
+            return []
+        from pypto_tune.tools.knowledge import match, situation
+
+        cls = situation.change_class(knob.kind, knob.name, knob.context.get("consumers"))
+        fb, fa = situation.changed_kernel(base, after, reached)
+        sit = situation.describe(cls, fb, fa, knob.value, value)
+        pred = match.predict(self.knowledge, change_class=cls, kernel_kind=situation.kernel_kind(fb), group=stage,
+                             situation=sit)
+        if pred is None:
+            return []
+        score = match.experience_score(pred, model_score)
+        text, evidence = match.describe(pred, model_score, score)
+        evidence["store"] = self.knowledge_source
+        return [Experience("similar-changes", score, text, evidence)]
 
     def weight(self, rule_id: str) -> float:
         """The rule's weight, 0 when the rule is absent (held out): its term simply drops out of the score."""
@@ -77,6 +125,12 @@ def parse_priors(data: dict[str, Any], *, holdout: str | None = None) -> Priors:
 
 
 @lru_cache(maxsize=1)
+def seed_data() -> dict[str, Any]:
+    """The seed rules as shipped (``priors.json``)."""
+    return _raw()
+
+
+@lru_cache(maxsize=1)
 def _raw() -> dict[str, Any]:
     try:
         text = resources.files("pypto_tune.tools.search").joinpath("priors.json").read_text(encoding="utf-8")
@@ -87,6 +141,45 @@ def _raw() -> dict[str, Any]:
     return json.loads(text)
 
 
-def load_priors(*, holdout: str | None = None) -> Priors:
-    """The shipped priors (cached read; a fresh model each call, so callers may not disturb each other)."""
-    return parse_priors(_raw(), holdout=holdout)
+_store_lock = threading.Lock()
+_store: tuple[str, list[Any]] | None = None  # (path, observations) of the configured store
+_configured = False
+
+
+def configure_knowledge(path: Path | str | None) -> int:
+    """Use the knowledge store at ``path`` for every later :func:`load_priors` of this process (None: none). The
+    file is read now, once: a campaign ranks every session with the same snapshot. Returns how many observations it
+    holds. A malformed file raises InputError (it names the file and the way out)."""
+    global _store, _configured
+    with _store_lock:
+        _configured = True
+        if path is None:
+            _store = None
+            return 0
+        from pypto_tune.tools.knowledge.store import read
+
+        kf = read(Path(path))
+        _store = (str(path), list(kf.observations))
+        return len(kf.observations)
+
+
+def _observations() -> tuple[str, list[Any]]:
+    """The configured store's observations; on first use, ``PYPTO_TUNE_KNOWLEDGE`` configures it."""
+    if not _configured:
+        configure_knowledge(os.environ.get("PYPTO_TUNE_KNOWLEDGE") or None)
+    return _store if _store is not None else ("", [])
+
+
+def load_priors(*, holdout: str | None = None, knowledge: Any = None) -> Priors:
+    """The priors: the seed rules (cached read; a fresh model each call, so callers may not disturb each other) and
+    the observations of the configured knowledge store. ``knowledge``: a ``KnowledgeFile`` to use instead of the
+    configured store (the offline benchmark's leave-one-out); ``holdout`` also drops that operator's observations."""
+    priors = parse_priors(_raw(), holdout=holdout)
+    if knowledge is not None:
+        source, obs = "given", list(knowledge.observations)
+    else:
+        source, obs = _observations()
+    if holdout is not None:
+        obs = [o for o in obs if o.operator != holdout]
+    priors.knowledge, priors.knowledge_source = obs, source
+    return priors

@@ -59,7 +59,7 @@ from pypto_tune.tools.search.priors import Priors, load_priors
 from pypto_tune.tools.search.values import values_for
 
 Ranking = Literal["model", "plain"]
-ALL_SIGNALS = frozenset({"model", "history", "analysis"})
+ALL_SIGNALS = frozenset({"model", "history", "analysis", "knowledge"})
 ANALYSIS_ONLY = {"S-1"}  # catalogue items that are an analysis, not a change
 MAX_REFUSALS_SHOWN = 5
 FLAT_SCORE = 0.05  # scores closer than this are the same prediction (predicted log2 speed-up units)
@@ -559,6 +559,9 @@ def _evidence(raw: _Raw, priors: Priors) -> dict[str, Any]:
         ev["analysis"] = ana
     if raw.model:
         ev["model"] = raw.model
+    know = [t.evidence for t in raw.terms if t.source == "knowledge" and t.evidence]
+    if know:
+        ev["knowledge"] = know
     rules = sorted({t.rule for t in raw.terms if t.rule})
     if rules:
         ev["prior"] = [priors.rules[r].cite() for r in rules if r in priors.rules]
@@ -668,6 +671,9 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                 info: dict[str, Any] = {}
                 if "model" in signals:
                     terms, info = _model_terms(ctx, k, value)
+                if "knowledge" in signals and priors.knowledge:  # the store's measured moves (tools/knowledge)
+                    terms += [R.Term("knowledge", e.name, e.score, e.text, e.evidence) for e in priors.experience(
+                        k, value, ctx.base, ctx.after(k, value), group, sum(t.score for t in terms), reached=kernel)]
                 if "history" in signals:
                     for s in history_signals(k.id, k.value, value, hist, kept_us=kept_us):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))

@@ -8,6 +8,7 @@ number that could be edited later would be worth nothing. Current state is *deri
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -227,6 +228,12 @@ class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.RLock()
+        for p in (path.parent, path, *(path.with_name(path.name + x) for x in ("-wal", "-shm", "-journal"))):
+            if p.is_symlink():
+                # SQLite follows links: the evidence would live wherever the link points (issue #16)
+                raise LedgerError(f"{p} is a symbolic link (to {os.readlink(p)}): the ledger is opened only as the "
+                                  "server's own file", hint="remove the link and restore the ledger file; the "
+                                  "server never writes through a link")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10)

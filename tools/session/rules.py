@@ -76,11 +76,12 @@ RULES: list[Rule] = [
     Rule(id="legality", source="C", text_en="Every change is checked against domain C on the effective value of every "
          "tiling call, loop and view it affects, whichever way it was written (structured edit, diff or adopted edit); "
          "a tile call that ran is checked on the value it gets in each kernel that ran it and on that kernel's shapes "
-         "(run-time probe), and refused when that value cannot be derived; values that never ran and cannot be "
-         "evaluated pass as unchecked and are recorded so.",
+         "(run-time probe), and a changed tiling source whose value there cannot be derived is refused; a value that "
+         "names something the server cannot evaluate, or never ran and cannot be evaluated, passes as unchecked and "
+         "is recorded so.",
          text_zh="每次修改都按领域规则 C 检查其影响到的每个 tile 调用、循环与 view 的实际取值（无论以结构化修改、diff 还是采纳外部修改提交）；"
-         "运行过的 tile 调用按其在每个运行它的 kernel 中的取值及该 kernel 的实际形状（运行时探针）检查，无法推导新取值则拒绝；"
-         "未运行且服务器无法求值的取值记为“未检查”。"),
+         "运行过的 tile 调用按其在每个运行它的 kernel 中的取值及该 kernel 的实际形状（运行时探针）检查，若修改的 tile 来源在该处的新取值无法推导则拒绝；"
+         "引用了服务器无法求值的名字、或未运行且无法求值的取值记为“未检查”。"),
     Rule(id="live-site", source="R9/C", text_en="A change is made only where the test runs: the run-time probe of the "
          "state a change starts from marks every knob site live or dead for this test, and a change to a dead site (a "
          "branch, helper or kernel the test never runs) is refused.",
@@ -154,6 +155,14 @@ def next_stage(name: str) -> StageDef | None:
         return None
     i = names.index(name)
     return STAGES[i + 1] if i + 1 < len(STAGES) else None
+
+
+def stage_exit_reason(stage: str, consecutive_no_gain: int) -> str:
+    """R14: '' while the stage goes on; why it ends once its consecutive-no-gain streak reaches the threshold."""
+    sdef = STAGES_BY_NAME[stage]
+    if consecutive_no_gain >= sdef.no_gain_threshold:
+        return f"{consecutive_no_gain} consecutive rounds without gain (threshold {sdef.no_gain_threshold})"
+    return ""
 
 
 class Judgement(BaseModel):

@@ -212,8 +212,7 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     # The kept time is the median of EVERY sample ever measured on the kept code (baseline, stage re-collections,
     # the round that kept it), never the latest or the best one: re-collecting until noise gives a good number
     # moves nothing (issue #10, attack 9).
-    kept_samples = [float(x) for m in rows["measurements"] if m["valid"] and m["code_hash"] == kept_hash
-                    for x in (m["samples"] or [m["operator_time_us"]])]
+    kept_samples = kept_samples_of(rows["measurements"], kept_hash)
     kept_us = statistics.median(kept_samples) if kept_samples else None
 
     counters: dict[str, StageCounters] = {}
@@ -292,6 +291,15 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
         counters=counters, stage_entry_transition_id=stage_entry_id, stage_measured=stage_measured,
         stage_analyzed=stage_analyzed, checklist=checklist, finish_reason=finish_reason, rows=rows,
     )
+
+
+def kept_samples_of(measurements: list[Row], kept_hash: str, before_id: int | None = None) -> list[float]:
+    """Every sample of the kept code's VALID measurements (recorded before measurement ``before_id``, if given): the
+    kept time is their median. An invalid measurement — tampered, broken, fake tasks — never counts, so a
+    re-measurement of the kept code cannot move the number the next round is judged against (issue #16)."""
+    return [float(x) for m in measurements
+            if m["valid"] and m["code_hash"] == kept_hash and (before_id is None or int(m["id"]) < before_id)
+            for x in (m["samples"] or [m["operator_time_us"]])]
 
 
 def _current_device(rows: dict[str, list[Row]], pool: list[str]) -> str:

@@ -8,7 +8,7 @@ run's ``sys.path`` and imported files. The knob map (``tools/patching/runmap.py`
 """
 
 from .models import Frame, ProbeCall, ProbeKernel, ProbeRecord, ProbeStatus, TensorArg
-from .reader import DIR_ENV, HOOK_DIR, probe_env, read_records
+from .reader import DIR_ENV, HOOK_DIR, parse_records, probe_env, read_records
 
 __all__ = ["DIR_ENV", "Frame", "HOOK_DIR", "ProbeCall", "ProbeKernel", "ProbeRecord", "ProbeStatus", "TensorArg",
-           "probe_env", "read_records"]
+           "parse_records", "probe_env", "read_records"]

@@ -46,29 +46,44 @@ def _frame(raw: list[Any], roots: list[str]) -> Frame:
 
 
 def read_records(record_dir: str | Path, roots: list[str]) -> ProbeRecord:
-    """Merge the probe files of one run. ``roots``: the paths the run's copy of the workspace had (outside and, in
-    a sandbox, inside), longest first; files under them become workspace-relative."""
+    """Merge the probe files of one run found in ``record_dir``. ``roots``: the paths the run's copy of the
+    workspace had (outside and, in a sandbox, inside); files under them become workspace-relative."""
     folder = Path(record_dir)
-    files = sorted(folder.glob("probe-*.json")) if folder.is_dir() else []
-    if not files:
+    named: dict[str, bytes] = {}
+    unreadable: list[str] = []
+    for f in sorted(folder.glob("probe-*.json")) if folder.is_dir() else []:
+        try:
+            if f.stat().st_size > MAX_RECORD_BYTES:
+                unreadable.append(f"{f.name}: larger than {MAX_RECORD_BYTES} bytes")
+                continue
+            named[f.name] = f.read_bytes()
+        except OSError as exc:
+            unreadable.append(f"{f.name}: {type(exc).__name__}")
+    return parse_records(named, roots, unreadable)
+
+
+def parse_records(named: dict[str, bytes], roots: list[str], unreadable: list[str] | None = None) -> ProbeRecord:
+    """Merge probe files given as name → bytes (what a sandbox hands back from the run's capture folder)."""
+    files = {n: b for n, b in sorted(named.items()) if n.startswith("probe-") and n.endswith(".json")}
+    bad = list(unreadable or [])
+    if not files and not bad:
         return ProbeRecord(status="no-report", reason="the run left no probe record (the test's Python did not "
                            "start through the hook, did not import pypto, or could not write)")
     roots = sorted({str(r) for r in roots if r}, key=len, reverse=True)
     raws: list[dict[str, Any]] = []
-    bad: list[str] = []
-    for f in files:
+    for name, data in files.items():
+        if len(data) > MAX_RECORD_BYTES:
+            bad.append(f"{name}: larger than {MAX_RECORD_BYTES} bytes")
+            continue
         try:
-            if f.stat().st_size > MAX_RECORD_BYTES:
-                bad.append(f"{f.name}: larger than {MAX_RECORD_BYTES} bytes")
-                continue
-            raws.append(json.loads(f.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            bad.append(f"{f.name}: {type(exc).__name__}")
+            raws.append(json.loads(data.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as exc:
+            bad.append(f"{name}: {type(exc).__name__}")
     if not raws:
         return ProbeRecord(status="unreadable", reason="; ".join(bad[:3]))
     try:
         return _merge(raws, roots, bad)
-    except (ValidationError, KeyError, TypeError, ValueError, IndexError) as exc:
+    except (ValidationError, KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         return ProbeRecord(status="unreadable", reason=f"the probe record does not have the expected form: "
                            f"{type(exc).__name__}: {str(exc)[:200]}")
 

@@ -1,0 +1,294 @@
+"""Campaign benchmark (issue #19): wall time against the ideal, and what the knowledge store is worth.
+
+    .venv/bin/python benchmarks/campaign_bench.py                            # both parts, local pool, 2 slots
+    .venv/bin/python benchmarks/campaign_bench.py --ray                      # the wall-time part on Ray as well
+    .venv/bin/python benchmarks/campaign_bench.py --part knowledge --ledgers DIR   # LOO from existing workspaces
+
+**Wall time** (``--part wall``). A real campaign (``pypto-tune campaign``, SIM) over the operators that have a
+measured grid (``benchmarks/grids/``), ``--trials`` trials each, on ``--slots`` k workers: the local pool, and with
+``--ray`` a Ray cluster of k CPUs on loopback (``ray start --head`` inside a network namespace this script creates;
+needs root). The ideal wall time is the sum of the sessions' run times (every run each ledger records: baselines,
+stage-entry collections, trials) over k: what k workers kept busy all the time would need. Printed: wall, the sum,
+the ideal and wall / ideal (goal ≤ 1.15). The sessions' own bookkeeping (analysis, admission, ledger) runs on the
+driver's cores, which are the runs' cores here: it is part of the ratio, not hidden from it.
+
+**Knowledge** (``--part knowledge``). Leave one operator out, for every grid: the store is distilled from the
+*other* operators' ledgers (those the wall-time part just wrote, or ``--ledgers DIR``: a folder of workspaces); the
+left-out operator's grid is then replayed offline under the server's rules (``benchmarks/search_offline.py``'s
+replay: one knob per trial from the kept state, keep on strict gain, stage exits) ranked twice — by the seed priors
+alone (``model``: the hand-written rules, held out as that benchmark does), by seed and store
+(``model+knowledge``), and by the store alone in place of the hand-written model (``knowledge-only``: what the other
+operators' ledgers teach by themselves). Printed per operator: trials to 90 % and 99 % of the grid's speed-up, failed trials, the
+speed-up after the budget; goal: fewer trials on most operators, and never a failed trial kept (a replay keeps only
+strict gains, so a failure can never be kept: the count of failed trials is what the store can lower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+GRIDS = ROOT / "benchmarks" / "grids"
+OPERATORS = ROOT / "fixtures" / "operators"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def grid_operators() -> list[str]:
+    return sorted(p.stem for p in GRIDS.glob("*.json") if (OPERATORS / p.stem / "grid.json").is_file())
+
+
+def manifest(root: Path, names: list[str], trials: int, goal: float) -> Path:
+    """One [[operator]] per grid operator, with the grid's own test command."""
+    lines = ['name = "bench"', "batch = 2", "", "[defaults]", 'run_mode = "sim"', f"goal_speedup = {goal}",
+             f"trials = {trials}", "wall_h = 6", ""]
+    for name in names:
+        if (OPERATORS / name / "grid.json").is_file():
+            spec = json.loads((OPERATORS / name / "grid.json").read_text())
+            files = sorted({k["file"] for k in spec["knobs"]})
+            cmd = ["python", *spec["command"]]
+        else:  # the single-file fixtures: <name>.py --run-mode sim
+            files, cmd = [f"{name}.py"], ["python", f"{name}.py", "--run-mode", "sim"]
+        lines += ["[[operator]]", f'name = "{name}"', f'workspace = "ws/{name}"', f'source = "{OPERATORS / name}"',
+                  "operator_files = " + json.dumps(files), "test_command = " + json.dumps(cmd), ""]
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "campaign.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- wall time
+
+
+def run_campaign(root: Path, names: list[str], args: argparse.Namespace, *, ray_address: str | None) -> dict:
+    m = manifest(root, names, args.trials, args.goal)
+    cmd = [sys.executable, "-m", "pypto_tune.server.cli", "campaign", str(m), "--quiet"]
+    cmd += ["--executor", "ray", "--ray-address", ray_address] if ray_address else ["--slots", str(args.slots)]
+    if args.concurrency:
+        cmd += ["--concurrency", str(args.concurrency)]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=str(root), capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if r.returncode not in (0, 1):
+        raise SystemExit(f"campaign failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+    from pypto_tune.tools.campaign.facts import latest_session
+
+    sessions = {n: latest_session(root / "ws" / n) for n in names}
+    run_s = sum(f.run_s for f in sessions.values() if f)
+    runs = {}
+    for n, f in sessions.items():
+        runs[n] = {"run_s": f.run_s if f else None, "trials": f.trials if f else None,
+                   "speedup": round(f.speedup, 3) if f and f.speedup else None,
+                   "finish": f.finish_reason if f else None}
+    return {"wall_s": round(wall, 1), "run_s": round(run_s, 1), "slots": args.slots,
+            "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3) if run_s else None,
+            "sessions": runs, "stdout": r.stdout[-600:]}
+
+
+RAY_WRAPPER = """
+import os, subprocess, sys, json, time
+sys.path.insert(0, {executors!r})
+from ray_scenarios import enter_loopback_namespace
+enter_loopback_namespace()
+ray = os.path.join(os.path.dirname(sys.executable), "ray")
+subprocess.run([ray, "start", "--head", "--port", "6399", "--num-cpus", sys.argv[1], "--include-dashboard", "false",
+                "--node-ip-address", "127.0.0.1", "--disable-usage-stats"], check=True, capture_output=True)
+try:
+    r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
+    sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)
+finally:
+    # stop this cluster by its processes (they name our TMPDIR), never `ray stop` (it stops every Ray of the machine):
+    # SIGTERM, a few seconds, then SIGKILL what is left (the GCS server can outlive a SIGTERM)
+    tmp = os.environ["TMPDIR"].encode()
+    def ours():
+        out = []
+        for p in os.listdir("/proc"):
+            if p.isdigit() and int(p) != os.getpid():
+                try:
+                    if tmp in open(f"/proc/{{p}}/cmdline", "rb").read():
+                        out.append(int(p))
+                except OSError:
+                    pass
+        return out
+    for sig in (15, 9):
+        for p in ours():
+            try:
+                os.kill(p, sig)
+            except OSError:
+                pass
+        deadline = time.time() + 10
+        while ours() and time.time() < deadline:
+            time.sleep(0.3)
+"""
+
+
+def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    print(f"\n## Wall time: {len(names)} operators, {args.trials} trials each, batch 2, {args.slots} workers "
+          f"(load average before: {os.getloadavg()[0]:.1f})")
+    out["local"] = run_campaign(work / "local", names, args, ray_address=None)
+    if args.ray:
+        base = Path(tempfile.mkdtemp(prefix="pcb", dir="/tmp"))
+        (base / "tmp").mkdir()
+        m = manifest(base / "ray", names, args.trials, args.goal)
+        wrapper = RAY_WRAPPER.format(executors=str(ROOT / "tests" / "executors"))
+        cmd = [sys.executable, "-c", wrapper, str(args.slots), sys.executable, "-m", "pypto_tune.server.cli",
+               "campaign", str(m), "--quiet", "--executor", "ray", "--ray-address", "127.0.0.1:6399"]
+        env = {**os.environ, "TMPDIR": str(base / "tmp")}
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, cwd=str(base / "ray"), capture_output=True, text=True, env=env)
+        wall = time.monotonic() - t0
+        from pypto_tune.tools.campaign.facts import latest_session
+
+        run_s = sum((latest_session(base / "ray" / "ws" / n) or _none()).run_s for n in names)
+        events = [json.loads(x) for x in (base / "ray" / ".pypto-tune-campaign" / "bench" / "journal.jsonl")
+                  .read_text().splitlines() if x.strip()]
+        started = next(e for e in events if e["event"] == "driver-started")["t"]
+        ended = next(e for e in events if e["event"] == "campaign-ended")["t"]
+        out["ray"] = {"wall_s": round(wall, 1), "campaign_s": round(ended - started, 1), "run_s": round(run_s, 1),
+                      "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3),
+                      "ratio_campaign": round((ended - started) / (run_s / args.slots), 3), "rc": r.returncode}
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    print("| executor | workers | wall s | Σ session run s | ideal s (Σ / k) | wall / ideal |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, row in out.items():
+        extra = (f" (driver to end {row['campaign_s']} s: {row['ratio_campaign']}×; the rest is the cluster's "
+                 "start and stop)") if name == "ray" else ""
+        print(f"| {name} | {args.slots} | {row['wall_s']} | {row['run_s']} | {row['ideal_s']} | "
+              f"**{row['ratio']}**{extra} |")
+    loc = out["local"]["sessions"]
+    print("   sessions: " + "; ".join(f"{n} {s['speedup']}× in {s['trials']} trials" for n, s in loc.items()))
+    return out
+
+
+def _none() -> Any:
+    class Z:
+        run_s = 0.0
+    return Z()
+
+
+# ---------------------------------------------------------------------------------------------- knowledge
+
+
+def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) -> dict[str, Any]:
+    import search_offline as so
+    from pypto_tune.tools.knowledge.distill import distill_workspace
+    from pypto_tune.tools.knowledge.store import KnowledgeFile, write
+    from pypto_tune.tools.search import AdmissionCache
+    from pypto_tune.tools.search import priors as priors_mod
+
+    so.VARIANTS["model+knowledge"] = ("model", frozenset({"model", "history", "analysis", "knowledge"}))
+    so.VARIANTS["knowledge-only"] = ("model", frozenset({"history", "analysis", "knowledge"}))
+    spaces = sorted(p for p in ledgers.iterdir() if (p / ".pypto-tune" / "ledger.sqlite3").is_file())
+    # one store per workspace (named after its operator in the manifest): a session names its operator after its
+    # first file (softmax_op for upstream_softmax), so leaving one out goes by workspace, never by that name
+    by_ws = {ws.name: distill_workspace(ws) for ws in spaces}
+    full = KnowledgeFile()
+    for kf in by_ws.values():
+        full.merge(kf)
+
+    def without(name: str) -> KnowledgeFile:
+        kf = KnowledgeFile()
+        for ws, part in by_ws.items():
+            if ws != name:
+                kf.merge(part)
+        return kf
+    per_op = {ws: len(kf.observations) for ws, kf in by_ws.items()}
+    print(f"\n## Knowledge, leave one operator out: {len(full.observations)} observations from {len(spaces)} "
+          f"workspaces in {ledgers} ({', '.join(f'{k} {v}' for k, v in sorted(per_op.items()))})")
+    print("| left out | N | grid × | store: observations (operators) | seed only: trials → 90 % / 99 % | "
+          "seed + store | store alone | failed trials (seed / +store / alone) | × after budget (seed / +store / "
+          "alone) |")
+    print("|---|---:|---:|---|---|---|---|---|---|")
+    mg = so._load_measure_grid()
+    cache = AdmissionCache(Path(args.cache))
+    vec_cache = cache.entries.setdefault("__grid_vectors__", {})
+    tmp = Path(tempfile.mkdtemp(prefix="pcb-k"))
+    rows: dict[str, Any] = {}
+    for name in names:
+        grid = so.Grid(name, mg, vec_cache)
+        # the store from every OTHER operator's ledger (load_priors(holdout=name) drops that operator's too)
+        store = tmp / f"without-{name}.json"
+        others = without(name)
+        write(store, others)
+        priors_mod.configure_knowledge(store)
+        try:
+            res = {}
+            for rk in ("model", "model+knowledge", "knowledge-only"):
+                run = so.replay(grid, rk, batch=args.batch, budget=args.budget, holdout=True, cache=cache)
+                s = so.summarise(grid, [run], args.batch)
+                kept_failed = sum(1 for t in run["trials"] if t["outcome"] == "kept" and t["time_us"] is None)
+                res[rk] = {"trials_90": s["trials_90"], "trials_99": s["trials_99"],
+                           "failed": sum(1 for t in run["trials"] if t["outcome"] == "failed"),
+                           "kept_failed": kept_failed, "final": round(s["final_speedup"], 3),
+                           "trials": len(run["trials"])}
+        finally:
+            priors_mod.configure_knowledge(None)
+        cache.save()
+        ops = sorted(w for w in by_ws if w != name and by_ws[w].observations)
+        a, b, c = res["model"], res["model+knowledge"], res["knowledge-only"]
+
+        def t(x: dict) -> str:
+            return f"{x['trials_90'] or 'never'} / {x['trials_99'] or 'never'}"
+        print(f"| {name} | {grid.n} | {grid.speedup:.2f} | {len(others.observations)} ({len(ops)}) | {t(a)} | "
+              f"{t(b)} | {t(c)} | {a['failed']} / {b['failed']} / {c['failed']} | {a['final']} / {b['final']} / "
+              f"{c['final']} |")
+        rows[name] = res
+    better = sum(1 for r in rows.values() if (r["model+knowledge"]["trials_90"] or 99) < (r["model"]["trials_90"] or 99))
+    worse = sum(1 for r in rows.values() if (r["model+knowledge"]["trials_90"] or 99) > (r["model"]["trials_90"] or 99))
+    kept_failed = sum(r[k]["kept_failed"] for r in rows.values() for k in r)
+    print(f"   trials to 90 %: fewer with the store on {better} of {len(rows)} operators, more on {worse}; "
+          f"failed trials kept: {kept_failed}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", default="wall,knowledge", help="wall, knowledge or both (default)")
+    ap.add_argument("--slots", type=int, default=2, help="workers k (local pool slots / Ray CPUs)")
+    ap.add_argument("--trials", type=int, default=12, help="trials per operator in the campaign")
+    ap.add_argument("--goal", type=float, default=1000.0, help="goal speed-up (high: the budget ends the sessions)")
+    ap.add_argument("--concurrency", type=int, default=None)
+    ap.add_argument("--ray", action="store_true", help="also run the campaign on a Ray cluster of k CPUs (root)")
+    ap.add_argument("--operators", default="", help="comma-separated (default: every operator with a grid)")
+    ap.add_argument("--also", default="softmax,rmsnorm,matmul", help="operators without a grid that the campaign "
+                    "tunes too (their ledgers feed the store; no leave-one-out for them)")
+    ap.add_argument("--ledgers", type=Path, default=None, help="knowledge part: a folder of workspaces to distill "
+                    "(default: the ones the wall part wrote)")
+    ap.add_argument("--batch", type=int, default=1, help="knowledge part: replay batch size")
+    ap.add_argument("--budget", type=int, default=40, help="knowledge part: trials per replay")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "pypto-tune-search-offline-cache.json"))
+    ap.add_argument("--keep", type=Path, default=None, help="keep the campaign workspaces here")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    names = [x for x in args.operators.split(",") if x] or grid_operators()
+    names += [x for x in args.also.split(",") if x and x not in names]
+    parts = set(args.part.split(","))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="pypto-tune-campaign-bench-"))
+    report: dict[str, Any] = {"operators": names, "date": time.strftime("%Y-%m-%d %H:%M"),
+                              "command": " ".join(sys.argv)}
+    print(f"campaign_bench {report['date']}: {' '.join(sys.argv[1:]) or '(defaults)'}; work {work}")
+    if "wall" in parts:
+        report["wall"] = wall_part(args, work, names)
+    if "knowledge" in parts:
+        ledgers = args.ledgers or work / "local" / "ws"
+        report["knowledge"] = knowledge_part(args, ledgers, [n for n in names if (GRIDS / f"{n}.json").is_file()])
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+    if args.keep is None and args.ledgers is None and "wall" in parts:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

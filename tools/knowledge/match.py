@@ -1,0 +1,128 @@
+"""From observations to a prior for one candidate: the measured outcome of similar changes on other kernels.
+
+Similar means: the same class of change (:mod:`.situation`), then close in its situation — what the change does to
+the tasks (the ``d_`` quantities, weighed fully), how far a task overshoots the buffers (fully: those limits do not
+move), the option's number (fully), the regime around it (waves and parallel tasks on the cores, tiles per
+iteration: a quarter) — with a penalty for another kind of kernel (vector / cube / mixed) or another stage. Each
+observation weighs ``exp(-d²/2σ²)`` for a weighted Euclidean distance ``d`` in log2 steps (σ = 1.5); those under
+``MIN_WEIGHT`` do not count.
+
+The prediction is the weighted mean of the measured gains (log2 of before/after; a regression counts negative, no
+gain zero) and the weighted share of failures (compile failure, runtime error...), with a confidence
+``n_eff / (n_eff + PRIOR_COUNT)`` where ``n_eff`` is the neighbours' total weight (an exact match counts one, a
+distant one a fraction: six distant observations do not make a confident prediction). The ranker turns it into one term that
+moves the candidate's score from the hand-written model's prediction toward the measured one, as far as the
+confidence goes (:func:`experience_score`): the seed rules rank a kernel nobody has seen, the observations take over
+where similar changes were measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pypto_tune.tools.knowledge.store import Observation
+
+MIN_WEIGHT = 0.1
+SIGMA = 1.5  # log2 steps: two changes 1.5 steps apart weigh 0.61, 3 steps 0.14
+PRIOR_COUNT = 2.0  # pseudo-observations: one exact neighbour gives confidence 1/3, four give 2/3
+KIND_PENALTY = 1.0
+STAGE_PENALTY = 0.5
+FAIL_SCORE = -3.0  # the score of a predicted failure (priors.json: cube-l0c-budget, a predicted compile failure)
+#: how much each quantity counts in the distance: what the change does (d_), the option's number (n_) and how far a
+#: task overshoots the buffers (a_over, a_l0c_over) fully; the regime around it (waves, parallel tasks, tiles per
+#: iteration) a quarter; absolute sizes not at all (operators differ in size; what transfers is the relative move)
+FULL = {"d_iters", "d_tasks", "d_tpi", "d_bytes", "d_waves", "d_par", "d_ctasks", "d_cwaves", "d_cpar", "d_l0c",
+        "d_m0", "d_m1", "d_k0", "d_k1", "d_n0", "d_n1", "n_b", "n_a", "a_over", "a_l0c_over"}
+STATE = {"b_waves", "a_waves", "b_par", "a_par", "b_tpi", "a_tpi", "b_cwaves", "a_cwaves", "b_cpar", "a_cpar"}
+STATE_WEIGHT = 0.25
+MISSING = 1.0  # a quantity only one side has: one log2 step apart
+
+
+@dataclass
+class Prediction:
+    gain_log2: float | None  # weighted mean over the measured neighbours (None: all failed)
+    p_fail: float
+    n: int
+    n_eff: float
+    confidence: float
+    neighbours: list[tuple[float, Observation]] = field(default_factory=list)  # (weight, obs), heaviest first
+
+    @property
+    def operators(self) -> list[str]:
+        seen: list[str] = []
+        for _, o in self.neighbours:
+            if o.operator not in seen:
+                seen.append(o.operator)
+        return seen
+
+
+def _key_weight(k: str) -> float:
+    return 1.0 if k in FULL else STATE_WEIGHT if k in STATE else 0.0
+
+
+def distance(q: dict[str, float], o: dict[str, float]) -> float:
+    """Weighted Euclidean distance over the quantities either side has (see FULL / STATE), in log2 steps."""
+    total = 0.0
+    for k in set(q) | set(o):
+        w = _key_weight(k)
+        if w:
+            delta = (q[k] - o[k]) if k in q and k in o else MISSING
+            total += w * delta * delta
+    return math.sqrt(total)
+
+
+def predict(observations: Iterable[Observation], *, change_class: str, kernel_kind: str, group: str,
+            situation: dict[str, float], exclude_operator: str | None = None) -> Prediction | None:
+    if not situation or change_class == "other":
+        return None
+    scored: list[tuple[float, Observation]] = []
+    for o in observations:
+        if o.change_class != change_class or not o.situation or o.operator == exclude_operator:
+            continue
+        d = distance(situation, o.situation)
+        if o.kernel_kind != kernel_kind:
+            d += KIND_PENALTY
+        if o.group != group:
+            d += STAGE_PENALTY
+        w = math.exp(-d * d / (2.0 * SIGMA * SIGMA))
+        if w >= MIN_WEIGHT:
+            scored.append((w, o))
+    if not scored:
+        return None
+    scored.sort(key=lambda x: (-x[0], x[1].key))
+    total = sum(w for w, _ in scored)
+    n_eff = total  # the neighbours' weight: an exact match counts one, a distant one a fraction
+    measured = [(w, o) for w, o in scored if o.gain_log2 is not None]
+    gain = (sum(w * float(o.gain_log2) for w, o in measured) / sum(w for w, _ in measured)) if measured else None
+    p_fail = sum(w for w, o in scored if o.outcome == "failed") / total
+    return Prediction(gain_log2=gain, p_fail=p_fail, n=len(scored), n_eff=n_eff,
+                      confidence=n_eff / (n_eff + PRIOR_COUNT), neighbours=scored)
+
+
+def experience_score(pred: Prediction, model_score: float) -> float:
+    """How far the measured outcome moves the candidate's score: ``confidence × (expected − model_score)``, where
+    the expected score is the mean measured gain, or ``FAIL_SCORE`` in proportion to the neighbours that failed."""
+    expected = (1.0 - pred.p_fail) * (pred.gain_log2 or 0.0) + pred.p_fail * FAIL_SCORE
+    return pred.confidence * (expected - model_score)
+
+
+def describe(pred: Prediction, model_score: float, score: float) -> tuple[str, dict[str, Any]]:
+    """The ``why`` text and the evidence of a knowledge term: the neighbours are named, with their numbers."""
+    ops = ", ".join(pred.operators[:4]) + (f" +{len(pred.operators) - 4}" if len(pred.operators) > 4 else "")
+    gain = "all failed" if pred.gain_log2 is None else f"{pred.gain_log2:+.2f} log2 measured"
+    fail = f", {pred.p_fail * 100:.0f} % failed" if pred.p_fail > 0 else ""
+    first = pred.neighbours[0][1].cite()
+    text = (f"{pred.n} similar change(s) on {ops}: {gain}{fail} (model {model_score:+.2f}, confidence "
+            f"{pred.confidence:.2f}); e.g. {first}")
+    evidence = {"kind": "knowledge (other sessions' measurements, not this operator's)",
+                "predicted_gain_log2": None if pred.gain_log2 is None else round(pred.gain_log2, 4),
+                "failed_share": round(pred.p_fail, 4), "neighbours": pred.n, "effective_neighbours":
+                round(pred.n_eff, 3), "confidence": round(pred.confidence, 4), "model_score": round(model_score, 4),
+                "supported_by": [{"weight": round(w, 3), "measured": o.cite(), "operator": o.operator,
+                                  "session": o.session_id, "round": o.round, "outcome": o.outcome,
+                                  "gain_log2": None if o.gain_log2 is None else round(o.gain_log2, 4)}
+                                 for w, o in pred.neighbours[:5]]}
+    return text, evidence

@@ -1,0 +1,172 @@
+"""Legality on what ran: the values a change gives at the tile calls and loops the run-time probe saw run.
+
+The admission gate (tools/code/admission.py) calls :func:`overlay` before its domain-C check and
+:func:`loop_checks` after it: every tile call that ran is judged, per kernel that ran it, on the value the change
+gives it there (a pinned literal, or what a changed source gives, tools/patching/derive.py) and on that kernel's
+shapes; a block size on the axis the run blocked. A tile call that ran whose new value cannot be derived is
+refused, never passed as "unchecked".
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..errors import KnobValueError
+from . import roles
+from .derive import NoValue, _assignments, _call_and_function, _Deriver, derive, feeder
+from .effective import UNKNOWN, SiteValue
+from .extract import Site
+from .runmap import RunMap
+
+
+def overlay(files_before: dict[str, str], program_before: roles.Program, run: RunMap, sites_b: list[Site],
+            sites_a: list[Site], values_b: dict[str, SiteValue], values_a: dict[str, SiteValue],
+            change: Any, changed_site: Site | None) -> tuple[dict[str, SiteValue], dict[str, SiteValue]]:
+    """Replace the static values of every tile call that ran by its per-kernel run values (see module doc).
+
+    ``change``: the one KnobChange being admitted (or None); ``changed_site``: its site in the before state.
+    Raises KnobValueError when a tile call that ran would get a value the server cannot derive."""
+    if not run.reported:
+        return values_b, values_a
+    vb, va = dict(values_b), dict(values_a)
+    after_by_id = {s.knob.id: s for s in sites_a}
+    source = feeder(program_before, changed_site)
+    for site in sites_b:
+        k = site.knob
+        if k.kind not in ("vec_tile", "cube_tile") or not k.present:
+            continue
+        execs = run.executions(site)
+        if not execs:
+            continue  # never ran in this test: the static check (if any) stands
+        before = vb.get(k.id)
+        after = va.get(k.id)
+        if after is None or k.id not in after_by_id:
+            continue
+        static_after = after.value
+        static_before = before.value if before is not None else UNKNOWN
+        fed = source is not None and any(f == site.file and line == k.line for _, f, line in source.consumer_sites)
+        unchanged = static_before is not UNKNOWN and static_after is not UNKNOWN and static_before == static_after
+        if unchanged or (static_after is UNKNOWN and not fed and after_by_id[k.id].knob.value == k.value):
+            after_values = [e.value for e in execs]
+            if unchanged and static_before is not UNKNOWN:
+                after_values = [static_after for _ in execs]
+        elif static_after is not UNKNOWN:
+            after_values = [static_after for _ in execs]
+        elif fed:
+            after_values = []
+            for e in execs:
+                try:
+                    after_values.append(derive(files_before, program_before, source, site, change.before,
+                                               change.after, e.value))
+                except NoValue as exc:
+                    raise KnobValueError(
+                        f"{k.id} ran with {e.value!r} (kernel {e.kernel}); the server cannot tell what "
+                        f"{change.knob_id} = {change.after!r} gives there ({exc})", rule="C/derive",
+                        legal="a change whose value at every tile call that ran the server can compute",
+                        hint=f"pin the call instead: apply_tuning_patch(knob='{k.id}', value=<literals>)") from None
+        else:
+            # the call's own new value names something the server cannot evaluate (``RUN_MODE.value * 8``): the
+            # static check records it unchecked with the value, as domain C has it for named values
+            continue
+        vb.pop(k.id, None)
+        va.pop(k.id, None)
+        for i, (e, new) in enumerate(zip(execs, after_values)):
+            key = f"{k.id}@{e.kernel}#{i + 1}"
+            ctx = dict(k.context, tensor_shapes=e.shapes or k.context.get("tensor_shapes", []),
+                       dtypes=e.dtypes or k.context.get("dtypes", []), reductions=e.reductions,
+                       current=e.value, ran=e.describe())
+            vb[key] = SiteValue(k.id, k.kind, k.line, e.value, ctx)
+            va[key] = SiteValue(k.id, k.kind, k.line, new, ctx)
+    return vb, va
+
+
+def _kernel_dims(run: RunMap, key: str | None) -> list[int]:
+    k = run.kernels.get(key or "")
+    dims: list[int] = []
+    for call in (k.get("inputs") or [])[:1] if k else []:
+        for a in call:
+            if isinstance(a, dict) and "$tensor" in a:
+                dims.extend(d for d in a["$tensor"] if isinstance(d, int))
+    return sorted(set(dims))
+
+
+def loop_checks(files_before: dict[str, str], program_before: roles.Program, run: RunMap, change: Any,
+                changed_site: Site | None) -> tuple[list[str], list[str]]:
+    """Domain C (F-1, F-3) on the loops a changed block size feeds, with the axis taken from what ran.
+
+    A loop ``pypto.loop(…, X // B, …)`` whose block ``B`` comes from the changed knob: the run recorded its trip
+    count S with the old block b, so the axis X lies in [S·b, S·b + b − 1]; the kernel's input tensors name the
+    one dimension in that range. The new block must be ≥ 1, ≤ X and divide X (floor division drops the rest); a
+    ceil-division loop ``(X + B − 1) // B`` only needs 1 ≤ B ≤ X. Returns (checked, unchecked) lines; raises
+    KnobValueError for an illegal block."""
+    feed = feeder(program_before, changed_site)
+    if feed is None or not run.reported or change is None:
+        return [], []
+    checked: list[str] = []
+    unchecked: list[str] = []
+    for kind, file, line in sorted(feed.consumer_sites):
+        if kind != "loop":
+            continue
+        for rec in run.calls_at(file, line, {"loop", "loop_unroll"}):
+            call, fn, scope = _call_and_function(files_before.get(file, ""), line, rec["api"])
+            if call is None:
+                continue
+            pos = [a for a in call.args if not isinstance(a, ast.Starred)]
+            stop_node = pos[0] if len(pos) == 1 else (pos[1] if len(pos) >= 2 else None)
+            args = rec.get("args") or []
+            stop_ran = args[0] if len(args) == 1 else (args[1] if len(args) >= 2 else None)
+            if not (isinstance(stop_node, ast.BinOp) and isinstance(stop_node.op, ast.FloorDiv)) \
+                    or not isinstance(stop_ran, int):
+                continue
+            where = f"the loop at {file}:{line} ({ast.unparse(stop_node)})"
+            env = program_before.env(file, scope)
+            locals_ = _assignments(fn) if fn is not None else {}
+            try:
+                b_old = _Deriver(files_before, program_before, feed, change.before).eval(stop_node.right, env,
+                                                                                         locals_)
+                b_new = _Deriver(files_before, program_before, feed, change.after).eval(stop_node.right, env,
+                                                                                        locals_)
+            except NoValue:
+                continue  # the divisor is not the changed block
+            if b_old == b_new or not isinstance(b_old, int) or not isinstance(b_new, int) or b_old < 1:
+                continue
+            left = stop_node.left
+            ceil = (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub)
+                    and isinstance(left.left, ast.BinOp) and isinstance(left.left.op, ast.Add))
+            lo, hi = ((stop_ran - 1) * b_old + 1, stop_ran * b_old) if ceil else \
+                (stop_ran * b_old, stop_ran * b_old + b_old - 1)
+            axes = [d for d in _kernel_dims(run, rec.get("kernel")) if lo <= d <= hi]
+            if len(axes) != 1:
+                unchecked.append(f"{where} ran {stop_ran} iteration(s) of {b_old}; the server cannot tell which "
+                                 "axis it blocks, so whether the new block divides it was not checked")
+                continue
+            x = axes[0]
+            if b_new < 1 or b_new > x or (not ceil and x % b_new):
+                why = ("a block must be ≥ 1" if b_new < 1 else f"block {b_new} exceeds the axis length {x}"
+                       if b_new > x else f"{x} is not a multiple of {b_new}: the last {x % b_new} rows would never "
+                       "be computed (floor division drops them)")
+                raise KnobValueError(f"{change.knob_id} = {change.after!r} makes {where} block {b_new}: {why} — "
+                                     f"the run blocked an axis of {x} ({stop_ran} × {b_old}, kernel "
+                                     f"{run.kernel_name(rec.get('kernel'))})", rule="C/F-3",
+                                     legal="a block size that divides the axis it blocks",
+                                     hint=f"choose a divisor of {x}")
+            trips = -(-x // b_new) if ceil else x // b_new
+            checked.append(f"{where}: axis {x} (from the run) in {trips} block(s) of {b_new}")
+    return checked, unchecked
+
+
+def annotate_unchecked(run: RunMap, unchecked: list[str], checked: list[str]) -> list[str]:
+    """The static 'not checked' notes, less the loops the run check covered, and with the loops that never ran in
+    this test said so (their value changes nothing this test measures)."""
+    covered = {c.removeprefix("the loop at ").split(" ", 1)[0] for c in checked if c.startswith("the loop at ")}
+    out = []
+    for note in unchecked:
+        head = note.split(" ", 1)[0]
+        file, _, line = head.partition(":")
+        if head in covered:
+            continue
+        if run.reported and line.isdigit() and file in run.files and not run.executed(file, int(line)):
+            note += " (this line never ran in this test)"
+        out.append(note)
+    return out
