@@ -241,7 +241,7 @@ class _Context:
         self.facts = R.read_facts(analysis, priors)
         self.analysis = analysis
         self.history = history
-        self.tried_here = _tried_here(history, kept_hash)
+        self.tried_here = _tried_here(history, kept_hash, _shadowed_sources(self.knobs))
         self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
         self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
         self._loops_before: dict[str, Any] | None = None
@@ -392,15 +392,32 @@ def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Ter
     return terms, info
 
 
-def _tried_here(history: list[TriedChange], kept_hash: str) -> set[tuple[str, str]]:
-    """(knob, value) pairs whose code from the kept state would be code already tried: those tried from this very
-    state, and those tried from an earlier state when every change kept since was a change of that same knob — the
-    rest of the code is as it was then, and the knob's site is overwritten with the same value (a pinned tile call
-    gives the same text from both states). The server's no-retry gate refuses such code; proposing it would only
-    spend a trial on a refusal (candidates past the answer budget are not admitted, so this check is what stops
-    them here)."""
+def _tried_here(history: list[TriedChange], kept_hash: str,
+                shadows: dict[str, set[str]] | None = None) -> set[tuple[str, str]]:
+    """(knob, value) pairs whose code from the kept state would be code already measured:
+
+    * tried from this very state, or tried from an earlier state when every change kept since was a change of that
+      same knob — the rest of the code is as it was then, and the knob's site is overwritten with the same value (a
+      pinned tile call gives the same text from both states). The server's no-retry gate refuses such code;
+      proposing it would only spend a trial on a refusal (candidates past the answer budget are not admitted, so
+      this check is what stops them here);
+    * the way back to an earlier kept state: the knob's value before a kept change, when every change kept since
+      was of that knob, writes that state's code again. It was measured, and each kept change since beat it: a trial
+      of it can only lose (the history's "walk-back" signal was a penalty; the trial would still be spent).
+
+    Kept changes count from the session's first one up to the state that is kept now (after a revert to an earlier
+    kept state, the changes kept after it are not on the way here). ``shadows``: per tile call, the tiling sources
+    that feed that call alone — a value pinned at the call makes them irrelevant, so a kept change of one of them
+    leaves a pinned value's code what it was (:func:`_shadowed_sources`)."""
+    shadows = shadows or {}
     out = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
     kept = sorted((t for t in history if t.outcome == "kept" and t.round is not None), key=lambda t: t.round)
+    left_here = next((i for i, u in enumerate(kept) if u.from_kept_hash == kept_hash), None)
+    if left_here is not None:  # this state was left by a kept change once: back here by a revert
+        kept = kept[:left_here]
+    for i, u in enumerate(kept):
+        if u.before_value is not None and all(w.knob_id == u.knob_id for w in kept[i:]):
+            out.add((u.knob_id, value_key(u.before_value)))
     for t in history:
         if t.from_kept_hash == kept_hash or t.outcome == "kept":
             continue
@@ -409,8 +426,24 @@ def _tried_here(history: list[TriedChange], kept_hash: str) -> set[tuple[str, st
         if not since:
             continue
         later = [u for u in kept if u.round >= since[0].round]  # type: ignore[operator]
-        if later and all(u.knob_id == t.knob_id for u in later):
+        same = {t.knob_id} | shadows.get(t.knob_id, set())
+        if later and all(u.knob_id in same for u in later):
             out.add((t.knob_id, value_key(t.value)))
+    return out
+
+
+def _shadowed_sources(knobs: list[Knob]) -> dict[str, set[str]]:
+    """Per tile call knob, the tiling sources (a comprehension literal, a config field) that feed that call and
+    nothing else: once the call is pinned to literals they no longer reach anything, so the pinned code is the same
+    whatever they hold (activations: after the helper's literal 32 → 128 was kept, pinning the call to [32, 512]
+    runs exactly what pinning it from the first state ran)."""
+    calls = {(k.file, k.line): k.id for k in knobs if k.kind in ("vec_tile", "cube_tile")}
+    out: dict[str, set[str]] = {}
+    for k in knobs:
+        feeds = {(f, int(line)) for f, _, line in (str(x).rpartition(":") for x in k.context.get("feeds") or [])
+                 if line.isdigit()}
+        if k.kind == "tile_source" and len(feeds) == 1 and next(iter(feeds)) in calls:
+            out.setdefault(calls[next(iter(feeds))], set()).add(k.id)
     return out
 
 
