@@ -254,3 +254,12 @@ def test_a_pinned_value_tried_before_a_source_only_it_reads_changed_is_not_propo
                   run=rec)
     values = [c.value for c in prop.candidates if c.knob == pin]
     assert values and [32, 512] not in values
+    # and once the call itself was pinned (kept): the literal is no knob any more, and still [32, 512] ran already
+    state_c = {ACT_FILE: state_b[ACT_FILE].replace("pypto.set_vec_tile_shapes(*tile_list)",
+                                                   "pypto.set_vec_tile_shapes(128, 64)")}
+    hist.append(TriedChange(knob_id=pin, value=[128, 64], before_value=[128, 128], from_kept_hash="B",
+                            outcome="kept", before_us=8.701, after_us=8.184, round=3))
+    prop = search(state_c, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=hist, kept_hash="C")
+    values = [c.value for c in prop.candidates if c.knob == pin]
+    assert values and [32, 512] not in values
+    assert [64, 256] in values  # a value not tried yet is still proposed

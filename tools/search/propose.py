@@ -241,7 +241,8 @@ class _Context:
         self.facts = R.read_facts(analysis, priors)
         self.analysis = analysis
         self.history = history
-        self.tried_here = _tried_here(history, kept_hash, _shadowed_sources(self.knobs))
+        self.tried_here = _tried_here(history, kept_hash, _shadowed_sources(self.knobs),
+                                      {k.id for k in self.knobs})
         self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
         self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
         self._loops_before: dict[str, Any] | None = None
@@ -392,8 +393,8 @@ def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Ter
     return terms, info
 
 
-def _tried_here(history: list[TriedChange], kept_hash: str,
-                shadows: dict[str, set[str]] | None = None) -> set[tuple[str, str]]:
+def _tried_here(history: list[TriedChange], kept_hash: str, shadows: dict[str, set[str]] | None = None,
+                knob_ids: set[str] | None = None) -> set[tuple[str, str]]:
     """(knob, value) pairs whose code from the kept state would be code already measured:
 
     * tried from this very state, or tried from an earlier state when every change kept since was a change of that
@@ -408,7 +409,9 @@ def _tried_here(history: list[TriedChange], kept_hash: str,
     Kept changes count from the session's first one up to the state that is kept now (after a revert to an earlier
     kept state, the changes kept after it are not on the way here). ``shadows``: per tile call, the tiling sources
     that feed that call alone — a value pinned at the call makes them irrelevant, so a kept change of one of them
-    leaves a pinned value's code what it was (:func:`_shadowed_sources`)."""
+    leaves a pinned value's code what it was (:func:`_shadowed_sources`); ``knob_ids``: the kept state's knobs — a
+    kept change of a knob that is no knob any more (a source whose only consumer was pinned since: its text reaches
+    nothing) changed nothing that runs."""
     shadows = shadows or {}
     out = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
     kept = sorted((t for t in history if t.outcome == "kept" and t.round is not None), key=lambda t: t.round)
@@ -427,7 +430,7 @@ def _tried_here(history: list[TriedChange], kept_hash: str,
             continue
         later = [u for u in kept if u.round >= since[0].round]  # type: ignore[operator]
         same = {t.knob_id} | shadows.get(t.knob_id, set())
-        if later and all(u.knob_id in same for u in later):
+        if later and all(u.knob_id in same or (knob_ids and u.knob_id not in knob_ids) for u in later):
             out.add((t.knob_id, value_key(t.value)))
     return out
 
