@@ -77,19 +77,27 @@ async def _leave_stage(a: Agent, sid: str) -> bool:
     return res.get("state") not in ("S5_REPORT", "DONE") and res.get("stage") is not None
 
 
-async def run_operator(name: str, trials_budget: int, batch: int, parallel: int | None) -> dict[str, Any]:
-    from mcp import Client, StdioServerParameters
+def scratch_workspace(name: str, prefix: str) -> tuple[Path, Path, Any]:
+    """A scratch copy of a fixture operator (tmp folder, workspace) and the stdio parameters of a server on it."""
+    from mcp import StdioServerParameters
 
-    grid = json.loads((GRIDS / f"{name}.json").read_text())
-    summary = grid["summary"]
-    tmp = Path(tempfile.mkdtemp(prefix=f"search-bench-{name}-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-{name}-"))
     ws = tmp / "ws"
     shutil.copytree(OPERATORS / name, ws, ignore=shutil.ignore_patterns("__pycache__", "output", ".pypto-tune"))
-    files = sorted({k["file"] for k in grid["knobs"]})
-    cmd = [sys.executable, *grid["command"]]
     params = StdioServerParameters(command=sys.executable, args=["-m", "pypto_tune.server.cli", "serve",
                                                                  "--workspace", str(ws), "--log-level", "WARNING"],
                                    cwd=str(ws))
+    return tmp, ws, params
+
+
+async def run_operator(name: str, trials_budget: int, batch: int, parallel: int | None) -> dict[str, Any]:
+    from mcp import Client
+
+    grid = json.loads((GRIDS / f"{name}.json").read_text())
+    summary = grid["summary"]
+    tmp, ws, params = scratch_workspace(name, "search-bench")
+    files = sorted({k["file"] for k in grid["knobs"]})
+    cmd = [sys.executable, *grid["command"]]
     t0 = time.monotonic()
     trials: list[dict[str, Any]] = []
     batches: list[dict[str, Any]] = []

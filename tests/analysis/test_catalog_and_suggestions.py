@@ -31,3 +31,15 @@ def test_suggestions_are_ranked_by_stage_with_evidence():
     assert not {"F-9", "S-6", "S-7", "I-1"} & set(by_id)  # no cube leaf
     assert "S-2" not in by_id  # the AIV leaf is FULL
     assert "S-4" not in by_id  # B.7 found nothing to merge
+
+
+def test_a_catalogue_measurement_is_labelled_as_another_operators():
+    # issue #17: "measured in SIM: softmax TILE_B 1→2 …" beside this operator's figures read as this operator's result
+    cat = {it.id: it for it in load_catalog().items}
+    a = analyze_runs(run_dirs("sim_softmax"))
+    noted = [s for s in a.suggestions if cat[s.catalog_id].sim_check]
+    assert noted
+    for s in noted:
+        assert "another operator measured in SIM (not this one)" in s.reason
+        assert "— measured in SIM:" not in s.reason
+        assert "非本算子" in s.reason_zh

@@ -76,6 +76,27 @@ def test_cube_pairs_keep_l1_a_multiple_of_l0_within_the_axis():
         assert v["k"][1] <= 512 and v["n"][1] <= 512 and v["m"][1] <= 256
 
 
+def test_a_cube_tile_clipped_to_the_same_work_is_predicted_to_change_nothing():
+    from pypto_tune.tools.search.rank import cube_terms
+
+    priors = load_priors()
+
+    def feats(m: list[int], n: list[int]) -> dict:
+        # one loop iteration multiplies [8, 64] by [64, 256]: M = 8 rows, whatever the tile asks for
+        return {"iterations": 16, "cube": {"tile": {"m": m, "k": [64, 64], "n": n}, "mkn": (8, 64, 256)}}
+
+    def clipped(before: dict, after: dict) -> list:
+        return [t for t in cube_terms(before, after, priors, 24) if t.name == "cube-clipped"]
+
+    base = feats([16, 16], [256, 256])
+    # m 16 and m 32 both use the 8 rows there are: the same tiles, the same tasks
+    same = clipped(base, feats([32, 32], [256, 256]))
+    assert len(same) == 1 and same[0].score < 0 and same[0].rule == "cube-tile-clipped-by-axis"
+    assert clipped(base, feats([8, 8], [256, 256]))  # 8 is what 16 was clipped to
+    # n 128 splits N = 256 in two: other work, no such term
+    assert not clipped(base, feats([16, 16], [128, 128]))
+
+
 def test_components_and_direction():
     assert components({"m": [64, 64], "k": [64, 256], "n": [256, 256]}) == (64, 64, 64, 256, 256, 256)
     assert components({-2: 1, -1: 4}) == (1.0, 4.0)
@@ -102,7 +123,8 @@ def test_priors_are_data_with_their_measurements():
     held = load_priors(holdout="matmul_act")
     assert "cube-l0c-budget" in p.rules and "cube-l0c-budget" not in held.rules
     assert all(e.operator != "matmul_act" for r in held.rules.values() for e in r.evidence)
-    assert set(p.rules) - set(held.rules) == {"cube-l0c-budget"}
+    only_matmul_act = {r.id for r in p.rules.values() if {e.operator for e in r.evidence} == {"matmul_act"}}
+    assert set(p.rules) - set(held.rules) == only_matmul_act >= {"cube-l0c-budget", "cube-tile-clipped-by-axis"}
 
 
 def test_priors_cite_grid_numbers_that_are_in_the_grids():

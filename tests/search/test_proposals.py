@@ -214,7 +214,9 @@ def test_a_direction_that_gained_is_continued(admission_cache):
                   cache=admission_cache)
     by_value = {c.value: c for c in prop.candidates}
     assert "continues the direction" in by_value[2].why
-    assert "walks back" in by_value[8].why and by_value[8].rank > by_value[2].rank
+    assert 8 not in by_value  # the state the gain left: its code again, measured and slower than the kept state
+    back = [c for v, c in by_value.items() if v > 4]  # further back still: new code, but against the gain
+    assert back and all("walks back" in c.why and c.rank > by_value[2].rank for c in back)
 
 
 def test_a_failed_compile_pushes_down_every_larger_tile(admission_cache):

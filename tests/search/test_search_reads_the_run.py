@@ -9,6 +9,9 @@ fixture's own test). What is expected is read off the fixture's source, never of
   loop iteration's view is [1, 512], so no tile may have more than 1 row or 512 columns; the activation kernel has
   no loop and tiles the whole [128, 1024] tensor;
 * a tile can use no more rows than the block gives it, so the best point needs the block raised first;
+* ``attention_probs.py`` (a held-out operator: no ranking weight was chosen looking at it) multiplies a block of
+  ``q_block = 8`` query rows by Kᵀ and takes a row softmax of the [8, KV_LEN] result: the vector tile tiles that
+  matmul output, not the [8, HEAD_DIM] query view, so tiles up to [8, KV_LEN] are proposed and none beyond;
 * the session's history moves the ranking the right way: a direction that regressed goes down (wherever it was
   tried from), the neighbourhood of a gain goes up, a regression never makes a knob "worth another look".
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,6 +34,7 @@ from .conftest import OPS
 
 DATA = Path(__file__).resolve().parent / "data"
 LN, LN_FILE = "upstream_layernorm", "layernorm_op.py"
+ATT, ATT_FILE = "upstream_attention", "attention_probs.py"
 ACT, ACT_FILE = "upstream_activation", "activation_ops.py"
 BLOCK = "layernorm_op.py:test_layer_norm.LayerNormConfig(block_rows)"
 TILE_FIELD = "layernorm_op.py:test_layer_norm.LayerNormConfig(vec_tile_shape)"
@@ -61,7 +66,7 @@ def _dynamic_branch_lines(text: str) -> set[int]:
 
 
 def test_the_record_is_of_the_fixture_as_it_is():
-    for op, file in ((LN, LN_FILE), (ACT, ACT_FILE)):
+    for op, file in ((LN, LN_FILE), (ACT, ACT_FILE), (ATT, ATT_FILE)):
         kept, rec = _load(op, file)
         assert rec["status"] == "reported"
         assert rec["fixture_sha256"][file] == hashlib.sha256(kept[file].encode()).hexdigest(), \
@@ -113,6 +118,20 @@ def test_no_tile_is_larger_than_the_view_it_tiles(ln_all, cache):
     for c, rc in tiles:
         assert rc is not None and rc[0] <= 128 and rc[1] <= 1024, (c.knob, c.value)  # no loop: the whole tensor
         assert rc[0] * rc[1] * 4 <= 64 * 1024  # F-10: at most 64 KB of FP32
+
+
+def test_a_vector_tile_after_a_matmul_tiles_the_matmuls_output(cache):
+    kept, rec = _load(ATT, ATT_FILE)
+    text = kept[ATT_FILE]
+    q_block = int(re.search(r"q_block = (\d+)", text).group(1))
+    consts = dict(zip(("Q_LEN", "KV_LEN", "HEAD_DIM"), map(int, re.search(
+        r"^Q_LEN, KV_LEN, HEAD_DIM = (\d+), (\d+), (\d+)", text, re.M).groups())))
+    assert consts["KV_LEN"] != consts["HEAD_DIM"]  # otherwise the query view and the scores look alike
+    prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0,
+                  knob=f"{ATT_FILE}:build_attention_probs.attention_probs_kernel.set_vec_tile_shapes#1")
+    tiles = [c.value for c in prop.candidates]
+    assert [q_block, consts["KV_LEN"]] in tiles  # the whole [q_block, KV_LEN] score block in one tile
+    assert all(r <= q_block and c <= consts["KV_LEN"] for r, c in tiles), tiles
 
 
 def test_the_block_that_opens_room_for_the_tile_comes_first_and_the_pair_is_named(ln_all):
@@ -179,3 +198,68 @@ def test_a_flat_ranking_says_so(cache):
     assert prop.ranking_flat == (tied >= max(2, (len(top) + 1) // 2))
     if prop.ranking_flat:
         assert any(n.startswith("ranking is flat") for n in prop.notes)
+
+
+def test_a_value_tried_before_only_this_knob_changed_is_not_proposed_again(cache):
+    # a batch ran two pinned tiles of the helper's call from state A; one was kept. Pinning the other again from the
+    # new state writes exactly the code that was tried (the rest of the file is as it was in A): the no-retry gate
+    # would refuse it, so it is not proposed — even past the answer budget, where candidates are not admitted
+    text = (OPS / ACT / ACT_FILE).read_text()
+    state_b = {ACT_FILE: text.replace("pypto.set_vec_tile_shapes(*tile_list)", "pypto.set_vec_tile_shapes(128, 64)")}
+    pin = f"{ACT_FILE}:configure_tiling.set_vec_tile_shapes#1"
+    hist = [TriedChange(knob_id=pin, value=[64, 256], before_value=[32, 32], from_kept_hash="A", outcome="no-gain",
+                        before_us=30.485, after_us=30.485, round=1),
+            TriedChange(knob_id=pin, value=[128, 64], before_value=[32, 32], from_kept_hash="A", outcome="kept",
+                        before_us=30.485, after_us=8.184, round=2)]
+    prop = search(state_b, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=hist)
+    values = [c.value for c in prop.candidates if c.knob == pin]
+    assert values and [64, 256] not in values and prop.excluded.get("tried", 0) >= 1
+
+
+def test_the_way_back_to_an_earlier_kept_state_is_not_proposed(cache):
+    # pinning the helper's call to (128, 64) was kept over the shipped [32, 32]. From there, pinning [32, 32] again
+    # writes code that runs exactly what the first state ran: measured already, and slower than the kept state
+    # (the kept change beat it), so a trial of it can only lose
+    text = (OPS / ACT / ACT_FILE).read_text()
+    state_b = {ACT_FILE: text.replace("pypto.set_vec_tile_shapes(*tile_list)", "pypto.set_vec_tile_shapes(128, 64)")}
+    pin = f"{ACT_FILE}:configure_tiling.set_vec_tile_shapes#1"
+    kept = TriedChange(knob_id=pin, value=[128, 64], before_value=[32, 32], from_kept_hash="A", outcome="kept",
+                       before_us=30.485, after_us=8.184, round=1)
+    prop = search(state_b, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=[kept], kept_hash="B")
+    values = [c.value for c in prop.candidates if c.knob == pin]
+    assert values and [32, 32] not in values and prop.excluded.get("tried", 0) >= 1
+    # once a change of another knob was kept since, [32, 32] is new code (the rest of the file moved on): proposed
+    other = TriedChange(knob_id=f"{ACT_FILE}:build_swiglu.swiglu_kernel.runtime_options(stitch_function_max_num)",
+                        value=64, before_value=128, from_kept_hash="B", outcome="kept", before_us=8.184,
+                        after_us=8.0, round=2)
+    prop = search(state_b, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=[kept, other],
+                  kept_hash="C")
+    assert [32, 32] in [c.value for c in prop.candidates if c.knob == pin]
+
+
+def test_a_pinned_value_tried_before_a_source_only_it_reads_changed_is_not_proposed_again(cache):
+    # the helper's comprehension literal 32 → 128 was kept; pinning the call to [32, 512] had been tried from the
+    # first state. The literal feeds that call alone, so once the call is pinned it reads nothing: pinning [32, 512]
+    # from the new state runs what the first trial ran, whatever the literal now says
+    kept, rec = _load(ACT, ACT_FILE)
+    literal = "tile_list = [32 for _ in range(len(x.shape))]"
+    assert literal in kept[ACT_FILE]
+    state_b = {ACT_FILE: kept[ACT_FILE].replace(literal, literal.replace("32", "128"))}  # the same lines
+    pin, source = f"{ACT_FILE}:configure_tiling.set_vec_tile_shapes#1", f"{ACT_FILE}:configure_tiling.tile_list[*]"
+    hist = [TriedChange(knob_id=source, value=128, before_value=32, from_kept_hash="A", outcome="kept",
+                        before_us=30.485, after_us=8.701, round=1),
+            TriedChange(knob_id=pin, value=[32, 512], before_value=[32, 32], from_kept_hash="A", outcome="no-gain",
+                        before_us=30.485, after_us=8.701, round=2)]
+    prop = search(state_b, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=hist, kept_hash="B",
+                  run=rec)
+    values = [c.value for c in prop.candidates if c.knob == pin]
+    assert values and [32, 512] not in values
+    # and once the call itself was pinned (kept): the literal is no knob any more, and still [32, 512] ran already
+    state_c = {ACT_FILE: state_b[ACT_FILE].replace("pypto.set_vec_tile_shapes(*tile_list)",
+                                                   "pypto.set_vec_tile_shapes(128, 64)")}
+    hist.append(TriedChange(knob_id=pin, value=[128, 64], before_value=[128, 128], from_kept_hash="B",
+                            outcome="kept", before_us=8.701, after_us=8.184, round=3))
+    prop = search(state_c, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=hist, kept_hash="C")
+    values = [c.value for c in prop.candidates if c.knob == pin]
+    assert values and [32, 512] not in values
+    assert [64, 256] in values  # a value not tried yet is still proposed

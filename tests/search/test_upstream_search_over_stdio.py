@@ -1,20 +1,27 @@
 """Issue #17 items 3–4 over MCP stdio, on the upstream-style fixtures, with the real server and the real simulator.
 
 One LayerNorm session (``fixtures/operators/upstream_layernorm``: a config dataclass built in the test, a
-dynamic-batch branch the static test never enters, block rows linked to the tile's rows):
+dynamic-batch branch the static test never enters, block rows linked to the tile's rows) feeds every check:
 
 * its ``✓ LayerNorm passed`` line decides the baseline verdict;
-* ``propose_candidates`` never targets a site ``list_knobs`` reports dead, never proposes a tile larger than one
-  loop iteration's view ([block_rows = 1, 512], read off the fixture's source), raises the block first and names
-  the linked pair; with ``wait=false`` it answers with a job handle whose result is the same proposal;
-* ``run_candidates(wait=false)`` answers with a handle; after the batch ``analyze_bubbles`` analyses the kept state
-  by default and the trial it is asked for with ``round``; ``measurement`` and ``round`` together, or a round
-  without a measurement, are refused with the rounds that have one;
-* the next proposal of the block carries the batch's trials as this session's history.
+* no ``propose_candidates`` answer of the session targets a site ``list_knobs`` reports dead, nor proposes a tile
+  larger than one loop iteration's view ([block_rows, 512], read off the fixture's source; after the block was
+  raised, the view that ran then); the first answer raises the block first and names the linked pair; with
+  ``wait=false`` it answers with a job handle whose result is the same proposal;
+* the session's history moves the ranking the right way. Expected outcomes come from the recorded grid
+  (benchmarks/grids/upstream_layernorm.json), expected orders from what each outcome means: after the block was
+  raised with a kept gain, the next two steps the same way score higher than the same state ranked without the
+  session's history (the library on the ledger's probe record and analysis), and the step back to the state the gain
+  left (measured, slower) is not proposed at all; after those two steps regressed from that kept state (nothing
+  kept, so the state is the same), every step up that is left scores lower than before;
+* ``run_candidates(wait=false)`` answers with a handle; ``analyze_bubbles`` analyses the kept state by default and
+  names the newer measurement it did not analyse, analyses the one asked by ``measurement`` or by ``round``, and
+  refuses both at once, an unknown measurement and a round without one, naming what there is.
 
 One activation workspace whose SIM success line was reworded so that it is no verdict at all: the precision check
-reports a command problem (a pass_pattern to add, not baseline failure 1/3, no device named in SIM), and the same
-session passes once started again with the suggested pass_pattern.
+reports a command problem (a pass_pattern to add, not baseline failure 1/3, no device named in SIM); the same
+session passes once started again with the suggested pass_pattern, and its proposals (four kernels share the tiling
+helper, the test runs one) never target another kernel's site.
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.conftest import OPERATORS
+from tests.conftest import OPERATORS, ROOT
 from tests.server.mcp_client import Session, connect
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
 LN_CMD = ["layernorm_op.py", "layernorm_op.py::test_layer_norm", "--run_mode", "sim"]
 BLOCK = "layernorm_op.py:test_layer_norm.LayerNormConfig(block_rows)"
+GRID = ROOT / "benchmarks" / "grids" / "upstream_layernorm.json"
 
 
 def _copy(tmp_path: Path, op: str) -> Path:
@@ -57,20 +65,61 @@ async def _ledger(s: Session, sid: str) -> dict[str, list[dict[str, Any]]]:
     return json.loads(text)["tables"]
 
 
-def _config_in_test(text: str) -> tuple[int, int]:
-    """block_rows of test_layer_norm's config and the hidden size (the dataclass default HIDDEN)."""
-    block = int(re.search(r"def test_layer_norm\(.*?\n\s+config = LayerNormConfig\(block_rows=(\d+)", text,
-                          re.S).group(1))
+def _config_in_test(text: str) -> tuple[int, list[int], int]:
+    """block_rows and vec_tile_shape of test_layer_norm's config, and the hidden size (the module's HIDDEN)."""
+    m = re.search(r"def test_layer_norm\(.*?\n\s+config = LayerNormConfig\(block_rows=(\d+), "
+                  r"vec_tile_shape=\((\d+), (\d+)\)\)", text, re.S)
     hidden = int(re.search(r"^HIDDEN = (\d+)", text, re.M).group(1))
-    return block, hidden
+    return int(m.group(1)), [int(m.group(2)), int(m.group(3))], hidden
+
+
+def _grid_us(block: int, tile: list[int]) -> float:
+    """The recorded SIM time of test_layer_norm at this block and tile."""
+    grid = json.loads(GRID.read_text())
+    return next(c["operator_time_us"] for c in grid["configs"]
+                if c["knobs"] == {"block_rows": block, "vec_tile_shape": tile})
+
+
+def _tiles_within(cands: list[dict[str, Any]], rows: int, cols: int) -> None:
+    for c in cands:
+        v = c["value"]
+        if isinstance(v, list) and len(v) == 2:  # a vector tile, pinned or as the config field
+            assert v[0] <= rows and v[1] <= cols, (c["knob"], v, "view", [rows, cols])
+
+
+def _ranked_without_history(ws: Path, sid: str) -> dict[int, float]:
+    """The block's candidates from the workspace's kept state as the library ranks them with the same probe record
+    and analysis the server has, and no history: what the session's measurements are compared against."""
+    from pypto_tune.tools.operations import probes
+    from pypto_tune.tools.patching.hashes import code_hash
+    from pypto_tune.tools.search import search
+    from pypto_tune.tools.session.ledger import Ledger
+
+    kept = {"layernorm_op.py": (ws / "layernorm_op.py").read_text()}
+    ledger = Ledger.for_workspace(ws)
+    try:
+        record = probes.record_for(ledger, sid, kept)
+        measured = [m for m in ledger.rows("measurements", sid) if m["valid"] and m["code_hash"] == code_hash(kept)]
+    finally:
+        ledger.close()
+    assert record is not None and measured
+    prop = search(kept, stage="frontend", analysis=dict(measured[-1]["analysis"]), run=record, knob=BLOCK, limit=16,
+                  budget_s=0.0)
+    return {c.value: c.score for c in prop.candidates}
 
 
 def test_search_on_an_upstream_style_operator_over_stdio(tmp_path: Path) -> None:
     ws = _copy(tmp_path, "upstream_layernorm")
-    block, hidden = _config_in_test((ws / "layernorm_op.py").read_text())
+    block, tile, hidden = _config_in_test((ws / "layernorm_op.py").read_text())
 
     async def main() -> None:
         async with connect(ws) as s:
+            answers: list[dict[str, Any]] = []  # every propose_candidates answer of the session
+
+            async def propose(**kw: Any) -> dict[str, Any]:
+                answers.append(await s.ok("propose_candidates", session_id=sid, **kw))
+                return answers[-1]
+
             sid = (await s.ok("start_session", workspace=str(ws), operator_files=["layernorm_op.py"],
                               test_command=[sys.executable, *LN_CMD], run_mode="sim",
                               goal_speedup=1000.0))["session_id"]
@@ -85,13 +134,9 @@ def test_search_on_an_upstream_style_operator_over_stdio(tmp_path: Path) -> None
             dead = {k["id"] for k in knobs["dead_knobs"]}
             assert "layernorm_op.py:build_layer_norm.layer_norm_kernel.set_vec_tile_shapes#1" in dead  # dynamic path
 
-            prop = await s.ok("propose_candidates", session_id=sid, limit=8)
+            prop = await propose(limit=8)
             cands = prop["candidates"]
-            assert cands and not {c["knob"] for c in cands} & dead
-            for c in cands:
-                v = c["value"]
-                if isinstance(v, list) and len(v) == 2:  # a vector tile, pinned or as the config field
-                    assert v[0] <= block and v[1] <= hidden, c
+            _tiles_within(cands, block, hidden)
             assert cands[0]["knob"] == BLOCK and cands[0]["value"] > block
             assert any(n.startswith("linked pair") for n in prop["notes"])
 
@@ -100,30 +145,68 @@ def test_search_on_an_upstream_style_operator_over_stdio(tmp_path: Path) -> None
             again = await _wait(s, handle)
             assert [c["id"] for c in again["candidates"]] == [c["id"] for c in cands]
 
-            handle = await s.ok("run_candidates", session_id=sid, candidates=[c["id"] for c in cands[:2]],
+            # batch 1: the block raised to 2 and to 4 (the grid: both gain, the faster one is kept)
+            ups = {c["value"]: c for c in (await propose(knob=BLOCK, limit=16))["candidates"]}
+            assert {2, 4} <= set(ups)
+            handle = await s.ok("run_candidates", session_id=sid, candidates=[ups[2]["id"], ups[4]["id"]],
                                 wait=False)
             assert set(handle) >= {"job_id", "status"}
-            res = await _wait(s, handle)
+            res1 = await _wait(s, handle)
+            want = min((2, 4), key=lambda b: _grid_us(b, tile))
+            won = next(t for t in res1["trials"] if t["round"] == res1["winner_round"])
+            assert won["value"] == want and won["decision"] == "kept"
+
+            # the neighbourhood of the gain goes up: the next steps the same way score higher than the same state
+            # ranked without the session's history; the state the gain left (measured, slower) and the value the
+            # batch already tried are not proposed again
+            lost = next(t for t in res1["trials"] if t["round"] != won["round"])
+            pb2 = {c["value"]: c for c in (await propose(knob=BLOCK, limit=16))["candidates"]}
+            assert block not in pb2 and lost["value"] not in pb2
+            onward = sorted(v for v in pb2 if v > want)[:2]
+            assert len(onward) == 2
+            blind = _ranked_without_history(ws, sid)
+            for v in onward:
+                assert pb2[v]["score"] > blind[v], (v, pb2[v]["why"])
+                assert won["round"] in {h["round"] for h in pb2[v]["evidence"].get("history", [])}
+            _tiles_within((await propose(limit=8))["candidates"], want, hidden)  # the view grew with the block
+
+            # batch 2: the next two steps up, which the grid has slower than the kept state: nothing is kept
+            assert all(_grid_us(v, tile) > _grid_us(want, tile) for v in onward)
+            res2 = await s.ok("run_candidates", session_id=sid, candidates=[pb2[v]["id"] for v in onward])
+            assert res2["winner_round"] is None
+            assert {t["result_type"] for t in res2["trials"]} == {"regression"}
+            # a direction that regressed goes down: every step up that is left scores lower than it did from the
+            # same kept state before, on the evidence of the batch's rounds; the tried values are not proposed again
+            pb3 = (await propose(knob=BLOCK, limit=16))["candidates"]
+            left_up = [c for c in pb3 if c["value"] > onward[-1]]
+            assert left_up and all(c["score"] < pb2[c["value"]]["score"] for c in left_up)
+            regressed = {t["round"] for t in res2["trials"]}
+            assert all(regressed & {h["round"] for h in c["evidence"].get("history", [])} for c in left_up)
+            assert not set(onward) & {c["value"] for c in pb3}
+
+            # analyze_bubbles: the kept state by default; the measurement or the round asked
             tables = await _ledger(s, sid)
             by_round = {int(m["round"]): m for m in tables["measurements"] if m["valid"]}
-            kept_round = res["winner_round"] if res["winner_round"] is not None else 0
+            kept_m = by_round[won["round"]]["id"]
+            newest = max(by_round.values(), key=lambda m: int(m["id"]))
             a = await s.ok("analyze_bubbles", session_id=sid, lang="en")
-            assert "the kept state" in a["message"]
-            assert a["measurement_id"] == by_round[kept_round]["id"]
-            other = [t for t in res["trials"] if t["round"] != kept_round and t["round"] in by_round]
-            if other:
-                r = other[0]["round"]
-                b = await s.ok("analyze_bubbles", session_id=sid, lang="en", round=r)
-                assert b["measurement_id"] == by_round[r]["id"] and f"round {r} as asked" in b["message"]
-            both = await s.refused("analyze_bubbles", session_id=sid, measurement=by_round[kept_round]["id"],
-                                   round=kept_round)
+            assert a["measurement_id"] == kept_m and "the kept state" in a["message"]
+            assert f"the newest measurement is {newest['id']}" in a["message"]
+            r = res2["trials"][0]["round"]
+            b = await s.ok("analyze_bubbles", session_id=sid, lang="en", round=r)
+            assert b["measurement_id"] == by_round[r]["id"] and f"round {r} as asked" in b["message"]
+            m = by_round[lost["round"]]["id"]
+            c = await s.ok("analyze_bubbles", session_id=sid, lang="en", measurement=m)
+            assert c["measurement_id"] == m and "as asked" in c["message"]
+            both = await s.refused("analyze_bubbles", session_id=sid, measurement=kept_m, round=won["round"])
             assert "not both" in both
+            unknown = await s.refused("analyze_bubbles", session_id=sid, measurement=int(newest["id"]) + 1000)
+            assert f"no measurement {int(newest['id']) + 1000}" in unknown
             missing = await s.refused("analyze_bubbles", session_id=sid, round=999)
             assert "round 999 has no valid measurement" in missing and "rounds with one" in missing
 
-            nxt = await s.ok("propose_candidates", session_id=sid, limit=8, knob=BLOCK)
-            rounds = {h["round"] for c in nxt["candidates"] for h in c["evidence"].get("history", [])}
-            assert rounds & {t["round"] for t in res["trials"]}, [c["why"] for c in nxt["candidates"]]
+            # no answer of the whole session proposed a dead site
+            assert all(not {c["knob"] for c in p["candidates"]} & dead for p in answers)
 
     anyio.run(main)
 
@@ -156,5 +239,22 @@ def test_a_missing_verdict_line_is_a_command_problem_over_stdio(tmp_path: Path) 
             await s.ok("start_session", **args, pass_pattern=pattern)
             again = await s.ok("run_precision_check", session_id=sid)
             assert again["verdict"] == "passed" and again["decided_by"] == "session-pattern"
+
+            # the test runs the SwiGLU kernel only: the three other kernels that share the helper are dead, and no
+            # proposal touches them; every tile fits the whole x[ROWS, COLS] the kernel tiles (it has no loop)
+            await s.ok("enable_runtime_debug", session_id=sid)
+            await s.ok("collect_swimlane", session_id=sid)
+            await s.ok("analyze_bubbles", session_id=sid, lang="en")
+            dead = {k["id"] for k in (await s.ok("list_knobs", session_id=sid))["dead_knobs"]}
+            assert {d.split(":", 1)[1].split(".", 1)[0] for d in dead} >= {"build_gelu", "build_silu", "build_relu"}
+            prop = await s.ok("propose_candidates", session_id=sid, limit=8)
+            assert prop["candidates"] and not {c["knob"] for c in prop["candidates"]} & dead
+            rows, cols = (int(x) for x in re.search(r"^ROWS, COLS = (\d+), (\d+)", text, re.M).groups())
+            for c in prop["candidates"]:
+                v = c["value"]
+                if c["knob"].endswith("tile_list[*]"):  # the comprehension's literal fills every axis
+                    assert isinstance(v, int) and v <= min(rows, cols), c
+                elif isinstance(v, list):
+                    assert len(v) == 2 and v[0] <= rows and v[1] <= cols, c
 
     anyio.run(main)

@@ -158,17 +158,23 @@ class SearchOps(OperationsBase):
     async def run_candidates(self, session_id: str, candidates: list[Any], *, parallel: int | None = None,
                              progress: Progress = None) -> TrialsResult:
         """Run candidates as gated rounds, concurrently; keep the best one that beats the kept state."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "run_candidates")
-        if not isinstance(candidates, list) or not candidates:
-            raise InputError("candidates must be a non-empty list of candidate objects or ids",
-                             hint="call propose_candidates first and pass its candidates (or their ids) unchanged")
-        if len(candidates) > MAX_BATCH:
-            raise InputError(f"at most {MAX_BATCH} candidates per batch, got {len(candidates)}",
-                             hint="run the best-ranked ones first; the ranking learns from every batch")
-        stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
-        trials, refused = self._prepare(h, st, candidates, stage)
+
+        def start() -> tuple[Any, SessionState, list[_Trial], list[str]]:
+            h = self._find(session_id)
+            st = self._state(h, session_id)
+            self._gate(h, st, "run_candidates")
+            if not isinstance(candidates, list) or not candidates:
+                raise InputError("candidates must be a non-empty list of candidate objects or ids",
+                                 hint="call propose_candidates first and pass its candidates (or their ids) unchanged")
+            if len(candidates) > MAX_BATCH:
+                raise InputError(f"at most {MAX_BATCH} candidates per batch, got {len(candidates)}",
+                                 hint="run the best-ranked ones first; the ranking learns from every batch")
+            stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+            return (h, st, *self._prepare(h, st, candidates, stage))
+
+        # the state, the gates and each candidate's admission (0.5–4 s apiece) run off the event loop: a job started
+        # with wait=false gets its handle back at once, and wait_job / get_status answer meanwhile (issue #17)
+        h, st, trials, refused = await anyio.to_thread.run_sync(start)
         await self.executor.prepare()  # Ray connects here, off the event loop's critical path
         # NPU: one trial per healthy chip (a chip that failed or hung in this session is not handed out, tools/running/chips.py)
         chips = (self._chip_health(h, st).for_trials() if st.run_mode == "npu"  # type: ignore[attr-defined]  # RunOps

@@ -13,8 +13,8 @@ means which components a change moved up or down. The signals, strongest first:
 * **size-failed** — a value that failed to compile from any state: every value at least as large on the grown
   components is pushed down (the unified buffer and L0C budgets do not move);
 * **continue** — the change that made the current value a kept gain: keep going the same way, do not walk back;
-* **near a gain** — a value next to one that measured a gain (kept, or a gain another trial of its batch beat)
-  is raised: the neighbourhood of a gain is where the next one is likely;
+* **near a gain** — a value next to one that measured a gain (kept, or a gain another trial of its batch beat) and
+  that still beats the kept state is raised: the neighbourhood of a gain is where the next one is likely;
 * **flat** — a knob whose every measured change left the time unchanged (±0.05 %) is pushed down, and so is more
   of the same after a no-gain step;
 * **sensitive** — a knob whose change *gained* ≥ 10 % somewhere is worth trying again (a large regression says the
@@ -116,8 +116,10 @@ def _fmt(v: Any) -> str:
     return repr(norm_value(v))
 
 
-def history_signals(knob_id: str, current: Any, value: Any, history: Iterable[TriedChange]) -> list[Signal]:
-    """Ranking signals for changing ``knob_id`` from ``current`` to ``value``, from this session's trials."""
+def history_signals(knob_id: str, current: Any, value: Any, history: Iterable[TriedChange],
+                    kept_us: float | None = None) -> list[Signal]:
+    """Ranking signals for changing ``knob_id`` from ``current`` to ``value``, from this session's trials.
+    ``kept_us``: the kept state's time now (a gain measured earlier is a promise only if it beats it)."""
     mine = [t for t in history if t.knob_id == knob_id]
     if not mine:
         return []
@@ -201,12 +203,14 @@ def history_signals(knob_id: str, current: Any, value: Any, history: Iterable[Tr
                              + ("failed" if t.delta_pct is None else f"{t.delta_pct:+.1f} %") for t in same_dir[:3])
             out.append(Signal("regressed-direction", score, f"this direction regressed {len(same_dir)}× in this "
                               f"session from other kept states ({what})", _ev(worst)))
-    # near a gain: values next to a point that measured a gain
+    # near a gain: values next to a point that measured a gain (and still beats the kept state)
     if comparable:
         near = []
         for t in mine:
             if t.outcome not in GAINS or t.delta_pct is None or t.delta_pct >= 0:
                 continue
+            if kept_us is not None and t.after_us is not None and t.after_us >= kept_us * (1 - 1e-9):
+                continue  # a gain over an older state that the kept state has caught up with
             probe = components(t.value)
             if probe is None or len(probe) != len(val_c):  # type: ignore[arg-type]
                 continue

@@ -15,6 +15,7 @@ point it can see needs the pair. Pure: it reads and scores, it never admits or r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -174,13 +175,17 @@ def _view(link: Link, kernel: dict[str, Any]) -> Any:
 
 
 def _free_part(link: Link, value: Any) -> Any:
-    """The part of a tile value the block does not cap (compared to keep the pair search small)."""
-    v = norm_value(value)
-    if link.kind == "vec" and isinstance(v, list):
-        return [x for i, x in enumerate(v) if i not in link.dims]
-    if link.kind == "cube" and isinstance(v, dict):
-        return {a: v.get(a) for a in ("k", "n")}
-    return v
+    """The part of a tile value the block does not cap (compared to keep the pair search small), as a hashable key.
+    Called for every tile value at every block value: plain tuples, no normalisation (generated values are plain)."""
+    if link.kind == "vec" and isinstance(value, (list, tuple)):
+        return tuple(x for i, x in enumerate(value) if i not in link.dims)
+    if link.kind == "cube" and isinstance(value, dict):
+        return tuple(tuple(value.get(a) or ()) for a in ("k", "n"))
+    if isinstance(value, (list, tuple)):
+        return tuple(value[1:]) if link.kind == "cube" else tuple(value)
+    if isinstance(value, dict):  # an expression the model cannot split: compared whole
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
 
 
 def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Features], float],
@@ -204,7 +209,7 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
             alone.append((score(feats), v))
     best_alone = max(alone, key=lambda x: x[0]) if alone else None
     p.tile_alone = best_alone[0] if best_alone else 0.0
-    templates = [_free_part(link, t.value)] + ([_free_part(link, best_alone[1])] if best_alone else [])
+    templates = {_free_part(link, norm_value(t.value))} | ({_free_part(link, best_alone[1])} if best_alone else set())
     p.best_score = float("-inf")
     for bv in block_values:
         only_b = after([(b, bv)])

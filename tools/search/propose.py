@@ -241,7 +241,8 @@ class _Context:
         self.facts = R.read_facts(analysis, priors)
         self.analysis = analysis
         self.history = history
-        self.tried_here = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
+        self.tried_here = _tried_here(history, kept_hash, _shadowed_sources(self.knobs),
+                                      {k.id for k in self.knobs})
         self.bad_code = {t.semantic_hash: t for t in history if t.outcome != "kept" and t.semantic_hash}
         self.by_scope = {(f["file"], f["scope"]): i for i, f in enumerate(self.base)}
         self._loops_before: dict[str, Any] | None = None
@@ -307,7 +308,7 @@ class _Context:
     def after_many(self, changes: list[tuple[Knob, Any]]) -> list[dict[str, Any]] | None:
         """Features of every kernel with several knobs at trial values at once (a linked pair's joint point);
         None when the model cannot see one of them."""
-        memo_key = tuple((k.id, value_key(v)) for k, v in changes)
+        memo_key = tuple((k.id, json.dumps(v, sort_keys=True, default=str)) for k, v in changes)
         if memo_key in self._after_memo:
             return self._after_memo[memo_key]
         if self.picture is not None:
@@ -392,6 +393,75 @@ def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Ter
     return terms, info
 
 
+def _tried_here(history: list[TriedChange], kept_hash: str, shadows: dict[str, set[str]] | None = None,
+                knob_ids: set[str] | None = None) -> set[tuple[str, str]]:
+    """(knob, value) pairs whose code from the kept state would be code already measured:
+
+    * tried from this very state, or tried from an earlier state when every change kept since was a change of that
+      same knob — the rest of the code is as it was then, and the knob's site is overwritten with the same value (a
+      pinned tile call gives the same text from both states). The server's no-retry gate refuses such code;
+      proposing it would only spend a trial on a refusal (candidates past the answer budget are not admitted, so
+      this check is what stops them here);
+    * the way back to an earlier kept state: the knob's value before a kept change, when every change kept since
+      was of that knob, writes that state's code again. It was measured, and each kept change since beat it: a trial
+      of it can only lose (the history's "walk-back" signal was a penalty; the trial would still be spent).
+
+    Kept changes count from the session's first one up to the state that is kept now (after a revert to an earlier
+    kept state, the changes kept after it are not on the way here). ``shadows``: per tile call, the tiling sources
+    that feed that call alone — a value pinned at the call makes them irrelevant, so a kept change of one of them
+    leaves a pinned value's code what it was (:func:`_shadowed_sources`); ``knob_ids``: the kept state's knobs — a
+    kept change of a knob that is no knob any more (a source whose only consumer was pinned since: its text reaches
+    nothing) changed nothing that runs."""
+    shadows = shadows or {}
+    out = {(t.knob_id, value_key(t.value)) for t in history if t.from_kept_hash == kept_hash}
+    kept = sorted((t for t in history if t.outcome == "kept" and t.round is not None), key=lambda t: t.round)
+    left_here = next((i for i, u in enumerate(kept) if u.from_kept_hash == kept_hash), None)
+    if left_here is not None:  # this state was left by a kept change once: back here by a revert
+        kept = kept[:left_here]
+    for i, u in enumerate(kept):
+        if u.before_value is not None and all(w.knob_id == u.knob_id for w in kept[i:]):
+            out.add((u.knob_id, value_key(u.before_value)))
+    for t in history:
+        if t.from_kept_hash == kept_hash or t.outcome == "kept":
+            continue
+        # the kept change that left t's state, and every kept change after it
+        since = [u for u in kept if u.from_kept_hash == t.from_kept_hash]
+        if not since:
+            continue
+        later = [u for u in kept if u.round >= since[0].round]  # type: ignore[operator]
+        same = {t.knob_id} | shadows.get(t.knob_id, set())
+        if later and all(u.knob_id in same or (knob_ids and u.knob_id not in knob_ids) for u in later):
+            out.add((t.knob_id, value_key(t.value)))
+    return out
+
+
+def _shadowed_sources(knobs: list[Knob]) -> dict[str, set[str]]:
+    """Per tile call knob, the tiling sources (a comprehension literal, a config field) that feed that call and
+    nothing else: once the call is pinned to literals they no longer reach anything, so the pinned code is the same
+    whatever they hold (activations: after the helper's literal 32 → 128 was kept, pinning the call to [32, 512]
+    runs exactly what pinning it from the first state ran)."""
+    calls = {(k.file, k.line): k.id for k in knobs if k.kind in ("vec_tile", "cube_tile")}
+    out: dict[str, set[str]] = {}
+    for k in knobs:
+        feeds = {(f, int(line)) for f, _, line in (str(x).rpartition(":") for x in k.context.get("feeds") or [])
+                 if line.isdigit()}
+        if k.kind == "tile_source" and len(feeds) == 1 and next(iter(feeds)) in calls:
+            out.setdefault(calls[next(iter(feeds))], set()).add(k.id)
+    return out
+
+
+def _kept_us(ctx: _Context) -> float | None:
+    """The kept state's time: its analysis, else what this session's trials say (the latest kept trial, or the
+    reference of the trials run from this very state)."""
+    if ctx.facts.operator_time_us:
+        return float(ctx.facts.operator_time_us)
+    here = [t.before_us for t in ctx.history if t.from_kept_hash == ctx.kept_hash and t.before_us]
+    if here:
+        return float(here[-1])
+    kept = [t.after_us for t in ctx.history if t.outcome == "kept" and t.after_us]
+    return float(kept[-1]) if kept else None
+
+
 def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
     """Candidate values of one knob for a kernel picture (the kept one, or a trial one for a pair's lookahead)."""
     k = ctx.as_ran(k)
@@ -402,6 +472,9 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
     reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
             if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
+    if ctx.runmap is not None and kernel is not None and kernel.get("kernel_key"):
+        # the reductions of everything the kernel that ran reaches (a reduce in a helper it calls counts too)
+        reds |= {ax for r in ctx.runmap.kernel_context(kernel["kernel_key"])[2] for ax in r.axes}
     has_cube = any(f.get("has_cube") for f in ctx.base) if kernel is None else bool(kernel.get("has_cube"))
     has_vector = (kernel is None or bool(kernel.get("vec")) or not has_cube) or any(
         (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
@@ -601,6 +674,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         knobs = chosen
 
     plans = _pair_plans(ctx, knobs) if ranking == "model" and "model" in signals else {}
+    kept_us = _kept_us(ctx)
     raws: list[_Raw] = []
     considered = 0
     for k in knobs:
@@ -637,7 +711,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                     terms += [R.Term("knowledge", e.name, e.score, e.text, e.evidence) for e in priors.experience(
                         k, value, ctx.base, ctx.after(k, value), group, sum(t.score for t in terms), reached=kernel)]
                 if "history" in signals:
-                    for s in history_signals(k.id, k.value, value, hist):
+                    for s in history_signals(k.id, k.value, value, hist, kept_us=kept_us):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
                 terms += _pair_terms(plans, k, value, terms, info)
                 if "analysis" in signals:

@@ -217,11 +217,31 @@ def _preset_distance(tile: dict[str, Any], target: dict[str, Any], mkn: tuple | 
     return d
 
 
+def _clipped_cube(tile: Any, mkn: tuple | None) -> dict[str, list[int]] | None:
+    """The cube tile as the matmul of one iteration uses it: every L0/L1 entry clipped to its axis (M, K, N)."""
+    if not isinstance(tile, dict) or not mkn or any(not isinstance(x, int) for x in mkn):
+        return None
+    out = {}
+    for a, axis in zip(("m", "k", "n"), mkn):
+        t = tile.get(a)
+        if not isinstance(t, list) or not t or not all(isinstance(x, int) for x in t):
+            return None
+        out[a] = [min(x, axis) for x in t]
+    return out
+
+
 def cube_terms(fb: dict[str, Any], fa: dict[str, Any], priors: Priors, cores: int) -> list[Term]:
     cb, ca = fb.get("cube") or {}, fa.get("cube") or {}
     if not cb.get("tile") or not ca.get("tile"):
         return []
     terms: list[Term] = []
+    eb, ea = _clipped_cube(cb["tile"], ca.get("mkn")), _clipped_cube(ca["tile"], ca.get("mkn"))
+    if eb is not None and eb == ea and cb["tile"] != ca["tile"] and priors.has("cube-tile-clipped-by-axis") \
+            and (fb.get("iterations") or 1) == (fa.get("iterations") or 1):
+        terms.append(Term("model", "cube-clipped", priors.weight("cube-tile-clipped-by-axis"),
+                          f"the matmul of one loop iteration is M,K,N = {ca.get('mkn')}: cube tile {ca['tile']} is "
+                          f"clipped to {ea}, the same work as now", {"mkn": ca.get("mkn"), "effective_tile": ea},
+                          "cube-tile-clipped-by-axis"))
     target = priors.param("cube-tile-preset", "target")
     if target and priors.has("cube-tile-preset") and ca.get("mkn"):
         db = _preset_distance(cb["tile"], target, cb.get("mkn"))

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pypto_tune.tools.patching import roles, runmap
+from pypto_tune.tools.patching import runmap
 from pypto_tune.tools.patching.extract import Site
 from pypto_tune.tools.patching.models import DTYPE_BYTES, Knob
 from pypto_tune.tools.search.cache import value_key
@@ -245,6 +245,12 @@ class _Trial:
         views = [self.views.get(id(v), v.shape) for v in k.views]
         # the data one iteration tiles: the views the kernel built inside its loops (the whole tensors without one)
         blocks = [list(v) for v in views] if k.loops else []
+        if blocks and (k.matmuls or any(t.kind == "cube" for t in k.tiles)):
+            # a matmul's output of one iteration is data too: the vector work after it (a softmax, an activation)
+            # tiles [M, N], which no view shows — the views are the matmul's operands ([M, K] of a query block)
+            mkn = self._mkn(views)
+            if mkn and isinstance(mkn[0], int) and isinstance(mkn[2], int):
+                blocks.append([mkn[0], mkn[2]])
         feats: dict[str, Any] = {"scope": k.scope, "file": k.file, "kernel_key": k.key, "trips": trips,
                                  "iterations": iterations, "elem_bytes": elem, "source": "run",
                                  "tensor_dims": [d for d, _ in k.tensors],
@@ -318,4 +324,4 @@ def site_of(rm: runmap.RunMap, knob_id: str) -> Site | None:
     return next((s for s in rm.sites if s.knob.id == knob_id), None)
 
 
-__all__ = ["RunPicture", "build", "roles", "site_of"]
+__all__ = ["RunPicture", "build", "site_of"]
