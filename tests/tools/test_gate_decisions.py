@@ -1,0 +1,116 @@
+"""Decisions of the rules and gates that the full mutation run (benchmarks/mutation.py, issue #16) found untested.
+
+Each expected value comes from the rule as domain.md and the README state it — the stage order of D.1, the NPU
+keep/revert rule of E.1 as resolved in the README (difference of the medians ± 2.5 pooled standard errors beyond
+−1 %, the standard error of a median being 1.2533 σ/√n) — or from a real SQLite ledger written the way the
+operations write it; never from the function under test.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from pypto_tune.tools.errors import GateRefusal
+from pypto_tune.tools.service import TuningService
+from pypto_tune.tools.session import rules
+from tests.tools.test_rule_decisions import tuning
+
+# ------------------------------------------------------------------------------------------------ D.1 stage order
+
+
+def test_the_stages_follow_one_another_in_the_order_d1_gives_and_the_last_has_no_successor() -> None:
+    # D.1 level 2 with the outer loop unrolled (n = 1..3)
+    order = ["FRONTEND", "SWIMLANE_1", "INCORE_1", "SWIMLANE_2", "INCORE_2", "SWIMLANE_3", "INCORE_3"]
+    walked, stage = [order[0]], rules.next_stage(order[0])
+    while stage is not None:
+        walked.append(stage.name)
+        stage = rules.next_stage(stage.name)
+    assert walked == order
+    assert rules.next_stage("ALGORITHM") is None and rules.next_stage("S4_TUNE") is None
+
+
+# ------------------------------------------------------------------------------------------------ E.1 on the NPU
+
+Z = 2.5  # README keep/revert: ± 2.5 standard errors
+MIN_PCT = 1.0  # … lying entirely beyond −1 %
+SE_OF_MEDIAN = 1.2533  # standard error of a median = sqrt(pi / 2) σ/√n for normal noise
+
+
+def _pooled_se_pct(before: list[float], after: list[float]) -> float:
+    """The standard error of the difference of two medians, in % of the kept median, from the spread pooled over
+    both sides (relative residuals about each side's own median; two medians estimated → n − 2 degrees of
+    freedom)."""
+    mb, ma = statistics.median(before), statistics.median(after)
+    resid = [x / mb - 1 for x in before] + [x / ma - 1 for x in after]
+    sigma = math.sqrt(sum(r * r for r in resid) / (len(resid) - 2))
+    return SE_OF_MEDIAN * sigma * math.sqrt(1 / len(before) + 1 / len(after)) * 100
+
+
+def test_the_median_standard_error_factor_is_the_normal_one() -> None:
+    assert SE_OF_MEDIAN == pytest.approx(math.sqrt(math.pi / 2), abs=1e-4)
+
+
+def _spread(centre: float, rel: float, n: int) -> list[float]:
+    """``n`` samples about ``centre`` whose relative residuals do not depend on the centre."""
+    return [centre * (1 + rel * (i - (n - 1) / 2) / n) for i in range(n)]
+
+
+@pytest.mark.parametrize(("n_kept", "n_after", "rel_kept", "rel_after"),
+                         [(6, 3, 0.03, 0.02), (3, 3, 0.02, 0.05), (9, 4, 0.01, 0.04)])
+def test_an_npu_gain_is_kept_exactly_when_its_band_clears_minus_one_percent(n_kept: int, n_after: int,
+                                                                           rel_kept: float,
+                                                                           rel_after: float) -> None:
+    """With residuals fixed, the standard error does not move with the candidate's median, so the rule has one
+    boundary: median = kept × (1 − (1 % + 2.5 se)). A hair beyond it is a decisive gain; a hair short of it is not
+    decisive and, at the sample cap, not kept."""
+    kept = _spread(100.0, rel_kept, n_kept)
+    before_us = statistics.median(kept)
+    se = _pooled_se_pct(kept, _spread(90.0, rel_after, n_after))
+    assert se == pytest.approx(_pooled_se_pct(kept, _spread(97.0, rel_after, n_after)))
+    edge = before_us * (1 - (MIN_PCT + Z * se) / 100)
+    beyond = rules.judge_measurement(before_us, _spread(edge * (1 - 1e-6), rel_after, n_after), "npu", kept)
+    short = rules.judge_measurement(before_us, _spread(edge * (1 + 1e-6), rel_after, n_after), "npu", kept)
+    assert beyond.result_type == "gain" and beyond.decisive, beyond
+    assert not short.decisive and short.result_type == "no-gain", short
+    assert beyond.delta_pct == pytest.approx((edge * (1 - 1e-6) - before_us) / before_us * 100)
+
+
+@pytest.mark.parametrize(("n_kept", "n_after"), [(6, 3), (3, 4)])
+def test_an_npu_regression_and_a_sure_no_gain_have_their_own_boundaries(n_kept: int, n_after: int) -> None:
+    """Regression: the band lies entirely above +1 % (d − 2.5 se > 1 %). No gain: the band lies above −1 %
+    (d − 2.5 se > −1 %), i.e. surely not 1 % better. Anything between is not decisive."""
+    kept = _spread(100.0, 0.03, n_kept)
+    before_us = statistics.median(kept)
+    se = _pooled_se_pct(kept, _spread(100.0, 0.02, n_after))
+    worse = before_us * (1 + (MIN_PCT + Z * se) / 100)
+    up = rules.judge_measurement(before_us, _spread(worse * (1 + 1e-6), 0.02, n_after), "npu", kept, final=False)
+    flat = rules.judge_measurement(before_us, _spread(worse * (1 - 1e-6), 0.02, n_after), "npu", kept, final=False)
+    assert (up.result_type, up.decisive) == ("regression", True), up
+    assert (flat.result_type, flat.decisive) == ("no-gain", True), flat
+    sure = before_us * (1 + (Z * se - MIN_PCT) / 100)
+    same = rules.judge_measurement(before_us, _spread(sure * (1 + 1e-6), 0.02, n_after), "npu", kept, final=False)
+    open_ = rules.judge_measurement(before_us, _spread(sure * (1 - 1e-6), 0.02, n_after), "npu", kept, final=False)
+    assert (same.result_type, same.decisive) == ("no-gain", True), same
+    assert not open_.decisive, open_
+
+
+
+# ------------------------------------------------------------------------------------------------ R10 checklist marks
+
+
+def test_a_reason_for_an_item_with_a_knob_needs_thirty_characters_not_twenty_nine(tmp_path: Path) -> None:
+    """stages.mark_checklist: where a knob of this operator serves the item, the reason names it (or a measured
+    figure) in at least 30 characters (README, R10/R14)."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    short, enough = "TILE_B: 4 rows a block, best", "TILE_B: 4 rows a block is best"
+    assert (len(short), len(enough)) == (28, 30)
+    with pytest.raises(GateRefusal, match="at least 30 characters"):
+        svc.mark_checklist(w.sid, catalog_id="F-3", status="not-applicable", reason=short + "!")  # 29
+    svc.mark_checklist(w.sid, catalog_id="F-3", status="not-applicable", reason=enough)
+    marks = w.ledger.rows("checklist_marks", w.sid)
+    assert [(m["catalog_id"], m["reason"]) for m in marks if m["catalog_id"] == "F-3"] == [("F-3", enough)]
