@@ -68,8 +68,9 @@ class Target:
 ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_properties.py",
                    "tests/patching/test_runmap.py")
 RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
-               "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py")
-OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py",)
+               "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py",
+               "tests/tools/test_gate_decisions.py")
+OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
 RUNCHECK_SUITE = ("tests/patching/test_runmap.py",)
 MODULES: dict[str, Target] = {  # in the order a run takes them
     "stages": Target("tools/operations/stages.py",

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from pypto_tune.tools.errors import GateRefusal
+from pypto_tune.tools.patching import unified_diff
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
+from tests.report.ledger_rows import VEC, with_tile_b, with_vec_tile
 from tests.tools.test_rule_decisions import tuning
 
 # ------------------------------------------------------------------------------------------------ D.1 stage order
@@ -114,3 +116,38 @@ def test_a_reason_for_an_item_with_a_knob_needs_thirty_characters_not_twenty_nin
     svc.mark_checklist(w.sid, catalog_id="F-3", status="not-applicable", reason=enough)
     marks = w.ledger.rows("checklist_marks", w.sid)
     assert [(m["catalog_id"], m["reason"]) for m in marks if m["catalog_id"] == "F-3"] == [("F-3", enough)]
+
+
+# ------------------------------------------------------------------------------------------------ R10 / R11 in _admit
+
+
+def test_a_change_cites_the_catalogue_item_its_knob_serves(tmp_path: Path) -> None:
+    """R10: TILE_B is a loop block (F-3 among others), not a vector tile: citing the vector-tile item F-10 for it is
+    refused, naming what it serves."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    with pytest.raises(GateRefusal) as refused:
+        svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=2, catalog_id="F-10", rationale="wrong id")
+    msg = refused.value.message
+    assert refused.value.rule == "catalog-stage" and "F-3" in msg and msg.endswith("not F-10"), refused.value
+    assert not w.ledger.rows("rounds", w.sid)
+    assert svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=2, catalog_id="F-3",
+                                  rationale="right id").round == 1
+
+
+def test_a_correction_adjusts_the_rounds_own_knob_and_nothing_else(tmp_path: Path) -> None:
+    """R11: after a precision failure one quick correction of the SAME knob; a correction that puts the round's
+    knob back and changes another one instead (one knob away from the kept state, so one-change alone would let it
+    through) is refused."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="wider tile")
+    bad = with_vec_tile(w.kept, "1, 8, 256")
+    w.precision(w.run("precision", 1, "0", bad), "failed", 1, "0", bad)
+    other = with_tile_b(w.kept, 2)  # the round's knob back as kept, TILE_B changed instead
+    with pytest.raises(GateRefusal) as refused:
+        svc.apply_tuning_patch(w.sid, diff=unified_diff(bad, other), catalog_id="F-3", rationale="another knob")
+    assert refused.value.rule == "correction-limit", refused.value
+    assert f"round's own knob {VEC}, not softmax.py:TILE_B" in refused.value.message
+    fixed = svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="correct it")
+    assert (fixed.round, fixed.kind) == (1, "correction")
