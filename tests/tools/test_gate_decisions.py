@@ -19,7 +19,7 @@ from pypto_tune.tools.patching import unified_diff
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
 from tests.report.ledger_rows import VEC, with_tile_b, with_vec_tile
-from tests.tools.test_rule_decisions import tuning
+from tests.tools.test_rule_decisions import state, tuning
 
 # ------------------------------------------------------------------------------------------------ D.1 stage order
 
@@ -151,3 +151,19 @@ def test_a_correction_adjusts_the_rounds_own_knob_and_nothing_else(tmp_path: Pat
     assert f"round's own knob {VEC}, not softmax.py:TILE_B" in refused.value.message
     fixed = svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="correct it")
     assert (fixed.round, fixed.kind) == (1, "correction")
+
+
+def test_a_structural_change_is_admitted_only_in_the_algorithm_stage_even_when_declared(tmp_path: Path) -> None:
+    """R23, in the admission path itself (behind gates.check, which refuses algorithm=true outside ALGORITHM first):
+    a declared algorithm change in FRONTEND is still one-change-refused; the same change is admitted in ALGORITHM."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    h = svc._find(w.sid)
+    st = state(w)
+    after = {"softmax.py": w.kept["softmax.py"].replace("= e / s", "= e / (s + 0.0)")}
+    with pytest.raises(GateRefusal) as refused:
+        svc._admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
+    assert refused.value.rule == "one-change" and "= e / (s + 0.0)" in refused.value.message, refused.value
+    w.transition("stage", "FRONTEND", "ALGORITHM", "test: the configuration stages converged")
+    adm = svc._admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
+    assert adm.kind == "structural"
