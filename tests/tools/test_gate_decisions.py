@@ -18,8 +18,9 @@ from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.patching import unified_diff
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
+from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import VEC, with_tile_b, with_vec_tile
-from tests.tools.test_rule_decisions import state, tuning
+from tests.tools.test_rule_decisions import BASE_US, state, tuning
 
 # ------------------------------------------------------------------------------------------------ D.1 stage order
 
@@ -167,3 +168,28 @@ def test_a_structural_change_is_admitted_only_in_the_algorithm_stage_even_when_d
     w.transition("stage", "FRONTEND", "ALGORITHM", "test: the configuration stages converged")
     adm = svc._admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
     assert adm.kind == "structural"
+
+
+# ------------------------------------------------------------------------------------------------ R19
+
+
+def test_a_change_that_gained_nothing_is_refused_again_however_its_value_is_spelled(tmp_path: Path) -> None:
+    """R19: a change judged and not kept is never tried again — the same code, and the same knob and value from the
+    same kept state even when the value is written another way (``2 * 4`` for 8: other code, the same change)."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    change = KnobChange(knob_id=VEC, file="softmax.py", line=33, before=[1, 4, 256], after=[1, 8, 256])
+    tried = with_vec_tile(w.kept, "1, 8, 256")
+    w.open_round(1, "FRONTEND", "F-10", change, tried, before_us=BASE_US)
+    w.decide(1, "reverted", "no-gain", BASE_US, 0.0, "", tried)
+    with pytest.raises(GateRefusal) as again:
+        svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="again")
+    assert again.value.rule == "no-retry" and "round 1" in again.value.message, again.value
+    spelled = with_vec_tile(w.kept, "1, 2 * 4, 256")
+    with pytest.raises(GateRefusal) as other:
+        svc.apply_tuning_patch(w.sid, diff=unified_diff(w.kept, spelled), catalog_id="F-10", rationale="spelled")
+    assert other.value.rule == "no-retry" and "from this same kept state in round 1" in other.value.message, \
+        other.value
+    # another value of the same knob is a new change
+    assert svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10",
+                                  rationale="new value").round == 2
