@@ -65,13 +65,13 @@ class Target:
 
 # (tests/admission/test_redteam_findings.py runs stand-in operators in child processes whose interpreter fingerprint
 # takes in the shim's folders: it fails in the copy without any mutation, so it is not part of the kill suite)
-ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_properties.py",
-                   "tests/patching/test_runmap.py")
+ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_decisions.py",
+                   "tests/admission/test_admission_properties.py", "tests/patching/test_runmap.py")
 RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
                "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py",
                "tests/tools/test_gate_decisions.py")
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
-RUNCHECK_SUITE = ("tests/patching/test_runmap.py",)
+RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admission_decisions.py")
 MODULES: dict[str, Target] = {  # in the order a run takes them
     "stages": Target("tools/operations/stages.py",
                      ("_judge_stage", "_leave_stage", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),
