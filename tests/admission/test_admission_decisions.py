@@ -66,3 +66,23 @@ def test_a_changed_loop_header_is_named_as_the_loop_line() -> None:
     r = _refused(after)
     head = 'for b in pypto.loop(B // TILE_B, name="LOOP_X", idx_name="b"):'
     assert f"line {_line_of(after, head)} changed: {head}" in r.message, r.message
+
+
+# ------------------------------------------------------------------------------------------------ a value is data
+
+
+@pytest.mark.parametrize("value", ["min(4, 8)", "max(2, 8) // 2", "2 * 4", "-(-8)"])
+def test_a_tile_value_of_literals_arithmetic_and_min_max_is_data(value: str) -> None:
+    after = _edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", f"set_vec_tile_shapes(1, {value}, 256)")
+    adm = admit({F: SOFTMAX}, {F: after})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id.endswith("set_vec_tile_shapes#1")
+
+
+@pytest.mark.parametrize("value", ['len("abcd")', "max(4, 8, key=abs)", "pypto.ceil(8)", "(lambda: 8)()",
+                                   "abs(-8)"])
+def test_a_tile_value_that_runs_code_is_refused_as_code(value: str) -> None:
+    """admission docstring: the new value is data — literals and arithmetic over names, min()/max() of them — never
+    a call or anything else that runs code."""
+    after = _edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", f"set_vec_tile_shapes(1, {value}, 256)")
+    r = _refused(after)
+    assert r.rule == "one-change" and "is code, not data" in r.message, r.message

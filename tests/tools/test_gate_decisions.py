@@ -178,18 +178,33 @@ def test_a_change_that_gained_nothing_is_refused_again_however_its_value_is_spel
     same kept state even when the value is written another way (``2 * 4`` for 8: other code, the same change)."""
     w = tuning(tmp_path / "ws")
     svc = TuningService(default_workspace=w.ws)
+    # round 1 was rolled back unrun (abandoned: not a judgement, it may be tried again); round 2 gained nothing
+    two = with_tile_b(w.kept, 2)
+    w.open_round(1, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=2), two, before_us=BASE_US)
+    w.decide(1, "reverted", "abandoned", None, None, "rolled back unrun", two)
     change = KnobChange(knob_id=VEC, file="softmax.py", line=33, before=[1, 4, 256], after=[1, 8, 256])
     tried = with_vec_tile(w.kept, "1, 8, 256")
-    w.open_round(1, "FRONTEND", "F-10", change, tried, before_us=BASE_US)
-    w.decide(1, "reverted", "no-gain", BASE_US, 0.0, "", tried)
+    w.open_round(2, "FRONTEND", "F-10", change, tried, before_us=BASE_US)
+    w.decide(2, "reverted", "no-gain", BASE_US, 0.0, "", tried)
     with pytest.raises(GateRefusal) as again:
         svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="again")
-    assert again.value.rule == "no-retry" and "round 1" in again.value.message, again.value
+    assert again.value.rule == "no-retry" and "round 2" in again.value.message, again.value
     spelled = with_vec_tile(w.kept, "1, 2 * 4, 256")
     with pytest.raises(GateRefusal) as other:
         svc.apply_tuning_patch(w.sid, diff=unified_diff(w.kept, spelled), catalog_id="F-10", rationale="spelled")
-    assert other.value.rule == "no-retry" and "from this same kept state in round 1" in other.value.message, \
+    assert other.value.rule == "no-retry" and "from this same kept state in round 2" in other.value.message, \
         other.value
-    # another value of the same knob is a new change
+    # another value of the same knob is a new change; the abandoned one may be tried
     assert svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10",
-                                  rationale="new value").round == 2
+                                  rationale="new value").round == 3
+
+
+def test_a_shift_folds_to_its_number_up_to_64_bits_and_stays_text_past_them() -> None:
+    """R19's one spelling of a value: ``1 << n`` is the number 2**n for a shift of at most 64 bits; a larger shift
+    is not computed (it keeps its text, so it never equals a number)."""
+    from pypto_tune.tools.operations.base import _value_key
+
+    assert _value_key({"$expr": "1 << 64"}) == _value_key(2 ** 64)
+    assert _value_key({"$expr": "1 << 65"}) != _value_key(2 ** 65)
+    assert _value_key({"$expr": "1 << 65"}) == _value_key({"$expr": "1<<65"})
