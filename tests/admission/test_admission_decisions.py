@@ -86,3 +86,72 @@ def test_a_tile_value_that_runs_code_is_refused_as_code(value: str) -> None:
     after = _edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", f"set_vec_tile_shapes(1, {value}, 256)")
     r = _refused(after)
     assert r.rule == "one-change" and "is code, not data" in r.message, r.message
+
+
+# ------------------------------------------------------------------------------------------------ what runs is what is compared
+
+JIT = '@pypto.frontend.jit(runtime_options={"run_mode": RUN_MODE, "stitch_function_max_num": 128})'
+TILE_B_2 = ("\nTILE_B = 4\n", "\nTILE_B = 2\n")  # a legal knob change to go with each case
+
+
+def _with_knob(text: str) -> str:
+    return _edit(text, *TILE_B_2)
+
+
+def _debug(value: str) -> str:
+    return _with_knob(_edit(SOFTMAX, JIT, JIT[:-1] + f", debug_options={value})"))
+
+
+@pytest.mark.parametrize("value", ['{"runtime_debug_mode": 0}', '{"runtime_debug_mode": 3}',
+                                   "dict(runtime_debug_mode=0)", "dict(runtime_debug_mode=3)"])
+def test_runtime_debug_mode_zero_to_three_rides_along_as_the_debug_switch(value: str) -> None:
+    adm = admit({F: SOFTMAX}, {F: _debug(value)})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+
+
+@pytest.mark.parametrize("value", ['{"runtime_debug_mode": 4}', '{"runtime_debug_mode": -1}',
+                                   '{"runtime_debug_mode": True}', '{"runtime_debug_mode": 1.0}',
+                                   "dict(runtime_debug_mode=4)", "dict(runtime_debug_mode=7)",
+                                   "dict(runtime_debug_mode=-1)", "dict(runtime_debug_mode=True)"])
+def test_runtime_debug_mode_outside_zero_to_three_is_refused_in_either_spelling(value: str) -> None:
+    """The debug switch is stripped before comparison, so its value must be a plain integer 0–3 (admission
+    ``_check_bytes``). ``dict(runtime_debug_mode=7)`` was admitted (the keyword spelling had no bound): fixed."""
+    r = _refused(_debug(value))
+    assert r.rule == "one-change" and "runtime_debug_mode" in r.message and "0–3" in r.message, r.message
+
+
+@pytest.mark.parametrize(("header", "refused"), [
+    ("# coding: latin-1\n# plain\n", True), ("#!/usr/bin/env python\n# -*- coding: unicode_escape -*-\n", True),
+    ("#!/usr/bin/env python\n# plain\n# coding: latin-1\n", False),  # line 3: Python ignores it, so may we
+    ("# -*- coding: utf-8 -*-\n# plain\n", False), ("# vim: set fileencoding=utf8 :\n# plain\n", False)])
+def test_an_encoding_other_than_utf8_in_the_first_two_lines_is_refused(header: str, refused: bool) -> None:
+    """Python honours a coding declaration in line 1 or 2 only; any but UTF-8 would make it read the file otherwise
+    than the UTF-8 text the server compares."""
+    before = "#!/usr/bin/env python\n# plain\n" + SOFTMAX
+    after = _with_knob(header + SOFTMAX)
+    if refused:
+        r = _refused(after, before)
+        assert r.rule == "one-change" and "declares the source encoding" in r.message, r.message
+    else:
+        adm = admit({F: before}, {F: after})
+        assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+
+
+def test_a_dict_key_given_twice_is_refused_unless_the_recorded_code_already_had_it() -> None:
+    """The second entry wins at run time while the extractor saw one knob: a NEW duplicate key is refused; one the
+    recorded code already had is the operator's own (not this change's) and does not block a knob change."""
+    twice = '"stitch_function_max_num": 128, "stitch_function_max_num": 256})'
+    dup = _edit(SOFTMAX, '"stitch_function_max_num": 128})', twice)
+    r = _refused(_with_knob(dup))
+    assert r.rule == "one-change" and "'stitch_function_max_num' twice" in r.message
+    jit_line = next(i + 1 for i, line in enumerate(dup.splitlines()) if twice in line)
+    assert f"line {jit_line} gives the dict key" in r.message, r.message
+    adm = admit({F: dup}, {F: _with_knob(dup)})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+
+
+def test_a_change_that_leaves_the_file_unparsable_is_refused_naming_the_line() -> None:
+    after = _with_knob(_edit(SOFTMAX, "        s = pypto.sum(e, -1, keepdim=True)\n",
+                             "        s = pypto.sum(e, -1, keepdim=True\n"))
+    r = _refused(after)
+    assert r.rule == "one-change" and "is not valid Python after the change" in r.message, r.message
