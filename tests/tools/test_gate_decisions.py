@@ -19,7 +19,7 @@ from pypto_tune.tools.patching import unified_diff
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.snapshot import KnobChange
-from tests.report.ledger_rows import VEC, with_tile_b, with_vec_tile
+from tests.report.ledger_rows import VEC, analysis, with_tile_b, with_vec_tile
 from tests.tools.test_rule_decisions import BASE_US, state, tuning
 
 # ------------------------------------------------------------------------------------------------ D.1 stage order
@@ -208,3 +208,31 @@ def test_a_shift_folds_to_its_number_up_to_64_bits_and_stays_text_past_them() ->
     assert _value_key({"$expr": "1 << 64"}) == _value_key(2 ** 64)
     assert _value_key({"$expr": "1 << 65"}) != _value_key(2 ** 65)
     assert _value_key({"$expr": "1 << 65"}) == _value_key({"$expr": "1<<65"})
+
+
+# ------------------------------------------------------------------------------------------------ R14b
+
+
+def test_the_theoretical_limit_is_read_from_the_kept_codes_newest_valid_measurement(tmp_path: Path) -> None:
+    """R14b ends the session at util > 80 % (of the active cores and of the platform's) with bubble < 10 %, read from
+    the newest VALID measurement of the KEPT code — never another code's, an invalid one, or the kept-state
+    reference samples an NPU round took for its own decision (round −2)."""
+    from pypto_tune.tools.session import gates
+
+    w = tuning(tmp_path / "ws", "SWIMLANE_1")  # its measurements so far: 40 % utilisation
+    at_limit = analysis(BASE_US, active_util=95.0, busy_us=[19.0] * 4, theoretical_aiv=4)  # 95 %, 95 %, bubble 5 %
+    assert gates.platform_utilization(at_limit) == pytest.approx(100 * 4 * 19.0 / (4 * BASE_US))
+    other = with_tile_b(w.kept, 2)
+    w.measure("measure", 1, other, [19.0], "0", at_limit, stage="SWIMLANE_1")
+    assert gates.global_stop_reason(state(w)) == ""
+    w.ledger.insert("measurements", session_id=w.sid, at=w.now(), round=-1, code_hash=state(w).kept_hash,
+                    valid=False, invalid_reasons=["fake tasks (B.9.3)"], operator_time_us=BASE_US, e2e_us=None,
+                    samples=[BASE_US], analysis=at_limit, archive="", run_ids=[], stage="SWIMLANE_1", per_kernel={})
+    assert gates.global_stop_reason(state(w)) == ""
+    w.measure("kept-reference", -2, w.kept, [BASE_US], "0", at_limit, stage="SWIMLANE_1")
+    assert gates.global_stop_reason(state(w)) == ""
+    w.measure("stage-baseline", -1, w.kept, [BASE_US], "0", at_limit, stage="SWIMLANE_1")
+    assert gates.global_stop_reason(state(w)).startswith("theoretical limit")
+    w.measure("stage-baseline", -1, w.kept, [BASE_US], "0", analysis(BASE_US, active_util=40.0, busy_us=[8.0]),
+              stage="SWIMLANE_1")
+    assert gates.global_stop_reason(state(w)) == ""  # the newest one decides
