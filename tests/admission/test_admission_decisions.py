@@ -148,9 +148,14 @@ def test_a_dict_key_given_twice_is_refused_unless_the_recorded_code_already_had_
     assert f"line {jit_line} gives the dict key" in r.message, r.message
     adm = admit({F: dup}, {F: _with_knob(dup)})
     assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+    # the keyword spelling parses (only compiling it fails), so it is refused the same way
+    kw = _edit(SOFTMAX, 'runtime_options={"run_mode": RUN_MODE, "stitch_function_max_num": 128}',
+               "runtime_options=dict(run_mode=RUN_MODE, stitch_function_max_num=128, stitch_function_max_num=256)")
+    r = _refused(_with_knob(kw))
+    assert r.rule == "one-change" and "'stitch_function_max_num' twice" in r.message, r.message
 
 
-def test_a_change_that_leaves_the_file_unparsable_is_refused_naming_the_line() -> None:
+def test_a_change_that_leaves_the_file_unparsable_is_refused() -> None:
     after = _with_knob(_edit(SOFTMAX, "        s = pypto.sum(e, -1, keepdim=True)\n",
                              "        s = pypto.sum(e, -1, keepdim=True\n"))
     r = _refused(after)
