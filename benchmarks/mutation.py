@@ -184,6 +184,18 @@ def mutated_source(spec: Any, original: str) -> str | None:
     return mutate_code(original, cosmic_ray.plugins.get_operator(spec.operator_name)(), spec.occurrence)
 
 
+def _key(operator: str, function: str | None, code: str, mutant: str) -> tuple[str, str, str, str]:
+    return operator, function or "<module>", code, mutant
+
+
+def _item_key(w: Any, original: str) -> tuple[str, str, str, str]:
+    m = w.mutations[0]
+    line = m.start_pos[0]
+    new = (mutated_source(m, original) or "").splitlines()
+    return _key(m.operator_name, m.definition_name, original.splitlines()[line - 1].strip(),
+                new[line - 1].strip() if line <= len(new) else "")
+
+
 def statement_lines(tree: ast.Module, line: int, end: int) -> set[int]:
     """The lines whose execution shows that the code at ``line``..``end`` ran: the innermost statement (or ``except``
     clause) holding it — all its lines for a simple statement, its header for a compound one — and the node's own."""
@@ -271,10 +283,18 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
     t0 = time.monotonic()
     db = work / f"cr-{key}.sqlite"
     items = init_db(fast, t, db)
+    original = (fast.root / t.path).read_text(encoding="utf-8")
+    if args.survivors_of:  # the same mutants, found by what they change (line numbers may have moved since)
+        earlier = json.loads(args.survivors_of.read_text())
+        want = {_key(s["operator_name"], s["function"], s["code"], s["mutant"]) for r in earlier["modules"]
+                if r["module"] == t.path for s in r["survived"]}
+        items = [w for w in items if _item_key(w, original) in want]
     print(f"{key}: {len(items)} mutants in {', '.join(t.functions)} of {t.path}; kill suite: {' '.join(t.suite)}",
           flush=True)
-    original = (fast.root / t.path).read_text(encoding="utf-8")
     lines = original.splitlines()
+    if not items:
+        return {"module": t.path, "mutants": 0, "killed": 0, "survived": [], "timeouts": [], "errors": [],
+                "fresh_runs": 0, "fast_runs": 0, "compare": [], "seconds": round(time.monotonic() - t0, 1)}
     if args.list:
         for w in items:
             m = w.mutations[0]
@@ -361,35 +381,6 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
     return out
 
 
-def rerun(path: Path, fresh: Copy, keys: list[str], out_path: Path | None) -> int:
-    """Run every survivor of an earlier run's ``--json`` again the standard way with today's kill suites (after tests
-    were added: which of them now die, and by which test)."""
-    from cosmic_ray.work_item import MutationSpec
-
-    earlier = json.loads(path.read_text())
-    by_path = {t.path: (k, t) for k, t in MODULES.items() if k in keys}
-    rows = []
-    for r in earlier["modules"]:
-        if r["module"] not in by_path:
-            continue
-        key, t = by_path[r["module"]]
-        for s in r["survived"]:
-            spec = MutationSpec(module_path=str(fresh.root / t.path), operator_name=s["operator_name"],
-                                occurrence=s["occurrence"], start_pos=(s["line"], 0), end_pos=tuple(s["end"]),
-                                definition_name=s["function"])
-            got = run_fresh(fresh, t, spec, list(t.suite), 600.0)
-            rows.append({**s, "module": t.path, "rerun": got["outcome"], "killed_by": got.get("failed"),
-                         "wall": got["wall"]})
-            print(f"  {got['outcome']:9} {got['wall']:6.1f} s {t.path}:{s['line']} ({s['function']}) {s['operator']}: "
-                  f"{s['code']}  →  {s['mutant']}" + (f"  [{got.get('failed')}]" if got.get("failed") else ""),
-                  flush=True)
-            if out_path:
-                out_path.write_text(json.dumps(rows, indent=2))
-    alive = [x for x in rows if x["rerun"] != "killed"]
-    print(f"rerun: {len(rows)} earlier survivors, {len(rows) - len(alive)} now killed, {len(alive)} still alive")
-    return 0
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=sorted(MODULES), help="module key (repeatable)")
@@ -403,14 +394,11 @@ def main() -> int:
                     help="report the fast way's survivors without running them again the standard way")
     ap.add_argument("--json", type=Path, help="write the results here too (after each module)")
     ap.add_argument("--keep", type=Path, help="copy cosmic-ray's work databases and the suite logs here")
-    ap.add_argument("--rerun", type=Path, metavar="JSON",
-                    help="run the survivors listed in an earlier --json again the standard way, and nothing else")
+    ap.add_argument("--survivors-of", type=Path, metavar="JSON",
+                    help="run only the mutants an earlier --json lists as survivors (after tests were added)")
     args = ap.parse_args()
     ensure_tools()
     keys = args.only or list(MODULES)
-    if args.rerun:
-        with tempfile.TemporaryDirectory(prefix="pypto-tune-mutation-") as tmp:
-            return rerun(args.rerun, make_copy(Path(tmp) / "fresh"), keys, args.json)
     report = []
     started = time.strftime("%Y-%m-%d %H:%M")
     t_all = time.monotonic()

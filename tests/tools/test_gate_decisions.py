@@ -131,9 +131,11 @@ def test_a_change_cites_the_catalogue_item_its_knob_serves(tmp_path: Path) -> No
         svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=2, catalog_id="F-10", rationale="wrong id")
     msg = refused.value.message
     assert refused.value.rule == "catalog-stage" and "F-3" in msg and msg.endswith("not F-10"), refused.value
-    assert not w.ledger.rows("rounds", w.sid)
+    assert not w.ledger.rows("rounds", w.sid) and not w.ledger.rows("admissions", w.sid)
     assert svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=2, catalog_id="F-3",
                                   rationale="right id").round == 1
+    admitted = w.ledger.rows("admissions", w.sid)  # what the report's admission table is built from
+    assert [(a["verdict"], a["knob_id"], a["path"]) for a in admitted] == [("knob", "softmax.py:TILE_B", "knob")]
 
 
 def test_a_correction_adjusts_the_rounds_own_knob_and_nothing_else(tmp_path: Path) -> None:
@@ -208,6 +210,16 @@ def test_a_shift_folds_to_its_number_up_to_64_bits_and_stays_text_past_them() ->
     assert _value_key({"$expr": "1 << 64"}) == _value_key(2 ** 64)
     assert _value_key({"$expr": "1 << 65"}) != _value_key(2 ** 65)
     assert _value_key({"$expr": "1 << 65"}) == _value_key({"$expr": "1<<65"})
+    assert _value_key({"$expr": "2 *"}) != _value_key(2)  # not an expression at all: its text, never a crash
+
+
+def test_a_cube_tile_value_is_one_value_whatever_the_order_of_its_named_dimensions() -> None:
+    from pypto_tune.tools.operations.base import _value_key
+
+    assert _value_key({"m": [64, 64], "k": [32, 32], "n": [64, 64]}) == \
+        _value_key({"n": (64, 64), "m": (64, 64), "k": (32, 32)})
+    assert _value_key({"m": [64, 64], "k": [32, 32], "n": [64, 64]}) != \
+        _value_key({"m": [64, 64], "k": [64, 64], "n": [32, 32]})
 
 
 # ------------------------------------------------------------------------------------------------ R14b
