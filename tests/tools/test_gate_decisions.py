@@ -19,7 +19,7 @@ from pypto_tune.tools.patching import unified_diff
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.snapshot import KnobChange
-from tests.report.ledger_rows import VEC, analysis, with_tile_b, with_vec_tile
+from tests.report.ledger_rows import VEC, Writer, analysis, with_tile_b, with_vec_tile
 from tests.tools.test_rule_decisions import BASE_US, state, tuning
 
 # ------------------------------------------------------------------------------------------------ D.1 stage order
@@ -248,3 +248,50 @@ def test_the_theoretical_limit_is_read_from_the_kept_codes_newest_valid_measurem
     w.measure("stage-baseline", -1, w.kept, [BASE_US], "0", analysis(BASE_US, active_util=40.0, busy_us=[8.0]),
               stage="SWIMLANE_1")
     assert gates.global_stop_reason(state(w)) == ""  # the newest one decides
+
+
+# ------------------------------------------------------------------------------------------------ derived state
+
+
+def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_stage(tmp_path: Path) -> None:
+    """derive_state on a real ledger: no debug switch until enable_runtime_debug's patch (so collection is refused,
+    R2/R7); the outer round of D.1 (1 until and in FRONTEND, n in SWIMLANE_n / INCORE_n, 3 in ALGORITHM which
+    follows the third); a candidate trial's code (run on a private copy) moves neither the expected nor the kept
+    code; a finish reason only once the session moved to reporting."""
+    from pypto_tune.tools.operations.base import _patch_row
+    from pypto_tune.tools.session import gates
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    w = Writer(ws, run_mode="sim", repeats=1, goal_speedup=100.0)
+    w.env_ok()
+    w.precision(w.run("precision", None, "0", w.sources), "passed", None, "0", w.sources)
+    w.transition("state", "S1_SETUP", "S2_COLLECT", "baseline precision passed (S1b)")
+    st = state(w)
+    assert (st.level1, st.stage, st.outer_round, st.finish_reason, st.debug_enabled) == \
+        ("S2_COLLECT", None, 1, None, False)
+    with pytest.raises(GateRefusal) as refused:
+        gates.check("collect_swimlane", st)
+    assert refused.value.rule == "debug-mode"
+    w.debug_on()
+    st = state(w)
+    assert st.debug_enabled
+    gates.check("collect_swimlane", st)  # allowed now
+    kept_hash, expected = st.kept_hash, st.expected_sources
+    w.ledger.insert("patches", **_patch_row(w.sid, kind="trial", round_no=5, before=expected,
+                                            after=with_tile_b(expected, 2), note="candidate trial"))
+    st = state(w)
+    assert (st.current_hash, st.kept_hash, st.expected_sources) == (kept_hash, kept_hash, expected)
+    for to in ("S3_ANALYZE", "S4_TUNE"):
+        w.transition("state", st.level1, to, "test")
+    outer = {"FRONTEND": 1, "SWIMLANE_1": 1, "INCORE_1": 1, "SWIMLANE_2": 2, "INCORE_2": 2, "SWIMLANE_3": 3,
+             "INCORE_3": 3, "ALGORITHM": 3}
+    before = None
+    for stage, n in outer.items():
+        w.transition("stage", before, stage, "test")
+        st = state(w)
+        assert (st.stage, st.outer_round, st.finish_reason) == (stage, n, None), stage
+        before = stage
+    w.transition("state", "S4_TUNE", "S5_REPORT", "user stop: enough")
+    st = state(w)
+    assert st.finished and st.finish_reason == "user stop: enough"
