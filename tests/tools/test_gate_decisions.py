@@ -295,3 +295,8 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
     w.transition("state", "S4_TUNE", "S5_REPORT", "user stop: enough")
     st = state(w)
     assert st.finished and st.finish_reason == "user stop: enough"
+    assert st.debug_enabled and st.debug_baseline == w.sources
+    w.ledger.insert("patches", **_patch_row(w.sid, kind="debug-restore", round_no=None, before=st.expected_sources,
+                                            after=w.sources, note="debug options restored (R22)"))
+    st = state(w)
+    assert (st.debug_enabled, st.debug_baseline, st.expected_sources) == (False, None, w.sources)
