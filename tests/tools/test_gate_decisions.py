@@ -300,3 +300,22 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
                                             after=w.sources, note="debug options restored (R22)"))
     st = state(w)
     assert (st.debug_enabled, st.debug_baseline, st.expected_sources) == (False, None, w.sources)
+
+
+def test_the_newest_environment_check_batch_alone_decides_r3(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    w = Writer(ws, run_mode="sim", repeats=1, goal_speedup=100.0)
+
+    def batch(n: int, ok: list[bool]) -> None:
+        for i, good in enumerate(ok):
+            w.ledger.insert("env_checks", session_id=w.sid, at=w.now(), batch=n, name=f"check {i}", ok=good,
+                            detail="ok" if good else "missing")
+
+    assert state(w).env_ok is None and state(w).env_batches == 0
+    batch(1, [True, False, True])
+    assert state(w).env_ok is False
+    batch(2, [True, True, True])
+    assert (state(w).env_ok, state(w).env_batches) == (True, 2)
+    batch(3, [True, True, False])
+    assert (state(w).env_ok, state(w).env_batches) == (False, 3)
