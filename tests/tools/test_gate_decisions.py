@@ -102,6 +102,31 @@ def test_an_npu_regression_and_a_sure_no_gain_have_their_own_boundaries(n_kept: 
 
 
 
+
+def test_which_spread_an_npu_judgement_uses() -> None:
+    """README keep/revert: the spread is pooled from both sides once there are samples of the kept state (at least
+    4 samples in all); without kept samples the round's own spread (3 or more repeats); otherwise the single-shot
+    margin of E.1 (4 %, i.e. one standard error of 2 %). The margin recorded is max(2 se, 1 %)."""
+    after3, kept1 = [100.0, 97.0, 103.0], [100.0]
+    own = statistics.pstdev(after3) / statistics.median(after3) * 100
+    cases = [(after3, kept1, _pooled_se_pct(kept1, after3)),  # 4 samples, one of them kept: pooled
+             (after3, None, own),  # 3 repeats, nothing of the kept state: the round's own σ
+             (after3[:2], kept1, 2.0),  # 3 samples in all: single shot
+             (after3[:2], None, 2.0)]
+    assert len({round(se, 6) for _, _, se in cases[:3]}) == 3  # the three rules give three different answers
+    for samples, kept, se in cases:
+        j = rules.judge_measurement(100.0, samples, "npu", kept, final=False)
+        assert j.margin_pct == pytest.approx(max(2 * se, MIN_PCT)), (samples, kept, j)
+
+
+def test_sim_is_exact_any_slowdown_is_a_regression_and_there_is_no_noise_margin() -> None:
+    slower = rules.judge_measurement(100.0, [100.5], "sim")
+    same = rules.judge_measurement(100.0, [100.0], "sim")
+    faster = rules.judge_measurement(100.0, [99.5], "sim")
+    assert [j.result_type for j in (slower, same, faster)] == ["regression", "no-gain", "gain"]
+    assert [j.margin_pct for j in (slower, same, faster)] == [0.0, 0.0, 0.0]
+    assert slower.delta_pct == pytest.approx(0.5) and faster.delta_pct == pytest.approx(-0.5)
+
 # ------------------------------------------------------------------------------------------------ R10 checklist marks
 
 
