@@ -103,6 +103,28 @@ def test_an_npu_regression_and_a_sure_no_gain_have_their_own_boundaries(n_kept: 
 
 
 
+def _provisional(delta: float, se: float) -> str:
+    """The README's reading of an undecided band: looks like a gain / regression beyond the margin max(2 se, 1 %)."""
+    margin = max(2 * se, MIN_PCT)
+    return "gain" if delta < -margin else "regression" if delta > margin else "no-gain"
+
+
+def test_an_undecided_npu_round_says_which_way_it_leans_and_at_the_cap_only_a_clear_slowdown_is_a_regression() -> None:
+    """Undecided (the band straddles −1 %): before the sample cap the result leans by the margin; at the cap the change
+    is not kept — a regression if it is slower by more than the margin, else no gain."""
+    kept = _spread(100.0, 0.6, 3)
+    se = _pooled_se_pct(kept, _spread(100.0, 0.6, 3))
+    assert se > 2  # wide enough that a slowdown beyond 2 se can still straddle −1 %
+    for delta in (2.25 * se - 0.5, -(MIN_PCT + 2 * se) - 0.1 * se, 0.5 * se):
+        after = _spread(100.0 * (1 + delta / 100), 0.6, 3)
+        assert delta - Z * se <= -MIN_PCT <= delta + Z * se  # undecided by construction
+        open_ = rules.judge_measurement(100.0, after, "npu", kept, final=False)
+        capped = rules.judge_measurement(100.0, after, "npu", kept, final=True)
+        assert (open_.result_type, open_.decisive) == (_provisional(delta, se), False), (delta, open_)
+        want = "regression" if _provisional(delta, se) == "regression" else "no-gain"
+        assert (capped.result_type, capped.decisive) == (want, False) and "not decisive" in capped.note, capped
+
+
 def test_which_spread_an_npu_judgement_uses() -> None:
     """README keep/revert: the spread is pooled from both sides once there are samples of the kept state (at least
     4 samples in all); without kept samples the round's own spread (3 or more repeats); otherwise the single-shot
