@@ -366,3 +366,44 @@ def test_the_newest_environment_check_batch_alone_decides_r3(tmp_path: Path) -> 
     assert (state(w).env_ok, state(w).env_batches) == (True, 2)
     batch(3, [True, True, False])
     assert (state(w).env_ok, state(w).env_batches) == (False, 3)
+
+
+def test_r5_counts_consecutive_baseline_failures_since_a_pass_or_a_persons_answer(tmp_path: Path) -> None:
+    """R5: three baseline precision failures in a row wait for a person. Only baseline records count (not a round's,
+    not a run that printed no verdict line — the command's problem, issue #17); a pass starts the count again, and
+    so does a person's answer (the records up to the one it answered no longer count)."""
+    from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    w = Writer(ws, run_mode="sim", repeats=1, goal_speedup=100.0)
+
+    def record(verdict: str, round_no: int | None = None, result_type: str | None = "runtime-error") -> int:
+        return w.ledger.insert("precision_records", session_id=w.sid, at=w.now(), run_id=None, command=w.argv,
+                               verdict=verdict, numerics_checked=False, exit_code=0 if verdict == "passed" else 2,
+                               duration_s=1.0, key_output="", reason="", code_hash="c", round=round_no,
+                               device_id="0", result_type=None if verdict == "passed" else result_type)
+
+    def count() -> tuple[int, bool]:
+        st = state(w)
+        return st.baseline_failures, st.awaiting_user
+
+    record("error")
+    record("error", result_type=COMMAND_PROBLEM)
+    record("failed", round_no=1, result_type="precision-failure")
+    record("error")
+    assert count() == (2, False)
+    answered = record("timeout", result_type="timeout")
+    assert count() == (3, True)
+    w.confirmation(w.question("retry the baseline?", answered), answered, "cli")
+    assert count() == (0, False)
+    record("error")
+    record("error")
+    assert count() == (2, False)
+    record("passed")
+    assert count() == (0, False)
+    record("error")
+    record("error")
+    assert count() == (2, False)
+    record("error")
+    assert count() == (3, True)
