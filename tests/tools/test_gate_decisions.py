@@ -407,3 +407,9 @@ def test_r5_counts_consecutive_baseline_failures_since_a_pass_or_a_persons_answe
     assert count() == (2, False)
     record("error")
     assert count() == (3, True)
+    # past setup R5 no longer applies: failing checks outside rounds are counted but nobody is asked
+    record("passed")
+    w.transition("state", "S1_SETUP", "S2_COLLECT", "baseline precision passed (S1b)")
+    for _ in range(3):
+        record("error")
+    assert count() == (3, False)
