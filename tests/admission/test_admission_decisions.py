@@ -160,3 +160,57 @@ def test_a_change_that_leaves_the_file_unparsable_is_refused() -> None:
                              "        s = pypto.sum(e, -1, keepdim=True\n"))
     r = _refused(after)
     assert r.rule == "one-change" and "is not valid Python after the change" in r.message, r.message
+
+
+# ------------------------------------------------------------------------------------------------ R23: algorithm changes
+
+KERNEL_EDIT = ("pypto.exp(xv - row_max)", "pypto.exp(xv)")  # inside softmax_kernel
+HARNESS_EDIT = ("torch.manual_seed(0)", "torch.manual_seed(1)")  # the test's inputs
+
+
+def test_a_declared_algorithm_change_inside_the_kernel_is_admitted_as_one_structural_change() -> None:
+    after = _edit(SOFTMAX, *KERNEL_EDIT)
+    adm = admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+    assert adm.kind == "structural" and adm.change is None
+    assert adm.structural_lines == [f"{F}: line {_line_of(after, 'e = pypto.exp(xv)')} changed: e = pypto.exp(xv)"]
+    # with a knob moved along, the knob is named on the admission
+    both = admit({F: SOFTMAX}, {F: _with_knob(after)}, algorithm=True, allow_structural=True)
+    assert both.kind == "structural" and both.change is not None and both.change.knob_id == "softmax.py:TILE_B"
+    # declared, but outside the ALGORITHM stage (allow_structural false): refused like any structural edit
+    with pytest.raises(GateRefusal) as refused:
+        admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=False)
+    assert refused.value.rule == "one-change", refused.value
+
+
+def test_an_algorithm_change_never_touches_the_test_around_the_kernel() -> None:
+    """R23 / red team: the harness half of a single-file operator (its inputs, tolerance, verdict) is the test; an
+    algorithm change that touches it is refused naming the line — also when the kernel changes with it."""
+    for after in (_edit(SOFTMAX, *HARNESS_EDIT), _edit(_edit(SOFTMAX, *HARNESS_EDIT), *KERNEL_EDIT)):
+        with pytest.raises(GateRefusal) as refused:
+            admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+        r = refused.value
+        line = _line_of(after, "torch.manual_seed(1)")
+        assert r.rule == "algorithm" and f"{F}: line {line} changed: torch.manual_seed(1)" in r.message, r.message
+        assert "pypto.exp" not in r.message  # the kernel's own edit is not what is refused
+
+
+def test_several_knobs_are_one_change_only_when_declared_in_the_algorithm_stage() -> None:
+    after = _with_knob(_edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", "set_vec_tile_shapes(1, 8, 256)"))
+    adm = admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+    assert adm.kind == "structural" and sorted(adm.structural_lines) == [
+        "softmax.py:TILE_B: 4 → 2", "softmax.py:softmax_kernel.set_vec_tile_shapes#1: [1, 4, 256] → [1, 8, 256]"]
+    r = _refused(after)
+    assert r.rule == "one-change" and "touches 2 knobs at once" in r.message
+    assert f"softmax.py:TILE_B (line {_line_of(after, 'TILE_B = 2')})" in r.message, r.message
+    vec_line = _line_of(after, "pypto.set_vec_tile_shapes(1, 8, 256)")
+    assert f"softmax.py:softmax_kernel.set_vec_tile_shapes#1 (line {vec_line})" in r.message, r.message
+
+
+def test_a_refusal_lists_four_structural_lines_and_counts_the_rest() -> None:
+    after = SOFTMAX
+    for old, new in (KERNEL_EDIT, HARNESS_EDIT, ("pypto.amax(xv, -1", "pypto.amax(xv, -2"),
+                     ('dtype=torch.float32)\n        y =', 'dtype=torch.float16)\n        y ='),
+                     ("torch.allclose(got, expected, rtol=1e-3", "torch.allclose(got, expected, rtol=1e-2")):
+        after = _edit(after, old, new)
+    r = _refused(after)
+    assert r.message.count("changed:") == 4 and "(+1 more)" in r.message, r.message
