@@ -413,3 +413,46 @@ def test_r5_counts_consecutive_baseline_failures_since_a_pass_or_a_persons_answe
     for _ in range(3):
         record("error")
     assert count() == (3, False)
+
+
+# ------------------------------------------------------------------------------------------------ round phase, time
+
+
+def test_the_round_phase_follows_the_newest_precision_record_and_the_measurement_of_the_current_code(
+        tmp_path: Path) -> None:
+    """D.1 level 3: VERIFY until the round's code has a precision record; the newest record on that code decides
+    between VERIFY_FAILED and MEASURE; a measurement of that code makes it RECORD."""
+    from pypto_tune.tools.session import gates
+
+    w = tuning(tmp_path / "ws")
+    change = KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14, before=4, after=2)
+    two = with_tile_b(w.kept, 2)
+    w.open_round(1, "FRONTEND", "F-3", change, two, before_us=BASE_US)
+    assert gates.round_phase(state(w)) == "VERIFY"
+    w.precision(w.run("precision", 1, "0", two), "passed", 1, "0", two)
+    w.precision(w.run("precision", 1, "0", two), "error", 1, "0", two)
+    assert gates.round_phase(state(w)) == "VERIFY_FAILED"
+    w.precision(w.run("precision", 1, "1", two), "passed", 1, "1", two)  # a retry on another chip passed
+    assert gates.round_phase(state(w)) == "MEASURE"
+    w.measure("measure", 1, two, [19.0], "0", analysis(19.0, active_util=40.0, busy_us=[8.0]), stage="FRONTEND")
+    assert gates.round_phase(state(w)) == "RECORD"
+
+
+def test_the_time_limit_counts_hours_since_the_session_started(tmp_path: Path) -> None:
+    """R14b: the tuning time limit (hours) against the wall clock since the recorded start."""
+    import time
+
+    from pypto_tune.tools.session import gates
+    from pypto_tune.tools.session.ledger import Ledger, now_iso
+    from pypto_tune.tools.session.state import derive_state, load_rows
+
+    ledger = Ledger(tmp_path / "ledger.sqlite3")
+    for sid, hours_ago in (("s11", 11.0), ("s13", 13.0)):
+        ledger.insert("sessions", id=sid, created_at=now_iso(), workspace="/w", operator="k",
+                      operator_files=["k.py"], test_command=["python", "k.py"], shell=False, run_mode="sim",
+                      goal_kind="speedup", goal_value=2.0, timeout_s=300.0, device_ids=["0"], time_limit_h=12.0,
+                      repeats=1, original_sources={"k.py": "TILE = 1\n"}, original_hash="h0", original_raw_hash="r0",
+                      config={"started_epoch": time.time() - hours_ago * 3600})
+    within, past = (derive_state(load_rows(ledger, sid)) for sid in ("s11", "s13"))
+    assert not gates.time_limit_exceeded(within) and gates.global_stop_reason(within) == ""
+    assert gates.time_limit_exceeded(past) and gates.global_stop_reason(past) == "time limit of 12.0 h reached"
