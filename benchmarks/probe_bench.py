@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/probe_bench.py [-n 7] [--operator upstream_layernorm ...]
 
 Each operator's test command runs 2·N times in a scratch copy of its fixture folder, alternating probe on (the
-hook first on PYTHONPATH, ``$PYPTO_TUNE_PROBE_DIR`` set: exactly what ``run_isolated(probe=True)`` adds) and probe
+hook first on PYTHONPATH, ``$PYPTO_TUNE_PROBE_DIR`` set: exactly what a probed run gets) and probe
 off, so that load changes on the machine fall on both sides alike. Printed per operator: median wall time and
 median CPU time (user + system of the child and its children) of each side, their ratios, the time the probe's own
 code took in the last probed run (``self_s``, timed inside the hook: loading, wrapping, recording, writing — load

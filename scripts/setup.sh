@@ -14,4 +14,6 @@ fi
 # information, not a problem, and ten lines that look like a failure on a first run. Only that message is silenced.
 PYTHONWARNINGS="ignore:Editable installation" \
   .venv/bin/python -m pip install --quiet -e ".[sim${EXTRA:+,$EXTRA}]"
+# the run sandbox (bubblewrap): both the demo and the test command need it
+bash scripts/install_bubblewrap.sh
 .venv/bin/python -c "import pypto_tune.server.app, pypto" 2>/dev/null || { echo "setup failed: pypto-tune or pypto not importable" >&2; exit 1; }

@@ -20,4 +20,4 @@ fi
 # Two workers, one test file each at a time (module fixtures such as the Ray ledger comparison stay whole): most
 # tests wait on a server or a simulator child, so the suite runs ~1.9x faster on 2 cores (measured: 1645 s serial,
 # 847 s with -n 2). PYTEST_WORKERS=0 runs it serially.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"

@@ -40,6 +40,15 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --executor ray: the cluster to join (HOST:PORT of its head, from a cluster node); "
                    "default: RAY_ADDRESS, else a local Ray instance")
+    s.add_argument("--unsandboxed", action="store_true",
+                   help="measure without the run sandbox (bubblewrap) where it cannot be created here; such sessions "
+                   "are marked unsandboxed in the ledger, the board and the report")
+    s.add_argument("--sandbox-root", action="append", default=[], metavar="PATH",
+                   help="a folder runs may read (read-only, fingerprinted) besides the interpreter's own roots, e.g. a "
+                   "toolchain outside /usr; repeatable (also PYPTO_TUNE_SANDBOX_ROOTS)")
+    s.add_argument("--sandbox-device", action="append", default=[], metavar="PATH",
+                   help="a device path runs may use read-write (an NPU device node not named /dev/davinci*); "
+                   "repeatable (also PYPTO_TUNE_SANDBOX_DEVICES)")
     s.add_argument("--knowledge", type=Path, default=None, metavar="FILE",
                    help="a knowledge store (pypto-tune knowledge export): its observations rank propose_candidates "
                    "as labelled priors (default: PYPTO_TUNE_KNOWLEDGE, else none)")
@@ -125,6 +134,10 @@ def _serve(args: argparse.Namespace) -> int:
     from pypto_tune.server.app import build_server
 
     ws = args.workspace.resolve() if args.workspace else None
+    from pypto_tune.tools.running import sandbox
+
+    # the run sandbox (tools/running/sandbox.py): measured with it, or — the person's explicit choice — without it
+    sandbox.configure(allow_unsandboxed=args.unsandboxed, roots=args.sandbox_root, devices=args.sandbox_device)
     if args.knowledge is not None:
         from pypto_tune.tools.search.priors import configure_knowledge
 

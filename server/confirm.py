@@ -1,4 +1,5 @@
-"""``pypto-tune confirm``: a person answers the question the server asked (R5: retry a baseline that failed 3 times).
+"""``pypto-tune confirm``: a person answers the question the server asked (R5: retry a baseline that failed 3 times;
+or accept the environment of a server that wants to resume a session recorded in another one).
 
 Why a terminal command: some MCP clients cannot ask their user anything (no elicitation), and the agent's own
 ``confirm_retry=true`` is not the user's answer (issue #10, attack 8). So the answer is typed at a terminal: stdin and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -40,18 +42,28 @@ def confirm_command(workspace: Path, session: str | None = None, *, stdin: TextI
     sid = session or sessions[-1]["id"]
     service = TuningService(default_workspace=ws)
     st = service._state(service._find(sid), sid)  # noqa: SLF001 - the CLI reads the question it answers
+    head = f"session {sid} ({st.session['operator']}) asks:\n  "
     q = st.pending_question
-    if q is None:
-        stdout.write(f"session {sid}: no question is waiting for an answer.\n")
-        return 1
-    stdout.write(f"session {sid} ({st.session['operator']}) asks:\n  {q['text']}\n"
-                 "Type RETRY to allow one more baseline attempt, or NO to decline: ")
+    if q is not None:
+        return _ask(stdin, stdout, head + q["text"], "RETRY", "to allow one more baseline attempt",
+                    lambda yes: service.confirm(sid, source="cli", answer=yes))
+    env_q = service.pending_environment_question(sid)
+    if env_q is not None:  # a server in another environment wants to resume the session (issue #16)
+        return _ask(stdin, stdout, head + env_q["text"], "ACCEPT", "to record the new environment as the session's "
+                    "baseline", lambda yes: service.confirm_environment(sid, source="cli", accept=yes))
+    stdout.write(f"session {sid}: no question is waiting for an answer.\n")
+    return 1
+
+
+def _ask(stdin: TextIO, stdout: TextIO, text: str, yes: str, means: str, record: Callable[[bool], str]) -> int:
+    """Show the question; only the exact word ``yes`` or ``NO`` typed at the prompt is recorded."""
+    stdout.write(f"{text}\nType {yes} {means}, or NO to decline: ")
     stdout.flush()
     answer = (stdin.readline() or "").strip()
-    if answer not in ("RETRY", "NO"):
-        stdout.write("no answer recorded (type RETRY or NO exactly).\n")
+    if answer not in (yes, "NO"):
+        stdout.write(f"no answer recorded (type {yes} or NO exactly).\n")
         return 1
-    stdout.write(service.confirm(sid, source="cli", answer=answer == "RETRY") + "\n")
+    stdout.write(record(answer == yes) + "\n")
     return 0
 
 

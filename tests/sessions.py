@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pty
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +34,27 @@ async def leave_stage_by_checklist(s: Session, sid: str) -> dict[str, Any]:
                        reason=f"{item['catalog_id']} left for later: kept time {status['best_us']:.3f} µs "
                        f"over {status['kept_samples']} samples")
     return await s.ok("advance_stage", session_id=sid, reason="checklist marked; next stage")
+
+
+def run_in_pty(argv: list[str], typed: str, prompt: bytes = b"Type RETRY") -> str:
+    """Run ``argv`` on a pseudo-terminal (``pypto-tune confirm`` wants a person's TTY) and type ``typed`` once its
+    ``prompt`` appears; returns everything it printed."""
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.execv(argv[0], argv)
+    out = b""
+    deadline = time.monotonic() + 60
+    sent = False
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+        if not sent and prompt in out:
+            os.write(fd, typed.encode())
+            sent = True
+    os.waitpid(pid, 0)
+    return out.decode(errors="replace")

@@ -318,3 +318,7 @@ class SessionSnapshot(BaseModel):
     corrections: list[Correction] = Field(default_factory=list)  # test command fixed before the baseline passed
     confirmations: list[Confirmation] = Field(default_factory=list)
     pending_question: str | None = None  # a question to a person still waiting for an answer
+    # the run sandbox (issue #16): the tool runs executed in ("bubblewrap 0.8.0"); "none" when some run of the session
+    # was unsandboxed (the person started the server with --unsandboxed), with what was missing; None: not recorded
+    sandbox: str | None = None
+    sandbox_note: str = ""

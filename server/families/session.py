@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+import anyio
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+from pypto_tune.server import ask
 from pypto_tune.server.wiring import (
     DEFAULT_LANG,
     EDITS,
@@ -16,6 +19,7 @@ from pypto_tune.server.wiring import (
     SessionId,
     Wiring,
 )
+from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.operations.results import (
     ChecklistResult,
     KnobsResult,
@@ -23,6 +27,10 @@ from pypto_tune.tools.operations.results import (
     StartSessionResult,
     StatusResult,
 )
+
+
+class AcceptEnvironment(BaseModel):
+    accept: bool = Field(description="record this server's environment as the session's new baseline environment")
 
 
 def register(w: Wiring) -> None:
@@ -47,12 +55,39 @@ def register(w: Wiring) -> None:
                                                   "precision check (when the test's success line is unusual)")] = None,
         fail_pattern: Annotated[str | None, Field(description="optional regex: a line it matches fails the precision "
                                                   "check")] = None,
+        ctx: Context = None,  # type: ignore[assignment]
     ) -> StartSessionResult:
         """Start a tuning session with a goal (or resume the unfinished one of this workspace)."""
-        return await w.sync(lambda s: s.start_session(
-            workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
-            goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
-            time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern))
+        def start(s):  # noqa: ANN001, ANN202 - the service
+            return s.start_session(
+                workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
+                goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
+                time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern)
+
+        try:
+            return await w.sync(start)
+        except GateRefusal as refusal:
+            # issue #16: a resume from a server in another environment. A person may accept the new one in a client
+            # that can ask while the call waits (otherwise the refusal names `pypto-tune confirm`).
+            if refusal.rule != "environment" or not ask.can_elicit(ctx) or ask.multi_round(ctx):
+                raise
+            service = w.holder.get()
+            found = await anyio.to_thread.run_sync(lambda: service.environment_question_in(workspace))
+            if found is None:
+                raise
+            sid, q = found
+            try:
+                reply = await ctx.elicit(q["text"], AcceptEnvironment)
+            except Exception:  # noqa: BLE001 - the client failed to answer: the refusal stands
+                raise refusal from None
+            if getattr(reply, "action", "") not in ("accept", "decline"):
+                raise  # dismissed: no answer, nothing recorded
+            accepted = reply.action == "accept" and bool(getattr(getattr(reply, "data", None), "accept", False))
+            await anyio.to_thread.run_sync(lambda: service.confirm_environment(sid, source="elicitation",
+                                                                               accept=accepted))
+            if not accepted:
+                raise
+            return await w.sync(start)
 
     @w.reg.tool(title="Session status board", annotations=RO, result=StatusResult)
     async def get_status(session_id: SessionId, lang: Lang = DEFAULT_LANG) -> StatusResult:

@@ -35,6 +35,7 @@ import pytest
 
 from tests.conftest import OPERATORS, sim_command
 from tests.server.mcp_client import Session, connect
+from tests.sessions import run_in_pty
 
 pytestmark = pytest.mark.sim
 
@@ -313,7 +314,7 @@ def test_self_served_confirmations_and_hand_fixes_are_refused_attack_8(tmp_path:
     piped = subprocess.run(confirm, input="RETRY\n", capture_output=True, text=True, timeout=60)
     assert piped.returncode != 0 and "terminal" in piped.stderr
     # a person at a terminal answers
-    out = _run_in_pty(confirm, "RETRY\n")
+    out = run_in_pty(confirm, "RETRY\n")
     assert "retry confirmed by a person" in out, out
 
     async def after() -> None:
@@ -324,28 +325,6 @@ def test_self_served_confirmations_and_hand_fixes_are_refused_attack_8(tmp_path:
             assert res["verdict"] != "passed" and res["attempts_left"] == 2
 
     anyio.run(after)
-
-
-def _run_in_pty(argv: list[str], typed: str) -> str:
-    pid, fd = pty.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.execv(argv[0], argv)
-    out = b""
-    deadline = time.monotonic() + 60
-    sent = False
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-        if not sent and b"Type RETRY" in out:
-            os.write(fd, typed.encode())
-            sent = True
-    os.waitpid(pid, 0)
-    return out.decode(errors="replace")
 
 
 def test_npu_repeats_have_a_floor_attack_9(tmp_path: Path) -> None:

@@ -219,6 +219,7 @@ def test_a_problem_size_used_in_the_same_file_is_not_a_knob(form: str) -> None:
 # ============================================================================================================
 
 _FAKEOP = '''"""Stand-in operator for gate tests: the kernel is never run; main() copies a recorded SIM run."""
+import json
 import os
 import re
 import shutil
@@ -252,10 +253,18 @@ def main() -> int:
         n = int(open(COUNTER).read()) if os.path.exists(COUNTER) else 0
         open(COUNTER, "w").write(str(n + 1))
         src = "softmax_tuned" if n == 2 else "softmax_base"  # run 3 (the 2nd measurement) is the lucky one
-    root = os.path.join(RUNS, src, "output")
-    run = sorted(os.listdir(root))[-1]
-    dest = os.path.join("output", "output_%s_%d_C0000202" % (time.strftime("%Y%m%d_%H%M%S_000000"), os.getpid()))
-    shutil.copytree(os.path.join(root, run), dest)
+    # The recorded runs are data of the workspace (a run sees nothing else). The copy is passed off as this run's
+    # compilation of this file — a new name, its own name in the simulator configuration, this file in program.json
+    # (the server cannot tell such a forgery in recorded code from a run: README, "What the sandbox cannot see").
+    name = "output_%s_%d_C0000202" % (time.strftime("%Y%m%d_%H%M%S_000000"), os.getpid())
+    dest = os.path.join("output", name)
+    shutil.copytree(os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded", src), dest)
+    ini = os.path.join(dest, "CostModelSimulationOutput", "_simulate.config.ini")
+    text = open(ini).read()
+    open(ini, "w").write(re.sub(r"output/output_[^/]+/", "output/" + name + "/", text))
+    prog = os.path.join(dest, "program.json")
+    text = re.sub(r'"file": "[^"]*"', '"file": ' + json.dumps(os.path.abspath(__file__)), open(prog).read())
+    open(prog, "w").write(text)
     print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
     return 0
 
@@ -271,7 +280,9 @@ TILE_B = "fakeop.py:TILE_B"
 def _fake_ws(tmp_path: Path, tile_b: int = 4, counter: Path | None = None) -> Path:
     ws = tmp_path / "ws"
     ws.mkdir()
-    text = _FAKEOP.replace("RUNS, ", repr(str(RUNS)) + ", ").replace("TILE_B = 4\n", f"TILE_B = {tile_b}\n", 1)
+    text = _FAKEOP.replace("TILE_B = 4\n", f"TILE_B = {tile_b}\n", 1)
+    for src in ("softmax_base", "softmax_tuned"):  # the recorded runs it copies: data of its workspace
+        shutil.copytree(next((RUNS / src / "output").iterdir()), ws / "recorded" / src)
     if counter is not None:
         text = text.replace('COUNTER = ""', f"COUNTER = {str(counter)!r}", 1)
     (ws / "fakeop.py").write_text(text)
@@ -429,8 +440,8 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
     armed = {"on": False}
     real_adopt = execution.adopt_outputs
 
-    def adopt_then_agent_writes(copy: Path, workspace: Path, digests: Any = None) -> list[Path]:
-        moved = real_adopt(copy, workspace, digests)
+    def adopt_then_agent_writes(copy: Path, workspace: Path, digests: Any = None, **kw: Any) -> list[Path]:
+        moved = real_adopt(copy, workspace, digests, **kw)
         if armed["on"]:
             for d in moved:
                 _scale_logs(d)
@@ -457,8 +468,8 @@ def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_tra
 
     async def run_then_rewrite(argv: list[str], *, cwd: Path, **kw: Any) -> Any:
         result = await real_run(argv, cwd=cwd, **kw)
-        if armed["on"]:
-            assert _scale_logs(Path(cwd) / "output") > 0
+        if armed["on"]:  # the run's fresh output folder, beside its copy (the sandbox mounts it at output/)
+            assert _scale_logs(execution.private_folders(Path(cwd)) / "output") > 0
         return result
 
     monkeypatch.setattr(execution, "run_command", run_then_rewrite)

@@ -1,8 +1,9 @@
 """Shared by the executor tests and the Ray scenario script: a small deterministic test command, workspaces, specs.
 
 The test command (``job.py``) stands in for an operator's test: it reads a data file of the workspace, prints
-progress, sleeps, and writes one ``output/output_<ts>_<pid>/`` run folder (a nested file included) that records
-what it saw (its label, the data file, ``TILE_FWK_DEVICE_ID``, its start/end times), so a test can check
+progress, sleeps, and writes one ``output/output_<ts>_<pid>/`` run folder (a nested file included, and the
+``program.json`` a PyPTO run folder holds, naming the script it compiled — without it the folder would not count)
+that records what it saw (its label, the data file, ``TILE_FWK_DEVICE_ID``, its start/end times), so a test can check
 concurrency, chips and artifacts from the outputs alone. With a pid file it also forks a grandchild that ignores
 SIGTERM, and both record their pids: the liveness probes of ``tests/runner/runner_helpers.py`` then tell whether
 the whole group died.
@@ -32,8 +33,11 @@ JOB = textwrap.dedent("""
     sleep_s, label = float(sys.argv[1]), sys.argv[2]
     pidfile = sys.argv[3] if len(sys.argv) > 3 else ""
     start = time.time()
-    def record():
-        fd = os.open(pidfile, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    def record():  # only where the file is reachable: a sandboxed run sees no folder outside its closure
+        try:
+            fd = os.open(pidfile, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except OSError:
+            return
         os.write(fd, f"{os.getpid()}\\n".encode()); os.close(fd)
     if pidfile:
         if os.fork() == 0:  # a grandchild that only SIGKILL to the group can stop
@@ -51,15 +55,22 @@ JOB = textwrap.dedent("""
     stamp = datetime.now().strftime("%Y%m%d_%H%M%S_%f")
     run = os.path.join("output", f"output_{stamp}_{os.getpid()}")
     os.makedirs(os.path.join(run, "sub"))
+    via_env = os.environ.get("JOB_DATA_DIR", "")
     with open(os.path.join(run, "result.json"), "w") as fh:
         json.dump({"label": label, "data": data, "device": os.environ.get("TILE_FWK_DEVICE_ID"),
-                   "data_dir": os.environ.get("JOB_DATA_DIR", ""), "start": start, "end": end}, fh)
+                   "data_dir": open(os.path.join(via_env, "input.txt")).read() if via_env else "",
+                   "start": start, "end": end}, fh)
+    with open(os.path.join(run, "program.json"), "w") as fh:
+        json.dump({"functions": [{"operations": [{"file": os.path.abspath(__file__), "line": 1}]}]}, fh)
     with open(os.path.join(run, "sub", "trace.txt"), "w") as fh:
         fh.write(f"trace of {label}\\n" * 3)
     print(f"done {label}", flush=True)
 """)
 
 DATA = "input data: 42\n"
+#: What the workspace on disk holds instead: edited after the session recorded it, so a run that read the live
+#: files (not its private copy of the recorded ones) would show it.
+LIVE = "live data: edited after the session recorded it\n"
 
 
 def job_files() -> dict[str, ExecFile]:
@@ -68,11 +79,13 @@ def job_files() -> dict[str, ExecFile]:
 
 
 def make_workspace(root: Path, name: str) -> Path:
-    """A workspace holding the job's files on disk (runs never read them: they execute the recorded bytes)."""
+    """A workspace holding the job's files on disk, its data file edited since (runs never read them: they execute
+    the recorded bytes)."""
     ws = root / name
     for rel, f in job_files().items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_bytes(f.data)
+    (ws / "data" / "input.txt").write_text(LIVE)
     return ws
 
 
@@ -80,7 +93,7 @@ def job_spec(ws: Path, label: str, sleep_s: float = 0.5, *, pidfile: Path | None
              run_mode: str = "sim", device_pool: tuple[str, ...] = (), device_id: str | None = None,
              absolute: bool = False) -> RunSpec:
     """One run of the job. ``absolute`` names the script by its workspace path and passes the workspace in an
-    environment variable, to check that both are rewritten to the private copy."""
+    environment variable, to check that both reach the private copy (the sandbox mounts it at that path)."""
     script = str(ws / "job.py") if absolute else "job.py"
     argv = [PY, script, str(sleep_s), label] + ([str(pidfile)] if pidfile else [])
     env = build_child_env(run_mode=run_mode, extra={"JOB_DATA_DIR": str(ws / "data")} if absolute else None)
@@ -115,15 +128,28 @@ def output_summary(ws: Path) -> list[dict]:
     return sorted(out, key=lambda r: r["label"])
 
 
-def _where(data_dir: str, ws: Path) -> str:
-    """Where JOB_DATA_DIR pointed: nowhere, the live workspace (not rewritten: a bug), or a private copy."""
-    if not data_dir:
+def _where(data: str, ws: Path) -> str:
+    """What the data file named by JOB_DATA_DIR held: nothing, the live workspace's (a bug), or the recorded copy's."""
+    if not data:
         return ""
-    return "workspace" if data_dir == str(ws / "data") else ("copy" if data_dir.endswith("/data") else data_dir)
+    return {LIVE: "workspace", DATA: "copy"}.get(data, data)
 
 
 def pids_in(path: Path) -> list[int]:
-    return [int(x) for x in path.read_text().split()] if path.exists() else []
+    """The live processes of the job given ``path`` as its pid file: the job and its grandchild. Found from the host's
+    /proc by their command line (``… job.py SLEEP LABEL PIDFILE``): inside its sandbox a run has a pid namespace of
+    its own, so the pids it could write are not the host's — and it cannot reach the file anyway."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if len(argv) >= 5 and argv[1].endswith(b"job.py") and argv[-1] == str(path).encode() and is_alive(int(entry)):
+            found.append(int(entry))
+    return sorted(found)
 
 
 def leftover_copies(ws: Path) -> list[str]:

@@ -141,6 +141,31 @@ async def cancel(work: Path, ex: RayExecutor, name: str) -> dict:
             "copies_left": leftover_copies(ws), "outputs": (ws / "output").exists()}
 
 
+async def probe(work: Path, ex: RayExecutor) -> dict:
+    """The run-time probe as runs._run delivers it (the sandbox's hooks: its hook folder first on PYTHONPATH, its
+    records in the capture folder), on a Ray worker, in the sandbox and unsandboxed (``serve --unsandboxed``)."""
+    from pypto_tune.tools.code.codestate import ExecFile
+    from pypto_tune.tools.running.probe import DIR_ENV, HOOK_DIR, parse_records
+    from pypto_tune.tools.running.runner import build_child_env
+
+    script = b"import pypto\nprint('pypto imported from', pypto.__file__)\n"
+    out = {}
+    for name, sandboxed in (("sandboxed", True), ("unsandboxed", False)):
+        ws = make_workspace(work, f"probe-{name}")
+        spec = RunSpec(files={"imports.py": ExecFile(data=script)},
+                       argv=[sys.executable, "imports.py"], env=build_child_env(run_mode="sim"), workspace=str(ws),
+                       timeout_s=300, tag=f"probe-{name}", sandboxed=sandboxed,
+                       pythonpath_first=(str(HOOK_DIR),), capture_env=DIR_ENV)
+        run = await ex.run(spec)
+        record = parse_records(run.captured, [str(ws), run.exec_dir])
+        out[name] = {"exit_code": run.result.exit_code, "output": run.result.output[-2000:],
+                     "sandbox": run.sandbox, "executor": run.executor, "captured": sorted(run.captured),
+                     "status": record.status, "reason": record.reason, "version": record.pypto_version,
+                     "processes": record.processes, "sys_path": record.sys_path, "hook": str(HOOK_DIR),
+                     "ws": str(ws), "exec_dir": run.exec_dir, "copies_left": leftover_copies(ws)}
+    return out
+
+
 async def main(out: Path, work: Path) -> None:
     report: dict = {"errors": {}}
     t0 = time.monotonic()
@@ -153,7 +178,7 @@ async def main(out: Path, work: Path) -> None:
     try:
         scenarios = [("same", lambda: same_runs(work, ray_ex)), ("progress", lambda: progress(work, ray_ex)),
                      ("timeout", lambda: timeout(work, ray_ex)), ("npu", lambda: npu(work, ray_ex)),
-                     ("run_error", lambda: run_error(work, ray_ex)),
+                     ("run_error", lambda: run_error(work, ray_ex)), ("probe", lambda: probe(work, ray_ex)),
                      ("cancel_graceful", lambda: cancel(work, ray_ex, "graceful")),
                      # grace 0: straight to ray.cancel(force=True), the worker dies with the run inside it
                      ("cancel_forced", lambda: cancel(work, RayExecutor(cancel_grace_s=0.0), "forced"))]

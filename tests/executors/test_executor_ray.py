@@ -75,13 +75,13 @@ def test_the_same_runs_give_the_same_results_and_outputs_through_both_backends(r
         assert all(r["exec_hash"] == side["spec_hash"] and r["tampered"] == [] for r in side["runs"])
         assert all(len(r["outputs"]) == 1 and r["outputs"][0].startswith("output/output_") for r in side["runs"])
         assert side["copies_left"] == []
-        assert side["runs"][1]["argv1"] != side["workspace_arg"]  # the absolute script path was rewritten
+        assert side["runs"][1]["argv1"] == side["workspace_arg"]  # not rewritten: the sandbox mounts the copy there
     assert local["spec_hash"] == ray["spec_hash"]
-    # what landed in WORKSPACE/output/: the same folders with the same files and contents, env rewritten to a copy
+    # what landed in WORKSPACE/output/: the same folders with the same files and contents, the env's path the copy
     assert local["outputs"] == ray["outputs"]
     assert [o["label"] for o in ray["outputs"]] == ["s0", "s1", "s2"]
     assert ray["outputs"][1]["data_dir"] == "copy"
-    assert all(o["files"] == ["result.json", "sub/trace.txt"] for o in ray["outputs"])
+    assert all(o["files"] == ["program.json", "result.json", "sub/trace.txt"] for o in ray["outputs"])
     assert [r["executor"] for r in ray["runs"]] == ["ray"] * 3
 
 
@@ -120,6 +120,22 @@ def test_each_npu_run_claims_one_chip_as_a_ray_resource(report: dict) -> None:
 
 def test_a_run_that_cannot_start_raises_run_error_through_ray(report: dict) -> None:
     assert report["run_error"]["raised"] == "RunError"
+
+
+def test_the_probe_reports_from_a_ray_worker_in_and_out_of_the_sandbox(report: dict) -> None:
+    for name in ("sandboxed", "unsandboxed"):
+        run = report["probe"][name]
+        assert run["exit_code"] == 0 and "pypto imported from" in run["output"], run
+        assert run["executor"] == "ray" and (run["sandbox"] == "none") == (name == "unsandboxed"), run
+        # one process imported pypto: one record, read back on the driver from what the worker captured
+        assert run["captured"] and run["status"] == "reported" and run["processes"] == 1, run
+        assert run["version"] == "0.2.0" and run["hook"] not in run["sys_path"], run
+        assert run["copies_left"] == [], run
+    # the script's folder heads sys.path: in the sandbox the copy is mounted at the session's workspace path; without
+    # it the copy lies in the worker's own folder
+    assert report["probe"]["sandboxed"]["sys_path"][0] == report["probe"]["sandboxed"]["ws"]
+    assert report["probe"]["unsandboxed"]["sys_path"][0] == report["probe"]["unsandboxed"]["exec_dir"]
+    assert "/pypto-tune-ray-" in report["probe"]["unsandboxed"]["exec_dir"]
 
 
 @pytest.mark.parametrize("how", ["cancel_graceful", "cancel_forced"])

@@ -86,6 +86,16 @@ def emulated_box(tmp_path: Path, *, chips: int = 8, faults: dict[int, dict[str, 
         env["TILE_FWK_DEVICE_ID"] = str(device_id)
     if dump_device_perf:
         env["DUMP_DEVICE_PERF"] = "true"
+    # The box is the emulated device: its configuration and state are read and written by every run, like a real
+    # NPU's device nodes, so a server on this box declares it to the run sandbox as a device path (read-write, not
+    # fingerprinted; README "Declared roots"). Its bin/ (npu-smi) and the stand-ins on PYTHONPATH are found as the
+    # closure's PATH and sys.path roots.
+    (box / "state").mkdir(exist_ok=True)
+    env["PYPTO_TUNE_SANDBOX_DEVICES"] = str(box)
+    # The references that fill the outputs stand for the device's arithmetic: read-only roots of the box.
+    refs = sorted({str(Path(spec.rsplit(":", 1)[0]).parent) for spec in (references or {}).values()})
+    if refs:
+        env["PYPTO_TUNE_SANDBOX_ROOTS"] = os.pathsep.join(refs)
     return env
 
 

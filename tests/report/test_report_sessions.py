@@ -199,7 +199,8 @@ def test_an_emulated_npu_session_reports_npu_repeats_chips_and_the_aicpu_time(tm
 
     env = emulated_box(tmp_path, chips=3, faults={0: {"fail_first_runs": 1}}, noise_pct=2.0, seed=5,
                        references=FIXTURE_REFERENCES, config={"aicpu_trace": "always"})
-    for key in ("PATH", "PYTHONPATH", "PTO_TILE_LIB_CODE_PATH"):
+    # the box's PATH, stand-ins, PTO-ISA, and its declaration to the run sandbox (the box is the emulated device)
+    for key in ("PATH", "PYTHONPATH", "PTO_TILE_LIB_CODE_PATH", "PYPTO_TUNE_SANDBOX_DEVICES", "PYPTO_TUNE_SANDBOX_ROOTS"):
         monkeypatch.setenv(key, env[key])
     ws = _workspace(tmp_path)
     svc = TuningService(default_workspace=ws)

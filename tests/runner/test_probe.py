@@ -7,6 +7,7 @@ gamma/beta [1, 512] in FP32, LayerNormConfig(block_rows=1, vec_tile_shape=(1, 12
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from pypto_tune.tools.analysis import analyze_runs
 from pypto_tune.tools.code.codestate import ExecFile
 from pypto_tune.tools.running.execution import run_isolated
-from pypto_tune.tools.running.probe import DIR_ENV, HOOK_DIR, probe_env, read_records
+from pypto_tune.tools.running.probe import DIR_ENV, HOOK_DIR, parse_records, probe_env, read_records
 from pypto_tune.tools.running.runner import build_child_env
 from tests.conftest import OPERATORS
 
@@ -38,28 +39,33 @@ def _normalise(output: str, root: str) -> list[str]:
 @pytest.mark.sim
 @pytest.mark.anyio
 async def test_the_probe_records_the_run_and_changes_nothing_it_computes(tmp_path: Path) -> None:
+    """Delivered as runs._run delivers it (RunSpec.pythonpath_first + capture_env, read with parse_records), in the
+    sandbox and — where the person allowed ``--unsandboxed`` — without it: the same record either way."""
     text = LN.read_text(encoding="utf-8")
     files = {"layernorm_op.py": ExecFile(data=text.encode())}
     runs = {}
-    for probed in (False, True):
-        ws = tmp_path / ("probed" if probed else "plain")
+    for name, probed, sandboxed in (("plain", False, True), ("probed", True, True), ("unsandboxed", True, False)):
+        ws = tmp_path / name
         ws.mkdir()
+        hooks = {"pythonpath_first": (str(HOOK_DIR),), "capture_env": DIR_ENV} if probed else {}
         iso = await run_isolated(files, CMD, workspace=ws, env=build_child_env(run_mode="sim"), timeout_s=600,
-                                 tag="probe-test", probe=probed)
+                                 tag="probe-test", sandboxed=sandboxed, **hooks)
         assert iso.result.exit_code == 0, iso.result.output_tail
-        runs[probed] = (iso, analyze_runs(list(iso.output_dirs), run_mode="sim"))
-    (plain, plain_an), (probed, probed_an) = runs[False], runs[True]
+        assert (iso.sandbox == "none") == (not sandboxed), iso.sandbox
+        record = parse_records(iso.captured, [str(ws), iso.exec_dir])
+        assert (record.status == "reported") == probed, record  # nothing captured without the hooks
+        runs[name] = (iso, analyze_runs(list(iso.output_dirs), run_mode="sim"), record)
+    (plain, plain_an, _), (probed, probed_an, record) = runs["plain"], runs["probed"]
 
     # never changes what the kernel computes: same simulated time and tasks, the same output line for line
     assert probed_an.operator_time_us == plain_an.operator_time_us
     assert probed_an.e2e_us == plain_an.e2e_us
     assert [d.task_count for d in probed_an.per_dir] == [d.task_count for d in plain_an.per_dir]
-    assert _normalise(probed.result.output_head + probed.result.output_tail, probed.exec_dir) == \
-        _normalise(plain.result.output_head + plain.result.output_tail, plain.exec_dir)
-    assert plain.probe is None
+    # (in the sandbox the run names its folders under the workspace's own path, where its copy is mounted)
+    assert _normalise(probed.result.output_head + probed.result.output_tail, str(tmp_path / "probed")) == \
+        _normalise(plain.result.output_head + plain.result.output_tail, str(tmp_path / "plain"))
 
-    record = probed.probe
-    assert record is not None and record.status == "reported" and not record.faults, record
+    assert not record.faults, record
     assert record.pypto_version == "0.2.0"
     kernel, = record.kernels
     assert (kernel.name, kernel.file, kernel.in_workspace) == ("layer_norm_kernel", "layernorm_op.py", True)
@@ -85,9 +91,18 @@ async def test_the_probe_records_the_run_and_changes_nothing_it_computes(tmp_pat
     assert any(c.result_shape == [1, 512] for c in record.calls if c.api in ("view", "Tensor.view"))
     traced = set(record.traced["layernorm_op.py"])
     assert static_tile in traced and dynamic_tile not in traced  # the dynamic branch never ran
-    assert probed.exec_dir in record.sys_path  # the script's folder (the private copy) heads sys.path
+    # the script's folder heads sys.path: the private copy, mounted at the workspace's own path in the sandbox
+    assert str(tmp_path / "probed") in record.sys_path
     assert str(HOOK_DIR) not in record.sys_path
     assert any(m.endswith("pypto/__init__.py") for m in record.modules)
+
+    # unsandboxed: the copy is where it lies on the host (its path heads sys.path), the record is the same
+    bare_iso, bare_an, bare = runs["unsandboxed"]
+    assert bare_an.operator_time_us == plain_an.operator_time_us
+    assert bare_iso.exec_dir in bare.sys_path and str(HOOK_DIR) not in bare.sys_path
+    assert [k.model_dump() for k in bare.kernels] == [k.model_dump() for k in record.kernels]
+    assert [c.model_dump() for c in bare.calls] == [c.model_dump() for c in record.calls]
+    assert bare.traced == record.traced
 
 
 def _python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -130,6 +145,25 @@ def test_a_probe_that_cannot_write_changes_nothing_and_is_reported_as_silent(tmp
     assert read_records(bad, [str(tmp_path)]).status == "unreadable"
     (bad / "probe-1.json").write_text('{"kernels": [{"key": 1}]}')
     assert read_records(bad, [str(tmp_path)]).status == "unreadable"
+
+
+def test_every_spelling_of_the_workspace_in_a_record_is_the_workspace(tmp_path: Path) -> None:
+    """A test command may name the operator ``/./WS/op.py`` (issue #16 attack a): Python keeps that spelling in the
+    file names the probe records, and the sites it ran are still the workspace's (else they would look dead)."""
+    ws = str(tmp_path / "ws")
+    spellings = [f"{ws}/op.py", f"/.{ws}/op.py", f"/{ws}/op.py", f"{ws}/sub/../op.py", f"{ws}/./op.py"]
+    raw = {"kernels": [{"key": f"k{i}", "name": "k", "qualname": "k", "file": f, "line": 3, "calls": 1, "ran": True}
+                       for i, f in enumerate(spellings)],
+           "calls": [{"api": "set_vec_tile_shapes", "file": f, "line": 5, "function": "<jit>", "kernel": f"k{i}",
+                      "args": [1, 8]} for i, f in enumerate(spellings)],
+           "traced": {f: [5] for f in spellings}}
+    record = parse_records({"probe-1.json": json.dumps(raw).encode()}, [ws])
+    assert record.status == "reported", record
+    assert {(k.file, k.in_workspace) for k in record.kernels} == {("op.py", True)}
+    assert {(c.file, c.in_workspace, c.kernel) for c in record.calls} == {("op.py", True, "op.py:3:k")}
+    assert record.traced == {"op.py": [5]}
+    outside = parse_records({"probe-1.json": json.dumps(raw).encode()}, [str(tmp_path / "other")])
+    assert {k.in_workspace for k in outside.kernels} == {False}
 
 
 def test_without_the_record_folder_the_hook_does_nothing(tmp_path: Path) -> None:

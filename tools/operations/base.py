@@ -73,6 +73,7 @@ class _Handle:
         self._busy_mutex = threading.Lock()
         self.env_watch = EnvironmentWatch()  # scans of the interpreter's files, shared by parallel runs
         self.fingerprints: dict[str, Fingerprint | None] = {}  # session -> what was scanned before its baseline
+        self.legacy_worlds: dict[str, Any] = {}  # session -> RunWorld of a session recorded without one
 
 
 def exclusive(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -31,7 +31,9 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.running.chips import ChipHealth, chip_health
 from pypto_tune.tools.code.codestate import ExecFile, exec_files
 from pypto_tune.tools.running.execution import dir_digest
+from pypto_tune.tools.running.run_outputs import foreign_sources
 from pypto_tune.tools.running.executors.base import RunSpec
+from pypto_tune.tools.running import probe
 from pypto_tune.tools.running.probe import store as probe_store
 from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.session.state import SessionState
@@ -120,6 +122,13 @@ class RunOutcome:
     tampered: list[str] = field(default_factory=list)
     device_id: str | None = None
     output_digests: dict[str, str] = field(default_factory=dict)  # str(dir) → digest when it left the copy
+    output_sources: dict[str, list[str]] = field(default_factory=dict)  # str(dir) → recorded files program.json names
+    rejected_outputs: dict[str, list[str]] = field(default_factory=dict)  # folder name → why it did not count
+
+    @property
+    def rejected_reason(self) -> str:
+        """Why output folders the run left did not count (not born in this run, or not its compiled code)."""
+        return "; ".join(f"{name}: {', '.join(why)}" for name, why in sorted(self.rejected_outputs.items()))
 
     def __iter__(self):  # (result, run_id, dirs), as callers unpack it
         return iter((self.result, self.run_id, self.dirs))
@@ -151,7 +160,8 @@ class RunOps(OperationsBase):
         become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
         take (the chip a trial just failed on, R5).
         """
-        env = self._child_env(st, device_id)
+        world = self._run_world(h, st)  # type: ignore[attr-defined]  # RunWorldOps, composed in TuningService
+        env = self._child_env(st, device_id)  # type: ignore[attr-defined]
         argv = list(st.test_command)
         files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
         # pooled: a candidate trial takes whichever chip is free among the healthy chips of the session's pool, read
@@ -160,11 +170,19 @@ class RunOps(OperationsBase):
         pool = tuple(str(d) for d in st.session["device_ids"])
         if pooled and st.run_mode == "npu":
             pool = self._chip_health(h, st).for_trials(avoid)
+        probed = purpose in PROBED_PURPOSES
         spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
                        timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
                        device_id=None if pooled else device_id, device_pool=pool, tag=f"{purpose}-r{round_no}",
-                       probe=purpose in PROBED_PURPOSES)
+                       sandboxed=world.sandboxed, closure=world.closure,
+                       # the run-time probe (tools/running/probe/): its hook folder first on the run's PYTHONPATH; the
+                       # records it writes into the folder DIR_ENV names come back as iso.captured
+                       pythonpath_first=(str(probe.HOOK_DIR),) if probed else (),
+                       capture_env=probe.DIR_ENV if probed else None)
         iso = await self.executor.run(spec, on_progress=progress)
+        # files under the workspace path (where the sandbox mounts the copy) or under the copy itself (unsandboxed)
+        # are the run's workspace files
+        record = probe.parse_records(iso.captured, [str(h.workspace), iso.exec_dir]) if probed else None
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
         fp = self._fingerprint(h, st)
@@ -184,17 +202,18 @@ class RunOps(OperationsBase):
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
         )
-        probed = iso.probe is not None and not iso.tampered  # a discarded run's probe says nothing either
-        known = [r["modules_hash"] for r in h.ledger.rows("probes", st.id)] if probed else []
+        if iso.tampered:
+            record = None  # a discarded run's probe says nothing either
+        known = [r["modules_hash"] for r in h.ledger.rows("probes", st.id)] if record is not None else []
         with h.ledger.transaction() as tx:
             run_id = tx.insert("runs", **run_row)
-            if probed:
-                assert iso.probe is not None
-                record = iso.probe.model_copy(update={"ran_sources": dict(sources)})
+            if record is not None:
+                record = record.model_copy(update={"ran_sources": dict(sources)})
                 tx.insert("probes", session_id=st.id, at=run_row["at"], run_id=run_id,
                           code_hash=run_row["code_hash"], **probe_store.to_row(record, known))
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
-                          dict(iso.output_digests))
+                          dict(iso.output_digests), {str(d): list(iso.output_sources.get(str(d), [])) for d in dirs},
+                          dict(iso.rejected_outputs))
 
     def _chip_health(self, h: _Handle, st: SessionState) -> ChipHealth:
         """The session's chips as the ledger knows them now (``tools/running/chips.py``): which failed, which are healthy.
@@ -236,7 +255,17 @@ class RunOps(OperationsBase):
                                  f"{result.timed_out}): {result.output_tail[-400:]}")
                 break
             if not dirs:
-                m.invalid.append(f"{label} {i + 1}: the run wrote no output folder")
+                m.invalid.append(f"{label} {i + 1}: the run wrote no output folder" + (
+                    f" of its own ({out.rejected_reason})" if out.rejected_outputs else ""))
+                break
+            if out.rejected_outputs:
+                m.invalid.append(f"{label} {i + 1}: output folders that were not born in this run or not compiled "
+                                 f"from its recorded copy ({out.rejected_reason}): the run's figures cannot be told "
+                                 "apart from them")
+                break
+            foreign = _foreign_sources(st, out.output_sources)
+            if foreign:
+                m.invalid.append(f"{label} {i + 1}: {foreign}")
                 break
             reasons = [r for d in dirs for r in validate_run(d, st.run_mode)]
             m.dirs.extend(dirs)
@@ -258,6 +287,8 @@ class RunOps(OperationsBase):
             m.samples.append(float(analysis.operator_time_us))
             m.e2es.append(float(analysis.e2e_us))
             m.analysis = analysis.model_dump(mode="json")
+            for entry in m.analysis.get("per_dir", []):
+                entry["sources"] = out.output_sources.get(str(entry.get("run_dir")), [])
             m.add_kernels(dirs, analysis)
             i += 1
         return m
@@ -485,6 +516,13 @@ class RunOps(OperationsBase):
         result.suggestions = shown
         return result
 
+
+
+def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:
+    """'' when every output folder was compiled from files the session's baseline measurement compiled, else why not
+    (``tools/running/run_outputs.py::foreign_sources``)."""
+    base = next((m for m in st.rows.get("measurements", []) if int(m["round"]) == 0 and m["valid"]), None)
+    return foreign_sources((base["analysis"] or {}).get("per_dir", []), sources) if base is not None else ""
 
 
 def _measurement_label(m: dict[str, Any]) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+
+import anyio
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,17 +33,17 @@ from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 from pypto_tune.tools.running.verdict import COMMAND_PROBLEM, judge_precision
 from pypto_tune.tools.code.workspace import relative_operator_files, resolve_workspace
 
-from pypto_tune.tools.running.interpreter_files import python_of
-from pypto_tune.tools.running.interpreter_files import take as take_fingerprint
+from pypto_tune.tools.running import recorded_env
 from pypto_tune.tools.operations.base import (
-    exclusive, INTERPRETER_CHECK, OperationsBase, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
+    exclusive, INTERPRETER_CHECK, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
+from pypto_tune.tools.operations.run_world import RunWorldOps
 
 
 log = logging.getLogger("pypto_tune.service")
 
 
-class SetupOps(OperationsBase):
+class SetupOps(RunWorldOps):
     """start_session, run_precision_check, enable_runtime_debug."""
 
     def start_session(
@@ -107,6 +109,8 @@ class SetupOps(OperationsBase):
                                                                  "fail_pattern": fail_pattern or None})
 
         self._check_command(argv, ws, run_mode)
+        # the world every run of this session executes in (refused here when this server cannot sandbox a run)
+        world = self._current_world(h, None, argv, run_mode)
         sources = read_sources(ws, files)
         try:
             tree = scan_tree(ws)
@@ -127,7 +131,8 @@ class SetupOps(OperationsBase):
                 timeout_s=float(timeout_s), device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
                 original_sources=sources, original_hash=code_hash(sources), original_raw_hash=hash_sources(sources),
                 config={"python": self.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
-                        "pass_pattern": pass_pattern, "fail_pattern": fail_pattern},
+                        "pass_pattern": pass_pattern, "fail_pattern": fail_pattern,
+                        recorded_env.CONFIG_KEY: world.as_json()},
             )
             for e in tree.values():
                 tx.insert("tree_files", session_id=sid, path=e.path, sha256=e.sha256, size=e.size,
@@ -199,6 +204,8 @@ class SetupOps(OperationsBase):
             st = self._state(h, sid)
             msg += (f"; verdict patterns corrected to {patterns} (recorded; allowed until the baseline precision "
                     "passes)")
+        st, note = self._check_world(h, st)
+        msg += note
         st = self._heal(h, st)
         return StartSessionResult(**self._base(st, msg), resumed=True, operator_files=files,
                                   test_command=st.test_command, run_mode=run_mode, goal=_goal_text(row))
@@ -219,12 +226,6 @@ class SetupOps(OperationsBase):
         return StartSessionResult(**base, resumed=True, operator_files=list(st.session["operator_files"]),
                                   test_command=st.test_command, run_mode=st.run_mode, goal=_goal_text(st.session),
                                   read_only=True)
-
-    def _child_env(self, st: SessionState, device_id: str | None) -> dict[str, str]:
-        # NPU: DUMP_DEVICE_PERF=true makes the runtime dump the AICPU phase counters (domain A.2 step 4), whose
-        # machine_runtime_operator_trace gives the AICPU-side end-to-end time recorded beside max_work_time (B.10)
-        extra = {"DUMP_DEVICE_PERF": "true"} if st.run_mode == "npu" else None
-        return build_child_env(run_mode=st.run_mode, device_id=device_id, extra=extra)
 
     @staticmethod
     def _patterns(st: SessionState) -> dict[str, str | None]:
@@ -323,6 +324,9 @@ class SetupOps(OperationsBase):
             elif v == "passed" and st.run_mode == "sim" and not dirs:
                 v, reason = "failed", "the test exited 0 but the simulator wrote no output folder: nothing was " \
                     "simulated (is the jit run_mode SIM and the test calling the kernel?)"
+                if out.rejected_outputs:
+                    reason = ("the test exited 0 but no output folder it left counts — not born in this run or not "
+                              f"compiled from its recorded copy: {out.rejected_reason}")
             command_problem = verdict.command_problem and v == "failed"
             result_type = None if v == "passed" else COMMAND_PROBLEM if command_problem else \
                 rules.classify_failure(v, key + "\n" + reason)
@@ -380,16 +384,8 @@ class SetupOps(OperationsBase):
             h.busy = None
 
     async def _scan_interpreter(self, h: _Handle, st: SessionState) -> None:
-        """Fingerprint the interpreter's files before the baseline (``tools/running/interpreter_files.py``): from here on
-        a run is judged only while they are as scanned."""
-        python = python_of(list(st.test_command), self.python)
-        fp = await take_fingerprint(python, env=self._child_env(st, st.device), workspace=h.workspace)
-        fp.save(self._fingerprint_path(h, st.id))
-        detail = (f"{len(fp.entries)} entries under {len(fp.roots)} folders the interpreter imports from "
-                  f"({', '.join(fp.roots[:4])}{', …' if len(fp.roots) > 4 else ''}); digest {fp.digest}")
-        h.ledger.insert("env_checks", session_id=st.id, at=now_iso(), batch=max(st.env_batches, 1),
-                        name=INTERPRETER_CHECK, ok=True, detail=detail)
-        h.fingerprints.pop(st.id, None)
+        """Fingerprint the closure's roots before the baseline (``run_world.py``), off the event loop."""
+        await anyio.to_thread.run_sync(lambda: self._scan_interpreter_sync(h, st))
 
     def _adopt_drift(self, h: _Handle, st: SessionState) -> None:
         """Adopt an external edit of the operator files as a manual round — through the same admission as every

@@ -384,7 +384,9 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
         confirmations.append(Confirmation(at=c["at"], kind=c["kind"], source=c.get("source"),
                                           by_person=c.get("source") in PERSON_SOURCES,
                                           question=q["text"] if q else "", question_at=q["at"] if q else ""))
+    sandbox_name, sandbox_note = _sandbox(st)
     return SessionSnapshot(
+        sandbox=sandbox_name, sandbox_note=sandbox_note,
         session_id=st.id, operator=s["operator"], workspace=s["workspace"], operator_files=list(s["operator_files"]),
         test_command=list(s["test_command"]), run_mode=s["run_mode"], goal_kind=s["goal_kind"],
         goal_value=float(s["goal_value"]), baseline_us=st.baseline_us, target_us=st.target_us, best_us=st.kept_us,
@@ -414,3 +416,19 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
         confirmations=confirmations,
         pending_question=st.pending_question["text"] if st.pending_question is not None else None,
     )
+
+
+def _sandbox(st: SessionState) -> tuple[str | None, str]:
+    """The sandbox the session's runs executed in: ``none`` (and what was missing) if any recorded world was
+    unsandboxed, else the tool; None for sessions recorded before worlds were (tools/running/recorded_env.py)."""
+    from pypto_tune.tools.running.recorded_env import CONFIG_KEY
+
+    worlds = [(st.session["config"] or {}).get(CONFIG_KEY)]
+    worlds += [c["after_value"] for c in st.rows.get("corrections", []) if c["field"] == "environment"]
+    worlds = [w for w in worlds if isinstance(w, dict)]
+    if not worlds:
+        return None, ""
+    bare = [w for w in worlds if w.get("sandbox") == "none"]
+    if bare:
+        return "none", str(bare[-1].get("sandbox_note", ""))
+    return str(worlds[-1].get("sandbox", "")), ""

@@ -82,6 +82,8 @@ def render_status_board(snap: SessionSnapshot, lang: str = "zh", *, full: bool |
         out += [f"> {s['sim_note']}", ""]
     else:
         out += [f"> {s['npu_note'].format(repeats=snap.repeats)}", ""]
+    if snap.sandbox == "none":
+        out += [f"> ⚠️ {s['unsandboxed_note']} ({snap.sandbox_note})", ""]
     kept_n = (" — " + kept_time_def(snap, s)) if snap.kept_samples_us else ""
     out += [
         f"- {s['goal']}: {_goal(snap, lang)} | {s['baseline']}: {fmt_us(snap.baseline_us)} µs | "

@@ -1,17 +1,21 @@
-"""Run the test command on a private, freshly materialised copy of the recorded code state.
+"""Run the test command on a private, freshly materialised copy of the recorded code state, in the run sandbox.
 
 Every run the server measures or verifies goes through :func:`run_isolated`:
 
 1. the exact files the ledger records (``codestate.exec_files``) are written into a new folder;
-2. the command runs there (``cwd`` = the copy). Arguments and environment values that name the workspace are
-   rewritten to the copy, so ``python /ws/op.py`` or ``PYTHONPATH=/ws`` cannot reach the live files;
-3. afterwards the copy's recorded files are hashed again: if any changed (the run rewrote its own code, or something
-   swapped a file in), the run is marked tampered and the caller discards it;
-4. the run's output folders (``copy/output/output_*``) are moved into ``WORKSPACE/output/``, where users and the
-   skill's workflow look for them; the copy is removed.
+2. the command runs in the sandbox (``sandbox.py``), where that copy is mounted at the workspace's own path and
+   nothing else of the file system exists but the closure (interpreter, ``sys.path`` roots, declared toolchain
+   roots, read-only) and fresh output, temp and home folders — so no spelling of a path reaches the live workspace
+   and no file the ledger does not record can reach the run;
+3. afterwards the copy's recorded files are hashed again and any write to them during the run was watched
+   (inotify): if any changed, the run is marked tampered and the caller discards it;
+4. the output folders the run created in its fresh output folder are checked against what it compiled
+   (``run_outputs.py``), digested, and moved into ``WORKSPACE/output/`` where users and the skill's workflow look for
+   them; the copy and the run's private folders are removed.
 
-So the bytes a run executes are the bytes the ledger names, whatever happens in the workspace meanwhile (issue #10,
-attack 5b). The same primitive runs candidate trials in parallel (each in its own copy), locally or on a Ray worker.
+Where the person starting the server allowed it (``serve --unsandboxed``, a machine that cannot build the sandbox),
+``sandboxed=False`` runs the command on the copy directly, with the old argument rewriting as a best effort; the
+session says so everywhere.
 """
 
 from __future__ import annotations
@@ -26,10 +30,14 @@ from pathlib import Path
 
 from pypto_tune.tools.code.codestate import ExecFile, changed_in_copy, files_hash, materialize
 from pypto_tune.tools.code.workspace import LEDGER_DIR
-from pypto_tune.tools.running.probe import ProbeRecord, probe_env, read_records
-from pypto_tune.tools.running.runner import ProgressCallback, RunResult, run_command
+from pypto_tune.tools.running import closure as closure_mod
+from pypto_tune.tools.running import sandbox
+from pypto_tune.tools.running.run_outputs import check_folder, run_folders
+from pypto_tune.tools.running.runner import ProgressCallback, RunResult, _check_startable, run_command
 
 EXEC_DIR = "exec"
+#: Most bytes brought back from a run's capture folder (``capture_env``); files beyond it are left out.
+CAPTURE_MAX_BYTES = 16 * 1024 * 1024
 
 
 @dataclass
@@ -46,8 +54,12 @@ class IsolatedRun:
     # The measuring side compares them after analysing and archiving (runs.py), so a folder rewritten once it is in
     # the agent-writable WORKSPACE/output/ is discarded instead of parsed into a figure.
     output_digests: dict[str, str] = field(default_factory=dict)
-    # what the run-time probe recorded (tools/running/probe/); None when the run was not probed
-    probe: ProbeRecord | None = None
+    # str(path in WORKSPACE/output) → the recorded files its program.json names (run_outputs.check_folder)
+    output_sources: dict[str, list[str]] = field(default_factory=dict)
+    # folder name → why it does not count (not born in this run, or not compiled from the recorded copy)
+    rejected_outputs: dict[str, list[str]] = field(default_factory=dict)
+    sandbox: str = ""  # "bubblewrap 0.8.0", or "none" for an unsandboxed run
+    captured: dict[str, bytes] = field(default_factory=dict)  # files the run left in its capture folder
 
 
 class CopyWatch:
@@ -118,7 +130,10 @@ def exec_parent(workspace: Path) -> Path:
 
 
 def rewrite_arg(value: str, old: str, new: str) -> str:
-    """Replace the workspace prefix where it names a path: the whole value, after ``=``, or in a path list."""
+    """Replace the workspace prefix where it names a path: the whole value, after ``=``, or in a path list.
+
+    Unsandboxed runs only (``serve --unsandboxed``): a best effort that misses every other spelling of the path
+    (``/./ws``, a symlink, ``/proc/self/cwd/..``) — the reason sandboxed runs mount the copy at the path instead."""
     if old not in value:
         return value
     parts = []
@@ -154,10 +169,12 @@ def dir_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = None) -> list[Path]:
+def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = None, *,
+                  only: set[str] | None = None, names: dict[str, str] | None = None) -> list[Path]:
     """Move the run folders the run wrote under ``copy/output/`` into ``WORKSPACE/output/`` (sorted by name).
 
-    With ``digests``, each folder's :func:`dir_digest` is taken before the move and stored under its new path.
+    With ``digests``, each folder's :func:`dir_digest` is taken before the move and stored under its new path;
+    ``only`` restricts the move to those folder names; ``names`` receives new path → name as born.
     """
     src = copy / "output"
     if not src.is_dir():
@@ -166,7 +183,9 @@ def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = 
     dest_root.mkdir(parents=True, exist_ok=True)
     moved = []
     for d in sorted(src.iterdir()):
-        if not d.is_dir() or not d.name.startswith("output_"):
+        if d.is_symlink() or not d.is_dir() or not d.name.startswith("output_"):
+            continue
+        if only is not None and d.name not in only:
             continue
         target = dest_root / d.name
         n = 1
@@ -176,50 +195,137 @@ def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = 
         if digests is not None:
             digests[str(target)] = dir_digest(d)
         shutil.move(str(d), str(target))
+        if names is not None:
+            names[str(target)] = d.name
         moved.append(target)
     return moved
 
 
-def _with_probe(env: dict[str, str], copy: Path) -> tuple[dict[str, str], Path]:
-    """The run's environment with the run-time probe installed, and the folder its record lands in (next to the
-    copy, never inside it: the copy holds exactly the recorded files and what the test writes)."""
-    record_dir = copy.with_name(copy.name + ".probe")
-    record_dir.mkdir(parents=True, exist_ok=True)
-    return probe_env(env, record_dir), record_dir
+def private_folders(copy: Path) -> Path:
+    """Where a run's own folders live beside its copy ``<tag>-<hex>``: ``<tag>.run-<hex>/`` holding ``output/``
+    (mounted at ``WORKSPACE/output`` in the sandbox), ``tmp/``, ``home/`` and ``capture/`` (a name of the shape the
+    server's folder check, ``tools/code/server_files.py``, knows as a run's)."""
+    tag, _, hexpart = copy.name.rpartition("-")
+    return copy.with_name(f"{tag}.run-{hexpart}")
+
+
+_closures: dict[tuple, sandbox.Closure] = {}
+
+
+async def default_closure(argv: list[str], env: dict[str, str], workspace: str) -> sandbox.Closure:
+    """The closure of a run nobody recorded one for (tests, benchmarks, legacy sessions): found for the command's
+    interpreter with the run's environment and the server's declarations, once per process and environment."""
+    from pypto_tune.tools.running.interpreter_files import python_of
+
+    python = python_of(argv)
+    key = (python, tuple(sorted(env.items())), workspace)
+    if key not in _closures:
+        roots, devices = closure_mod.declared()
+        _closures[key], _ = await closure_mod.find(python, env, workspace=Path(workspace), declared_roots=roots,
+                                                   declared_devices=devices)
+    return _closures[key]
+
+
+def _take_captured(folder: Path | None) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    if folder is None or not folder.is_dir():
+        return out
+    budget = CAPTURE_MAX_BYTES
+    for p in sorted(folder.iterdir()):
+        try:
+            if p.is_symlink() or not p.is_file() or p.stat().st_size > budget:
+                continue
+            data = p.read_bytes()
+        except OSError:
+            continue
+        budget -= len(data)
+        out[p.name] = data
+    return out
+
+
+def _in_sandbox(box: sandbox.Status, argv: list[str], env: dict[str, str], *, inside: str, copy: Path, aux: Path,
+                capture: Path | None, closure: sandbox.Closure, ro_binds: tuple[str, ...],
+                pythonpath_first: tuple[str, ...], capture_env: str | None) -> tuple[list[str], dict[str, str]]:
+    """The bwrap command line and environment of one sandboxed run. "Cannot start" stays a RunError, as without the
+    sandbox: the program is checked as the run will see it (a path in the workspace is the copy's) before bwrap
+    would only report it as a failed run."""
+    prog = argv[0]
+    if os.path.isabs(prog) and prog.startswith(inside.rstrip("/") + "/"):
+        prog = str(copy) + prog[len(inside.rstrip("/")):]
+    _check_startable(prog, cwd=copy, env=env)
+    layout = sandbox.Layout(workspace=inside, copy=copy, output=aux / "output", tmp=aux / "tmp", home=aux / "home",
+                            capture=capture, extra_ro=tuple(ro_binds) + tuple(pythonpath_first))
+    run_env = sandbox.run_env(env, pythonpath_first=pythonpath_first, capture_env=capture_env)
+    return sandbox.command(box.bwrap, list(argv), layout=layout, closure=closure, home=env.get("HOME", "")), run_env
 
 
 async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace: Path, env: dict[str, str],
                        timeout_s: float, on_progress: ProgressCallback | None = None, tag: str = "",
-                       keep_copy: bool = False, probe: bool = False) -> IsolatedRun:
-    """Materialise ``files`` into a private copy, run ``argv`` there, verify, move outputs to the workspace.
+                       keep_copy: bool = False, sandboxed: bool = True, closure: sandbox.Closure | None = None,
+                       mount_at: str | None = None, ro_binds: tuple[str, ...] = (),
+                       pythonpath_first: tuple[str, ...] = (), capture_env: str | None = None) -> IsolatedRun:
+    """Materialise ``files`` into a private copy, run ``argv`` on it in the sandbox, verify, move outputs out.
 
-    ``probe``: install the run-time probe (``tools/running/probe/``) and return what it recorded in
-    ``IsolatedRun.probe`` (status ``no-report`` when it left nothing).
+    ``workspace`` is where the copy and the outputs live on this machine; ``mount_at`` the path the copy appears at
+    inside the sandbox (default: ``workspace``; a Ray worker mounts the driver's workspace path). ``closure`` is what
+    the run may read besides the system (default: found for the command, :func:`default_closure`). ``ro_binds``,
+    ``pythonpath_first``, ``capture_env``: see ``executors/base.py::RunSpec``.
 
-    Raises what :func:`run_command` raises (RunError when the program cannot start, cancellation); the copy is
-    removed on every path.
+    Raises what :func:`run_command` raises (RunError when the program cannot start, cancellation), and
+    ``sandbox.SandboxUnavailable`` when ``sandboxed`` and the sandbox cannot be built; the copy and the run's
+    private folders are removed on every path.
     """
     parent = exec_parent(workspace)
     copy = parent / f"{tag or 'run'}-{uuid.uuid4().hex[:10]}"
+    aux = private_folders(copy)
+    inside = os.path.normpath(mount_at or str(workspace))
+    box = sandbox.require() if sandboxed else None
     materialize(copy, files)
-    watch = CopyWatch(copy, files)  # every write to a recorded file of the copy while the run executes
-    record_dir: Path | None = None
     try:
-        run_argv, run_env = rewrite_command(argv, env, workspace, copy)
-        if probe:
-            run_env, record_dir = _with_probe(run_env, copy)
+        for sub in ("output", "tmp", "home"):
+            (aux / sub).mkdir(parents=True)
+        capture = aux / "capture" if capture_env else None
+        if capture is not None:
+            capture.mkdir()
+        if box is not None:
+            clo = closure if closure is not None else await default_closure(argv, env, inside)
+            run_argv, run_env = _in_sandbox(box, argv, env, inside=inside, copy=copy, aux=aux, capture=capture,
+                                            closure=clo, ro_binds=ro_binds, pythonpath_first=pythonpath_first,
+                                            capture_env=capture_env)
+            run_root, out_parent = inside, aux
+
+            def closure_file(path: str) -> bool:
+                return sandbox.under(path, clo.roots) or sandbox.is_system_path(path)
+        else:
+            run_argv, run_env = rewrite_command(argv, env, workspace, copy)
+            run_env = sandbox.run_env(run_env, pythonpath_first=pythonpath_first, capture_env=capture_env,
+                                      capture_path=str(capture) if capture is not None else None)
+            run_root, out_parent = str(copy), copy
+
+            def closure_file(path: str) -> bool:  # anything but the live workspace (a spelling the rewrite missed)
+                return not sandbox.under(path, [str(workspace), inside])
+        watch = CopyWatch(copy, files)  # every write to a recorded file of the copy while the run executes
         try:
-            result = await run_command(run_argv, cwd=copy, env=run_env, timeout_s=timeout_s, on_progress=on_progress)
+            result = await run_command(run_argv, cwd=copy, env=run_env, timeout_s=timeout_s,
+                                       on_progress=on_progress)
         finally:
             touched = watch.close()
+        shown_argv = list(argv) if box is not None else run_argv
+        result = result.model_copy(update={"argv": shown_argv})
         tampered = sorted(set(changed_in_copy(copy, files)) | set(touched))
+        checks = [check_folder(folder, run_root=run_root, files=files.keys(), started_at=result.started_at,
+                               ended_at=result.ended_at, closure_file=closure_file)
+                  for folder in run_folders(out_parent / "output")]
+        sources = {c.name: c.sources for c in checks if c.ok}
         digests: dict[str, str] = {}
-        outputs = adopt_outputs(copy, workspace, digests)
-        record = read_records(record_dir, [str(copy)]) if record_dir is not None else None
+        names: dict[str, str] = {}
+        outputs = adopt_outputs(out_parent, workspace, digests, only=set(sources), names=names)
         return IsolatedRun(result=result, exec_hash=files_hash(files), exec_dir=str(copy), tampered=tampered,
-                           output_dirs=outputs, argv=run_argv, output_digests=digests, probe=record)
+                           output_dirs=outputs, argv=shown_argv, output_digests=digests,
+                           output_sources={p: sources[n] for p, n in names.items()},
+                           rejected_outputs={c.name: c.problems for c in checks if not c.ok},
+                           sandbox=box.tool if box is not None else "none", captured=_take_captured(capture))
     finally:
-        if record_dir is not None:
-            shutil.rmtree(record_dir, ignore_errors=True)
         if not keep_copy:
             shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(aux, ignore_errors=True)

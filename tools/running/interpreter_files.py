@@ -1,10 +1,13 @@
 """The interpreter's own files are part of what a run executes.
 
 The recorded tree covers the workspace; a run also imports from the interpreter's ``sys.path`` (the standard
-library, site-packages, ``.pth`` files, ``sitecustomize``) and PyPTO reads its tile library from
-``PTO_TILE_LIB_CODE_PATH``. A ``.pth`` file dropped into site-packages mid-session runs in every later run and can
-rewrite that run's artifacts (red team: kept at -99 %). So when the baseline is about to be set the server scans
-those roots once and keeps a fingerprint; every run is judged only if the roots are still as scanned.
+library, site-packages, ``.pth`` files, ``sitecustomize``), runs programs from the recorded ``PATH`` and PyPTO reads
+its tile library from ``PTO_TILE_LIB_CODE_PATH``. The sandbox (``sandbox.py``) mounts these roots read-only, so a
+run cannot change them — but the agent's user can, between runs: a ``.pth`` file dropped into site-packages
+mid-session runs in every later run and can rewrite that run's artifacts (red team: kept at -99 %). So when the
+baseline is about to be set the server scans every root the closure marks as fingerprinted (``closure.py``: every
+root on the run's ``sys.path``, the interpreter, the PATH folders, declared roots — found, not a fixed list) once and
+keeps a fingerprint; every run is judged only if the roots are still as scanned.
 
 The fingerprint is ``(size, inode, ctime)`` per entry. ``ctime`` is set by the kernel on every write, rename,
 chmod or link change and cannot be set back by an unprivileged process, so a file changed and put back between two
@@ -12,15 +15,14 @@ scans still differs — one scan after a run therefore covers every change since
 parallel runs can share one result (``EnvironmentWatch``).
 
 Not covered (README, residuals): a ``.pyc`` planted in a ``__pycache__`` for a module that had none — Python itself
-adds such files as modules are first imported, so additions of ``__pycache__/*.pyc`` are not counted; files
-outside these roots (shared libraries of the CANN toolkit, the kernel's own compiler).
+adds such files as modules are first imported, so additions of ``__pycache__/*.pyc`` are not counted; the system
+folders and toolchain roots the sandbox mounts read-only without fingerprinting (``/usr``, CANN).
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import os
 import sys
 import time
@@ -30,53 +32,27 @@ from pathlib import Path
 import anyio
 import orjson
 
-from pypto_tune.tools.running.runner import run_command
 
 #: (size, inode, ctime_ns); folders have size -1 so a file replaced by a folder differs
 Entry = tuple[int, int, int]
 
-_PROBE = "import json, sys; print(json.dumps([p for p in sys.path if p]))"
 
-
-async def interpreter_roots(python: str, *, env: dict[str, str], cwd: Path, workspace: Path) -> list[str]:
-    """The folders the test command's interpreter imports from, outside the workspace (which the tree covers).
-
-    ``python`` is the interpreter of the test command; the probe runs with the run's environment so PYTHONPATH,
-    PYTHONHOME and user site-packages count as they will in the run.
-    """
-    res = await run_command([python, "-c", _PROBE], cwd=cwd, env=env, timeout_s=60.0, output_cap_bytes=256 * 1024,
-                            kill_grace_s=1.0)
-    paths: list[str] = []
-    try:
-        last = [ln for ln in res.output.splitlines() if ln.startswith("[")][-1]
-        paths = [str(p) for p in json.loads(last)]
-    except (IndexError, ValueError):
-        paths = []
-    tile_lib = env.get("PTO_TILE_LIB_CODE_PATH")
-    if tile_lib:
-        paths.append(tile_lib)
-    ws = Path(workspace).resolve()
-    roots: list[str] = []
-    for p in paths:
-        rp = Path(p).resolve()
-        if rp == ws or ws in rp.parents or rp in ws.parents:
-            continue  # the workspace (or a folder holding it) is the recorded tree's business
-        if (rp.is_dir() or rp.is_file()) and str(rp) not in roots:
-            roots.append(str(rp))
-    return roots
-
-
-def scan(roots: list[str]) -> dict[str, Entry]:
-    """Every entry under ``roots`` (links not followed) with its ``(size, inode, ctime_ns)``."""
+def scan(roots: list[str], skip: str | None = None) -> dict[str, Entry]:
+    """Every entry under ``roots`` (links not followed) with its ``(size, inode, ctime_ns)``; ``skip`` (the
+    workspace, when a root contains it) is left out — the recorded tree covers it."""
     out: dict[str, Entry] = {}
 
     def walk(folder: str) -> None:
+        if skip is not None and folder == skip:
+            return
         try:
             it = os.scandir(folder)
         except OSError:
             return
         with it:
             for e in it:
+                if skip is not None and e.path == skip:
+                    continue
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
@@ -112,7 +88,9 @@ def changes(before: dict[str, Entry], after: dict[str, Entry]) -> list[str]:
             if not _benign_addition(path):
                 out.append(f"added: {path}")
         elif old != entry:
-            # a __pycache__ folder changes when Python adds a cache file to it; its files are judged one by one
+            # a __pycache__ folder changes when Python adds a cache file to it; its files are judged one by one.
+            # Any other folder whose ctime moved had an entry added, removed or renamed — also one that was put back
+            # before this scan (a .pth present during a run and gone after it): that counts.
             if not (entry[0] == -1 and Path(path).name == "__pycache__"):
                 out.append(f"changed: {path}")
     out.extend(f"removed: {path}" for path in before if path not in after)
@@ -127,6 +105,7 @@ def digest(entries: dict[str, Entry]) -> str:
 class Fingerprint:
     roots: list[str]
     entries: dict[str, Entry]
+    skip: str | None = None  # the workspace, left out of roots that contain it
 
     @property
     def digest(self) -> str:
@@ -135,19 +114,22 @@ class Fingerprint:
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(gzip.compress(orjson.dumps({"roots": self.roots, "entries": self.entries}), 1))
+        tmp.write_bytes(gzip.compress(orjson.dumps({"roots": self.roots, "entries": self.entries,
+                                                    "skip": self.skip}), 1))
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> "Fingerprint":
         data = orjson.loads(gzip.decompress(path.read_bytes()))
-        return cls(roots=list(data["roots"]), entries={k: tuple(v) for k, v in data["entries"].items()})
+        return cls(roots=list(data["roots"]), entries={k: tuple(v) for k, v in data["entries"].items()},
+                   skip=data.get("skip"))
 
 
-async def take(python: str, *, env: dict[str, str], workspace: Path) -> Fingerprint:
-    roots = await interpreter_roots(python, env=env, cwd=workspace, workspace=workspace)
-    entries = await anyio.to_thread.run_sync(lambda: scan(roots))
-    return Fingerprint(roots=roots, entries=entries)
+async def take(roots: list[str], *, workspace: Path) -> Fingerprint:
+    """Scan ``roots`` (a closure's fingerprinted roots, ``closure.py``), leaving the workspace out."""
+    ws = os.path.normpath(str(workspace))
+    entries = await anyio.to_thread.run_sync(lambda: scan(list(roots), ws))
+    return Fingerprint(roots=list(roots), entries=entries, skip=ws)
 
 
 class EnvironmentWatch:
@@ -163,7 +145,7 @@ class EnvironmentWatch:
             if self._last is not None and self._last[0] >= ended_at and self._last[1] == fp.digest:
                 return list(self._last[2])
             started = time.time()
-            now = await anyio.to_thread.run_sync(lambda: scan(fp.roots))
+            now = await anyio.to_thread.run_sync(lambda: scan(fp.roots, fp.skip))
             found = changes(fp.entries, now)
             self._last = (started, fp.digest, found)
             return found

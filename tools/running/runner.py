@@ -50,7 +50,8 @@ _LAST_LINE_WINDOW = 4096
 # PTO-ISA (PTO_TILE_LIB_CODE_PATH, R3) and pypto's runtime switches (TILE_FWK_*). TILE_FWK_DEVICE_ID is the
 # exception: the server picks the chip (R3/R5), and a SIM run has none.
 _PASSTHROUGH_PREFIXES = ("ASCEND", "PTO", "TILE_FWK_")
-_PASSTHROUGH_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "TOOLCHAIN_HOME")
+# TZ: the run names its output folders in local time, which the server checks against the run's window.
+_PASSTHROUGH_NAMES = ("LD_LIBRARY_PATH", "PYTHONPATH", "TOOLCHAIN_HOME", "TZ")
 _DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -431,6 +432,9 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
 
     if progress_error:
         raise progress_error[0]
+    if on_progress is not None and cap.last_line():
+        # A run shorter than one interval still tells the client what it printed last (its verdict line, usually).
+        await on_progress(round(time.monotonic() - t0, 3), cap.last_line())
     rc = proc.returncode
     exit_code: int | None = rc if rc is not None and rc >= 0 else None
     sig: int | None = -rc if rc is not None and rc < 0 else None

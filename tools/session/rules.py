@@ -110,6 +110,16 @@ RULES: list[Rule] = [
     Rule(id="command-fixed", source="—", text_en="The test command is checked at session start and may be corrected "
          "(start_session again, recorded as a correction) only until the baseline precision passes; then it is fixed.",
          text_zh="测试命令在会话开始时校验；基线精度通过之前可以修正（再次调用 start_session，记为一次修正），通过后即固定。"),
+    Rule(id="sandbox", source="—", text_en="Every measured or verified run executes in the run sandbox (bubblewrap), "
+         "where only the recorded closure exists; a server that cannot build it refuses to measure unless the person "
+         "starting it passed --unsandboxed (the session is then marked unsandboxed).",
+         text_zh="每次测量或验证的运行都在运行沙箱（bubblewrap）中执行，其中只有账本记录的文件闭包；无法创建沙箱的服务器拒绝测量，"
+         "除非启动者显式传入 --unsandboxed（该会话随即被标记为未沙箱化）。"),
+    Rule(id="environment", source="—", text_en="The environment runs execute in (variables, interpreter, its roots, "
+         "the sandbox) is recorded at session start; a resume from a server whose environment differs is refused "
+         "with the differences named, unless a person accepts it as the session's new baseline.",
+         text_zh="运行所用的环境（环境变量、解释器及其根目录、沙箱）在会话开始时记录；环境不同的服务器恢复会话会被拒绝并列出差异，"
+         "除非由用户本人确认将其作为会话的新基准。"),
 ]
 RULES_BY_ID = {r.id: r for r in RULES}
 

@@ -277,7 +277,8 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     # a "no" leaves the question open: the person may still say yes later; only a retry answer closes it
     answered = {int(c["question_id"]) for c in rows["confirmations"]
                 if c.get("question_id") is not None and c["kind"] == "baseline-retry"}
-    pending = next((q for q in reversed(rows["questions"]) if int(q["id"]) not in answered), None)
+    pending = next((q for q in reversed(rows["questions"])
+                    if int(q["id"]) not in answered and q["kind"] == "baseline-retry"), None)
 
     return SessionState(
         device=_current_device(rows, [str(d) for d in session["device_ids"]]), kept_samples=kept_samples,

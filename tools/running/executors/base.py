@@ -34,6 +34,7 @@ from typing import Literal
 from pypto_tune.tools.code.codestate import ExecFile, files_hash
 from pypto_tune.tools.errors import InputError, PyptoTuneError
 from pypto_tune.tools.running.execution import IsolatedRun
+from pypto_tune.tools.running.sandbox import Closure
 
 ProgressCallback = Callable[[float, str], Awaitable[None]]
 RunMode = Literal["sim", "npu"]
@@ -49,9 +50,18 @@ class ExecutorError(PyptoTuneError):
 class RunSpec:
     """One isolated run, complete in itself so that it can be shipped to another machine (plain picklable data).
 
-    ``workspace`` is the session's workspace *on the machine that records the run*: arguments and environment
-    values naming it are rewritten to the private copy (wherever that copy lives), and the output folders end up in
-    ``workspace/output/``.
+    ``workspace`` is the session's workspace *on the machine that records the run*: inside the run's sandbox the
+    private copy is mounted at that path (wherever the copy lives on the machine that runs it), and the output
+    folders end up in ``workspace/output/``.
+
+    The sandbox (``tools/running/sandbox.py``): ``sandboxed`` (False only where the person starting the server
+    allowed ``--unsandboxed``), ``closure`` (what the run may read besides the system; None: found for the command's
+    interpreter). For other modules that need something of the run (the run-time probe):
+
+    * ``ro_binds`` — absolute host paths bound read-only at the same path inside the run;
+    * ``pythonpath_first`` — folders put first on the run's PYTHONPATH, in order (bound read-only too);
+    * ``capture_env`` — an environment variable the run gets set to a fresh, empty, writable folder; every regular
+      file left directly in it comes back in ``ExecutorRun.captured`` (name → bytes, ≤ 16 MiB in all).
     """
 
     files: dict[str, ExecFile]
@@ -67,7 +77,11 @@ class RunSpec:
     device_id: str | None = None
     device_pool: tuple[str, ...] = ()
     tag: str = ""
-    probe: bool = False  # install the run-time probe (tools/running/probe/); the record comes back in .probe
+    sandboxed: bool = True
+    closure: Closure | None = None
+    ro_binds: tuple[str, ...] = ()
+    pythonpath_first: tuple[str, ...] = ()
+    capture_env: str | None = None
 
     def __post_init__(self) -> None:
         if self.run_mode not in ("sim", "npu"):
@@ -78,6 +92,13 @@ class RunSpec:
             raise InputError(f"RunSpec.workspace must be absolute, got {self.workspace!r}")
         # frozen: normalise through object.__setattr__ so a list passed by the caller cannot be mutated later
         object.__setattr__(self, "device_pool", tuple(str(d) for d in self.device_pool))
+        for name in ("ro_binds", "pythonpath_first"):
+            paths = tuple(str(p) for p in getattr(self, name))
+            if not all(os.path.isabs(p) for p in paths):
+                raise InputError(f"RunSpec.{name} must hold absolute paths, got {list(paths)}")
+            object.__setattr__(self, name, paths)
+        if self.capture_env is not None and (not self.capture_env or "=" in self.capture_env):
+            raise InputError(f"RunSpec.capture_env must be an environment variable name, got {self.capture_env!r}")
         if self.device_id is not None:
             object.__setattr__(self, "device_id", str(self.device_id))
         if self.run_mode == "npu":
@@ -89,6 +110,11 @@ class RunSpec:
         else:
             # like build_child_env: a SIM run has no chip, whatever the session's current device is
             object.__setattr__(self, "device_id", None)
+
+    def isolation(self) -> dict[str, object]:
+        """The keyword arguments ``run_isolated`` takes for the sandbox and the run's extra folders."""
+        return {"sandboxed": self.sandboxed, "closure": self.closure, "ro_binds": self.ro_binds,
+                "pythonpath_first": self.pythonpath_first, "capture_env": self.capture_env}
 
     @property
     def exec_hash(self) -> str:

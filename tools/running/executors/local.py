@@ -129,7 +129,7 @@ class LocalExecutor(Executor):
                 env["TILE_FWK_DEVICE_ID"] = device
             iso = await run_isolated(spec.files, list(spec.argv), workspace=Path(spec.workspace), env=env,
                                      timeout_s=spec.timeout_s, on_progress=on_progress, tag=spec.tag,
-                                     probe=spec.probe)
+                                     **spec.isolation())
         finally:
             self.pool.release(key)
         return _as_executor_run(iso, device_id=device, executor=self.name, node=self._host, queued_s=queued_s)

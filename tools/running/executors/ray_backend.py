@@ -4,8 +4,9 @@ Needs the optional extra (``pip install .[ray]``); ``ray`` is imported only when
 server and the local executor never pay for it.
 
 **What a run is on the worker** (:func:`_remote_run`, a streaming-generator task): the files of the
-:class:`RunSpec` travel with the task; the worker makes a temporary *worker-local workspace*, rewrites the argv and
-environment values that name the session's workspace to it, and starts one helper process
+:class:`RunSpec` travel with the task; the worker makes a temporary *worker-local workspace* to hold the private copy
+(mounted inside the run's sandbox at the session's workspace path, as on the driver's machine; only an unsandboxed
+run has its argv and environment rewritten to it), and starts one helper process
 (``worker_run.py``) that calls the same ``run_isolated`` the local executor uses, so the same process-group, timeout
 and clean-up discipline holds and the private copy is verified the same way. (Why a process and not a thread:
 ``worker_run.py`` says.) The output folders ``run_isolated`` moved into the worker-local ``output/`` are packed into
@@ -275,16 +276,21 @@ class RayExecutor(Executor):
                                     f"{info['exec_hash'][:12]} ≠ {spec.exec_hash[:12]})",
                                     hint="the workers must run the same pypto-tune version as the server")
             digests: dict[str, str] = {}
-            outputs = _unpack(staging, workspace, digests) if info["packed"] else []
+            names: dict[str, str] = {}
+            outputs = _unpack(staging, workspace, digests, names) if info["packed"] else []
             # the worker digested its folders before packing them; what arrived must be those bytes
             if sorted(digests.values()) != sorted(info.get("output_digests", {}).values()):
                 raise ExecutorError("the run folders that arrived from the worker differ from the ones it wrote",
                                     hint="run again; if it repeats, check the workers' disks and pypto-tune version")
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        sources = dict(info.get("output_sources", {}))  # folder name as born → recorded files it names
         return ExecutorRun(result=info["result"], exec_hash=info["exec_hash"], exec_dir=info["exec_dir"],
                            tampered=list(info["tampered"]), output_dirs=outputs, argv=list(info["argv"]),
-                           output_digests=digests, probe=info.get("probe"),
+                           output_digests=digests,
+                           output_sources={p: list(sources.get(n, [])) for p, n in names.items()},
+                           rejected_outputs=dict(info.get("rejected_outputs", {})), sandbox=info.get("sandbox", ""),
+                           captured=dict(info.get("captured", {})),
                            device_id=info["device"], executor=self.name, node=info["node"], queued_s=queued_s)
 
     async def _consume(self, ray: Any, gen: Any, staging: Path, t0: float, on_progress: ProgressCallback | None,
@@ -349,7 +355,8 @@ async def _task_end(gen: Any) -> None:
         pass
 
 
-def _unpack(staging: Path, workspace: Path, digests: dict[str, str] | None = None) -> list[Path]:
+def _unpack(staging: Path, workspace: Path, digests: dict[str, str] | None = None,
+            names: dict[str, str] | None = None) -> list[Path]:
     """Extract the worker's output folders into ``staging/output/`` and move them into ``WORKSPACE/output/``.
 
     The archive comes from another machine: members must stay inside ``staging/output/``; they are extracted
@@ -375,7 +382,7 @@ def _unpack(staging: Path, workspace: Path, digests: dict[str, str] | None = Non
         except getattr(tarfile, "FilterError", ()) as exc:  # absent before the extraction filters
             raise ExecutorError(f"the worker's artifact archive was refused: {exc}",
                                 hint="a run folder may only hold files, folders and links inside it") from exc
-    return adopt_outputs(staging, workspace, digests)
+    return adopt_outputs(staging, workspace, digests, names=names)
 
 
 # ---------------------------------------------------------------------------------------------------- the worker
@@ -477,11 +484,13 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
             env.pop("ASCEND_RT_VISIBLE_DEVICES", None)
         yield ("started", socket.gethostname(), device)
         worker_ws = root / "ws"
-        argv, env = rewrite_command(list(spec.argv), env, Path(spec.workspace), worker_ws)
+        argv = list(spec.argv)
+        if not spec.sandboxed:  # in the sandbox the copy appears at the session's path: nothing to rewrite
+            argv, env = rewrite_command(argv, env, Path(spec.workspace), worker_ws)
         argv, env = _local_interpreter(argv, env, driver_python)
         helper = _HelperRun(WorkerJob(files=spec.files, argv=argv, env=env, workspace=str(worker_ws),
                                       timeout_s=spec.timeout_s, tag=spec.tag, parent_pid=os.getpid(),
-                                      probe=spec.probe))
+                                      mount_at=spec.workspace, **spec.isolation()))
         final: tuple[Any, ...] | None = None
         while True:
             try:
@@ -515,9 +524,12 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
                 while chunk := fh.read(CHUNK_BYTES):
                     yield ("chunk", chunk)
             packed = True
+        by_name = {Path(p).name: src for p, src in iso.output_sources.items()}
         yield ("done", {"result": iso.result, "exec_hash": iso.exec_hash, "exec_dir": iso.exec_dir,
                         "tampered": list(iso.tampered), "argv": list(iso.argv), "device": device,
-                        "output_digests": dict(iso.output_digests), "probe": iso.probe,
+                        "output_digests": dict(iso.output_digests), "output_sources": by_name,
+                        "rejected_outputs": dict(iso.rejected_outputs), "sandbox": iso.sandbox,
+                        "captured": dict(iso.captured),
                         "node": socket.gethostname(), "packed": packed})
     finally:
         # Reached early when Ray cancels the task gracefully (KeyboardInterrupt) or closes the generator: stop the

@@ -29,6 +29,7 @@ import anyio
 from pypto_tune.tools.code.codestate import ExecFile
 from pypto_tune.tools.errors import PyptoTuneError
 from pypto_tune.tools.running.execution import run_isolated
+from pypto_tune.tools.running.sandbox import Closure
 
 _HEADER = struct.Struct(">Q")
 
@@ -42,7 +43,12 @@ class WorkerJob:
     timeout_s: float
     tag: str
     parent_pid: int
-    probe: bool = False
+    mount_at: str = ""  # the session's workspace path: where the copy appears inside the sandbox
+    sandboxed: bool = True
+    closure: Closure | None = None
+    ro_binds: tuple[str, ...] = ()
+    pythonpath_first: tuple[str, ...] = ()
+    capture_env: str | None = None
 
 
 def write_message(stream: BinaryIO, message: tuple[Any, ...], lock: threading.Lock | None = None) -> None:
@@ -98,7 +104,9 @@ async def _main(job: WorkerJob, out: BinaryIO) -> int:
                 try:
                     iso = await run_isolated(job.files, job.argv, workspace=Path(job.workspace), env=job.env,
                                              timeout_s=job.timeout_s, on_progress=progress, tag=job.tag,
-                                             probe=job.probe)
+                                             mount_at=job.mount_at or None, sandboxed=job.sandboxed,
+                                             closure=job.closure, ro_binds=job.ro_binds,
+                                             pythonpath_first=job.pythonpath_first, capture_env=job.capture_env)
                 except PyptoTuneError as exc:
                     write_message(out, ("error", type(exc).__name__, exc.message, exc.hint))
                 else:

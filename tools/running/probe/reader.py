@@ -1,10 +1,13 @@
 """The server side of the probe: the run's environment that installs it, and the record it left.
 
-Delivery (:func:`probe_env`): the hook folder (:data:`HOOK_DIR`, part of the installed pypto-tune, never the
-workspace) goes first on ``PYTHONPATH`` and ``$PYPTO_TUNE_PROBE_DIR`` names a folder the server chose; every Python
-process of the run that imports pypto writes ``probe-<pid>.json`` there. Reading (:func:`read_records`): those files
-are merged into one :class:`ProbeRecord`, paths inside the run's copy of the workspace made workspace-relative.
-A run that left no file, or only unreadable ones, is *not reported* — never guessed.
+Delivery: the hook folder (:data:`HOOK_DIR`, part of the installed pypto-tune, never the workspace) goes first on
+``PYTHONPATH`` and ``$PYPTO_TUNE_PROBE_DIR`` (:data:`DIR_ENV`) names a folder the server chose; every Python process
+of the run that imports pypto writes ``probe-<pid>.json`` there. A session's runs get both through the run sandbox's
+hooks (``RunSpec.pythonpath_first`` / ``capture_env``, set in ``operations/runs.py``: the folder is the run's capture
+folder and its files come back as ``IsolatedRun.captured``); :func:`probe_env` builds the same environment for a
+command run directly (tests, benchmarks). Reading (:func:`parse_records` on the captured bytes, :func:`read_records`
+on a folder): the files are merged into one :class:`ProbeRecord`, paths inside the run's copy of the workspace made
+workspace-relative. A run that left no file, or only unreadable ones, is *not reported* — never guessed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pypto_tune.tools.running.sandbox import run_env
+
 from .models import Frame, ProbeCall, ProbeKernel, ProbeRecord
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
@@ -24,17 +29,24 @@ MAX_RECORD_BYTES = 32 * 1024 * 1024  # a record larger than this is not the prob
 
 
 def probe_env(env: dict[str, str], record_dir: str | Path, hook_dir: str | Path = HOOK_DIR) -> dict[str, str]:
-    """``env`` plus what installs the probe: the hook folder first on PYTHONPATH, the record folder named."""
-    out = dict(env)
-    rest = [p for p in out.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(hook_dir)]
-    out["PYTHONPATH"] = os.pathsep.join([str(hook_dir), *rest])
-    out[DIR_ENV] = str(record_dir)
-    return out
+    """``env`` plus what installs the probe, built as the sandbox builds a probed run's (``sandbox.run_env``): the
+    hook folder first on PYTHONPATH, the record folder named (and TMPDIR dropped, as in a run)."""
+    return run_env(env, pythonpath_first=(str(hook_dir),), capture_env=DIR_ENV, capture_path=str(record_dir))
+
+
+def _normal(path: str) -> str:
+    """A path as one spelling: the test command may name the workspace ``/./ws``, ``//ws`` or through ``..`` (the
+    sandbox mounts the copy at every spelling alike), and Python keeps the spelling it was given in file names."""
+    if not path.startswith("/"):
+        return path  # "<string>", "<frozen …>": not a file
+    norm = os.path.normpath(path)
+    return "/" + norm.lstrip("/")  # normpath keeps a leading "//"
 
 
 def _relative(path: str, roots: list[str]) -> tuple[str, bool]:
+    path = _normal(path)
     for root in roots:
-        root = root.rstrip("/")
+        root = _normal(root).rstrip("/")
         if root and (path == root or path.startswith(root + "/")):
             return path[len(root) + 1:], True
     return path, False

@@ -1,0 +1,294 @@
+"""Issue #16: a file the ledger does not record cannot influence a measured number — tried from five directions over
+MCP stdio, against the real server, the real simulator and the real sandbox (bubblewrap).
+
+Each test plays a hostile agent with nothing but its ordinary powers (write files as its own user, choose the test
+command, call the tools) and asserts on the numbers the server KEEPS: every kept time must be the one the recorded
+code gives. The expected times are the simulator's own, measured once on the fixture softmax with the recorded knob
+values (SIM is deterministic; 2026-12-03, `pypto-tune analyze` on a plain run of each configuration):
+
+    TILE_B  vec tile      operator time µs
+    4       (1, 4, 256)   36.405   (the shipped baseline)
+    4       (1, 8, 256)   21.031
+    4       (1, 16, 256)  15.463
+    4       (1, 32, 256)   8.546
+    1       (1, 32, 256)   2.726
+
+Classes (the issue's list) and the test that covers each:
+a  the live workspace spelled another way than the literal prefix ... test_a_differently_spelled_workspace_path_...
+b  a data file outside the workspace ................................. test_b_c_files_outside_the_workspace_...
+c  a sitecustomize.py on the command's PYTHONPATH, and on the
+   server's after a restart and resume ................................ test_b_c_files_outside_the_workspace_...
+d  a config file found by walking upward from the run copy ........... test_d_a_config_file_above_the_copy_...
+e  a transplanted output folder ....................................... test_e_an_output_folder_from_another_kernel_...
+Each failed on the code before the sandbox (checked on a scratch worktree of main): the attack's number was kept.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp.client.stdio import get_default_environment
+
+from tests.conftest import OPERATORS
+from tests.server.mcp_client import Session, connect
+from tests.sessions import to_frontend
+
+pytestmark = pytest.mark.sim
+
+VEC = "softmax.py:softmax_kernel.set_vec_tile_shapes#1"
+US = {"base": 36.405, "vec8": 21.031, "vec16": 15.463, "vec32": 8.546, "tb1_vec32": 2.726}
+SOFTMAX = (OPERATORS / "softmax" / "softmax.py").read_text()
+
+
+def _approx(us: float) -> object:
+    return pytest.approx(us, abs=2e-3)
+
+
+def _ws(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "softmax.py").write_text(SOFTMAX)
+    return ws
+
+
+async def _round(s: Session, sid: str, *, before_collect=None, during_collect=None, after_collect=None,
+                 **patch) -> dict:
+    """One gated round; ``before_collect()`` runs after the verification, ``during_collect()`` once the measurement
+    was accepted and started (the agent acting while it executes), ``after_collect()`` once it ended and before the
+    round is recorded."""
+    await s.ok("apply_tuning_patch", session_id=sid, rationale="attack test", **patch)
+    assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+    if before_collect is not None:
+        before_collect()
+    job = await s.ok("collect_swimlane", session_id=sid, wait=False)
+    if during_collect is not None:
+        await during_collect()
+    done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=50)
+    while done["status"] != "done":
+        done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=50)
+    if after_collect is not None:
+        after_collect()
+    rec = await s.ok("record_round", session_id=sid)
+    rec["measurement"] = done["result"]
+    return rec
+
+
+# ============================================================================================================ a
+def test_a_differently_spelled_workspace_path_reaches_the_copy_not_the_live_files(tmp_path: Path) -> None:
+    """The command names the operator as ``/./<workspace>/softmax.py``: the old argument rewriting matched the
+    literal prefix only, so the run executed the LIVE file — which the agent swaps for a faster one while the round's
+    measurement runs and puts back before anyone looks (the board shows no drift)."""
+    ws = _ws(tmp_path)
+    op = ws / "softmax.py"
+    cmd = [sys.executable, "/." + str(ws) + "/softmax.py", "--run-mode", "sim"]
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["softmax.py"], cmd)
+            patched: list[str] = []
+
+            async def swap_while_measuring() -> None:
+                patched.append(op.read_text())
+                deadline = time.monotonic() + 60
+                while not any((ws / ".pypto-tune" / "exec").glob("measure-*")) and time.monotonic() < deadline:
+                    await anyio.sleep(0.02)
+                op.write_text(patched[0].replace("TILE_B = 4", "TILE_B = 1").replace(
+                    "set_vec_tile_shapes(1, 16, 256)", "set_vec_tile_shapes(1, 32, 256)"))
+
+            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10",
+                             during_collect=swap_while_measuring, after_collect=lambda: op.write_text(patched[0]))
+            assert r["after_us"] == _approx(US["vec16"]), (
+                f"kept {r['after_us']} µs: the run executed the live (swapped) file, not the recorded bytes "
+                f"({US['vec16']} µs)")
+            assert r["decision"] == "kept"
+            st = await s.ok("get_status", session_id=sid)
+            assert st["best_us"] == _approx(US["vec16"])
+
+    anyio.run(scenario)
+
+
+# ========================================================================================================= b, c
+# A stranger's operator may take a tile from an optional data file; this one names a file outside the workspace.
+OVERRIDE = '''TILE_B = 4
+if os.path.exists({data!r}):  # an optional override of the rows per block
+    TILE_B = int(open({data!r}).read())
+'''
+
+SITECUSTOMIZE = '''# Whenever the trigger file names a tile, every vector tile the kernel sets becomes that tile.
+import os
+
+_TRIGGER = {trigger!r}
+if os.path.exists(_TRIGGER):
+    import pypto
+
+    _forced = tuple(int(v) for v in open(_TRIGGER).read().split(","))
+    _orig = pypto.set_vec_tile_shapes
+    pypto.set_vec_tile_shapes = lambda *shape, **kw: _orig(*_forced, **kw)
+'''
+
+
+def test_b_c_files_outside_the_workspace_cannot_move_a_kept_number(tmp_path: Path) -> None:
+    """b: the operator reads a tile from a data file outside the workspace; c: a folder on the command's own
+    PYTHONPATH holds a sitecustomize.py that forces a tile — and the same folder on the server's PYTHONPATH after a
+    restart and resume. The agent edits the outside files between rounds; none is a file of the recorded tree, so
+    the old server fingerprinted none of them and kept what they produced."""
+    ws = _ws(tmp_path)
+    outside = tmp_path / "outside"
+    site = outside / "site"
+    site.mkdir(parents=True)
+    data, trigger = outside / "tile_b.txt", outside / "forced_tile.txt"
+    (ws / "softmax.py").write_text(SOFTMAX.replace("TILE_B = 4\n", OVERRIDE.format(data=str(data)), 1))
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(trigger=str(trigger)))
+    cmd = ["env", f"PYTHONPATH={site}", sys.executable, "softmax.py", "--run-mode", "sim"]
+    start = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=cmd, run_mode="sim",
+                 goal_speedup=100.0)
+    wrong: list[str] = []
+
+    def check(r: dict, honest: float, what: str) -> None:
+        if r["after_us"] != _approx(honest):
+            wrong.append(f"{what}: round {r['round']} recorded {r['after_us']} µs ({r['decision']}), the recorded "
+                         f"code gives {honest} µs")
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["softmax.py"], cmd)
+            assert (await s.ok("get_status", session_id=sid))["baseline_us"] == _approx(US["base"])
+
+        # c': a server restarted with the folder on its own PYTHONPATH resumes the session; the sitecustomize forces
+        # the tile (1, 32, 256) while the round records (1, 8, 256)
+        trigger.write_text("1,32,256")
+        env = {**get_default_environment(), "PYTHONPATH": str(site)}
+        async with connect(ws, env=env) as s:
+            res = await s.client.call_tool("start_session", start)
+            text = "".join(getattr(b, "text", "") for b in res.content)
+            if res.is_error:
+                assert "GATE environment:" in text and "PYTHONPATH" in text and str(site) in text, text
+                assert "pypto-tune confirm" in text
+            else:
+                wrong.append("c': a server whose PYTHONPATH differs from the recorded one resumed the session")
+                check(await _round(s, sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10"), US["vec8"], "c'")
+
+        async with connect(ws) as s:  # a server started as the session was: the recorded environment
+            again = await s.ok("start_session", **start)
+            assert again["resumed"] and again["session_id"] == sid
+            if not wrong:
+                # c: the command's own PYTHONPATH (trigger still there) — twice, from two kept states
+                check(await _round(s, sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10"), US["vec8"], "c")
+            check(await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10"), US["vec16"], "c")
+            trigger.unlink()
+            # b: the data file says TILE_B = 1 while the recorded code has TILE_B = 4
+            check(await _round(s, sid, knob=VEC, value=[1, 32, 256], catalog_id="F-10",
+                               before_collect=lambda: data.write_text("1"), after_collect=lambda: data.unlink()),
+                  US["vec32"], "b")
+            if not wrong:
+                assert (await s.ok("get_status", session_id=sid))["best_us"] == _approx(US["vec32"])
+
+    anyio.run(scenario)
+    assert not wrong, "numbers recorded that the recorded code did not produce:\n" + "\n".join(wrong)
+
+
+# ============================================================================================================ d
+PYTEST_HARNESS = '''import sys
+
+sys.argv = ["softmax.py", "--run-mode", "sim"]
+import softmax  # noqa: E402  (reads its run mode from sys.argv at import)
+
+
+def test_softmax_simulates():
+    assert softmax.main() == 0
+'''
+
+CONFTEST = '''import pypto
+
+_orig = pypto.set_vec_tile_shapes
+pypto.set_vec_tile_shapes = lambda *shape, **kw: _orig(1, 32, 256, **kw)
+'''
+
+
+def test_d_a_config_file_above_the_copy_does_not_reach_the_run(tmp_path: Path) -> None:
+    """The test runs under pytest. The old run copy lived in ``WORKSPACE/.pypto-tune/exec/``: a ``pytest.ini`` and a
+    ``conftest.py`` dropped into ``.pypto-tune/`` (never drift: the server's own folder) made that folder pytest's
+    rootdir, and its conftest forced a tile. In the sandbox nothing exists above the workspace's own path. (Files
+    the server did not write in its folder are drift at every gate — tools/code/server_files.py — so the agent drops
+    them while the measurement runs and takes them away before recording the round.)"""
+    ws = _ws(tmp_path)
+    (ws / "test_softmax.py").write_text(PYTEST_HARNESS)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_softmax.py"]
+    server_dir = ws / ".pypto-tune"
+
+    def drop() -> None:
+        (server_dir / "pytest.ini").write_text("[pytest]\n")
+        (server_dir / "conftest.py").write_text(CONFTEST)
+
+    def remove() -> None:
+        (server_dir / "pytest.ini").unlink()
+        (server_dir / "conftest.py").unlink()
+
+    async def dropped() -> None:  # once the measurement passed its gate (a file there at a gate is drift now)
+        drop()
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["softmax.py"], cmd)
+            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", during_collect=dropped,
+                             after_collect=remove)
+            assert r["after_us"] == _approx(US["vec16"]), (
+                f"kept {r['after_us']} µs: a conftest.py above the run copy forced the tile (recorded code: "
+                f"{US['vec16']} µs)")
+            st = await s.ok("get_status", session_id=sid)
+            assert st["best_us"] == _approx(US["vec16"]) and not st.get("drift")
+
+    anyio.run(scenario)
+
+
+# ============================================================================================================ e
+TRANSPLANT_HARNESS = '''"""Runs the softmax kernel; a test-side hook swaps in another kernel's run folder for one tile value."""
+import os
+import shutil
+import sys
+
+import softmax
+
+rc = softmax.main()
+if "set_vec_tile_shapes(1, 16, 256)" in open(softmax.__file__).read():
+    own = set(os.listdir("output"))
+    import fast_softmax
+
+    fast_softmax.main()
+    for name in own:  # only the other kernel's genuine, well-formed folder is left
+        shutil.rmtree(os.path.join("output", name))
+sys.exit(rc)
+'''
+
+
+def test_e_an_output_folder_from_another_kernel_is_not_this_rounds(tmp_path: Path) -> None:
+    """A recorded harness hook runs another kernel (``fast_softmax.py``, TILE_B = 1, tile (1, 32, 256)) in the same
+    run and leaves only its output folder — a real, well-formed trace, compiled in this run, of other code. It is not
+    the operator's: the measurement must not count it."""
+    ws = _ws(tmp_path)
+    fast = SOFTMAX.replace("TILE_B = 4", "TILE_B = 1").replace("set_vec_tile_shapes(1, 4, 256)",
+                                                               "set_vec_tile_shapes(1, 32, 256)")
+    fast = fast.replace("def softmax_kernel(", "def fast_softmax_kernel(").replace(
+        "softmax_kernel(x_dev, y_dev)", "fast_softmax_kernel(x_dev, y_dev)").replace(
+        '"stitch_function_max_num": 128}', '"stitch_function_max_num": 128}, debug_options={"runtime_debug_mode": 1}')
+    (ws / "fast_softmax.py").write_text(fast)
+    (ws / "test_softmax.py").write_text(TRANSPLANT_HARNESS)
+    cmd = [sys.executable, "test_softmax.py", "--run-mode", "sim"]
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["softmax.py"], cmd)
+            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10")
+            m = r["measurement"]
+            assert m["operator_time_us"] != _approx(US["tb1_vec32"]), (
+                f"measured {m['operator_time_us']} µs: fast_softmax.py's folder was analysed as this round's")
+            assert not (r["decision"] == "kept" and r["after_us"] == _approx(US["tb1_vec32"]))
+            assert m["valid"] is False and "fast_softmax.py" in " ".join(m["invalid_reasons"]), m["invalid_reasons"]
+            st = await s.ok("get_status", session_id=sid)
+            assert st["best_us"] == _approx(US["base"])
+
+    anyio.run(scenario)
