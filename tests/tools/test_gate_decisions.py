@@ -439,7 +439,8 @@ def test_the_round_phase_follows_the_newest_precision_record_and_the_measurement
 
 
 def test_the_time_limit_counts_hours_since_the_session_started(tmp_path: Path) -> None:
-    """R14b: the tuning time limit (hours) against the wall clock since the recorded start."""
+    """R14b: the tuning time limit (hours) against the wall clock since the recorded start: six seconds short of 12 h
+    is within it, six seconds past is not (an hour taken as 3599 or 3601 s would move the limit by 12 s)."""
     import time
 
     from pypto_tune.tools.session import gates
@@ -447,12 +448,12 @@ def test_the_time_limit_counts_hours_since_the_session_started(tmp_path: Path) -
     from pypto_tune.tools.session.state import derive_state, load_rows
 
     ledger = Ledger(tmp_path / "ledger.sqlite3")
-    for sid, hours_ago in (("s11", 11.0), ("s13", 13.0)):
+    for sid, seconds_ago in (("within", 12 * 3600 - 6), ("past", 12 * 3600 + 6)):
         ledger.insert("sessions", id=sid, created_at=now_iso(), workspace="/w", operator="k",
                       operator_files=["k.py"], test_command=["python", "k.py"], shell=False, run_mode="sim",
                       goal_kind="speedup", goal_value=2.0, timeout_s=300.0, device_ids=["0"], time_limit_h=12.0,
                       repeats=1, original_sources={"k.py": "TILE = 1\n"}, original_hash="h0", original_raw_hash="r0",
-                      config={"started_epoch": time.time() - hours_ago * 3600})
-    within, past = (derive_state(load_rows(ledger, sid)) for sid in ("s11", "s13"))
+                      config={"started_epoch": time.time() - seconds_ago})
+    within, past = (derive_state(load_rows(ledger, sid)) for sid in ("within", "past"))
     assert not gates.time_limit_exceeded(within) and gates.global_stop_reason(within) == ""
     assert gates.time_limit_exceeded(past) and gates.global_stop_reason(past) == "time limit of 12.0 h reached"
