@@ -306,13 +306,11 @@ def _rows(side: dict[str, Any], table: str) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------------------------------------- tests
 def test_both_servers_ran_the_same_batches_and_ray_ran_them(both: dict[str, Any]) -> None:
     local, ray = both["local"], both["ray"]
-    # the same kept state gives the same proposals before each batch: ids, values, reasons and evidence
-    assert _proposals(ray) == _proposals(local)
-    for lb, rb in zip(local["proposals"], ray["proposals"], strict=True):
-        assert lb[0]["admitted"] and rb[0]["admitted"]  # the budget always admits the first
-        # where both servers had the time to admit a candidate: the same edit
-        assert [a["diff"] for a, b in zip(lb, rb) if a["admitted"] and b["admitted"]] == \
-            [b["diff"] for a, b in zip(lb, rb) if a["admitted"] and b["admitted"]]
+    # the same kept state gives the same proposals before each batch: ids, values, reasons, evidence and the edit
+    assert len(local["proposals"]) == len(ray["proposals"])
+    for lb, rb in zip(_proposals(local), _proposals(ray), strict=True):
+        assert lb and rb and lb[0]["admitted"] and rb[0]["admitted"]  # the budget always admits the first
+        assert lb[:len(rb)] == rb[:len(lb)]
     assert ray["ids"] == local["ids"] and [len(b) for b in local["ids"]] == [BATCH, 3]
     for side in (local, ray):
         assert [b["refused"] for b in side["batches"]] == [[], []], side["batches"]
@@ -332,12 +330,17 @@ def test_both_servers_ran_the_same_batches_and_ray_ran_them(both: dict[str, Any]
 
 
 def _proposals(side: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """The proposals without what propose_candidates' answer budget decides (tools/search/propose.py, 2.5 s of wall
-    time): which candidates it had time to admit (``admitted``; the edit's ``diff`` comes with the admission). The
-    Ray server shares the 2 cores with its cluster, so it admits fewer in the same budget (measured: 2 of 8 against
-    3); run_candidates admits every candidate before it runs, so both ledgers still hold the same admissions."""
-    return [[{k: v for k, v in c.items() if k not in ("admitted", "diff")} for c in batch]
-            for batch in side["proposals"]]
+    """Each batch's proposals up to the first one propose_candidates' answer budget left unchecked
+    (tools/search/propose.py, 2.5 s of wall time; ``admitted`` false). Past that point the list depends on the time
+    the server had: a candidate its admission would refuse is dropped while there is time and listed unchecked after,
+    so the rest of the list shifts. The Ray server shares the 2 cores with its cluster and admits fewer in the same
+    budget (measured: 2 of 8 against 3; CI once saw the lists part at the third). run_candidates admits every
+    candidate before it runs, so both ledgers still hold the same admissions."""
+    out = []
+    for batch in side["proposals"]:
+        cut = next((i for i, c in enumerate(batch) if not c["admitted"]), len(batch))
+        out.append(batch[:cut])
+    return out
 
 
 def test_every_table_is_compared(both: dict[str, Any]) -> None:
