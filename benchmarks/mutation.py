@@ -1,72 +1,95 @@
 """Mutation testing of the rule modules with cosmic-ray (issue #16): does a test fail when a decision changes?
 
-    .venv/bin/python benchmarks/mutation.py                 # every module below, its decisions, its fast tests
-    .venv/bin/python benchmarks/mutation.py --only stages   # one module (key of MODULES)
-    .venv/bin/python benchmarks/mutation.py --list          # the mutants that would run, nothing else
+    .venv/bin/python benchmarks/mutation.py                   # every module below, its decisions, its fast tests
+    .venv/bin/python benchmarks/mutation.py --only stages     # one module (key of MODULES; repeatable)
+    .venv/bin/python benchmarks/mutation.py --list            # the mutants that would run, nothing else
+    .venv/bin/python benchmarks/mutation.py --compare 4       # per module 4 mutants also run the old way: cost, agreement
 
-What runs: cosmic-ray (pinned, ``pip install .[mutation]``; the script installs it into this interpreter when it is
-missing) mutates one syntax node at a time — a comparison's boundary (``<`` ↔ ``<=``, ``==`` ↔ ``!=``, ``in`` ↔
-``not in``, ``is`` ↔ ``is not``), ``and`` ↔ ``or``, an added ``not``, ``True`` ↔ ``False``, a number ± 1, an
-arithmetic operator's nearest neighbour (``+`` ↔ ``-``, ``*`` ↔ ``/``), a loop that never runs, a ``continue`` that
-breaks, an exception type — inside the functions that make a gate's decision (``MODULES``: admission, gates, rules,
-state with the kept time, stages, the R19 check). After each mutation it runs that module's kill suite: the fast
-tests (no simulator) that specify the module, ``pytest -x``. A mutant the suite does not fail on *survives*.
+What is mutated: cosmic-ray (pinned, ``pip install -e .[mutation]``; the script installs it when it is missing)
+mutates one syntax node at a time — a comparison's boundary (``<`` ↔ ``<=``, ``==`` ↔ ``!=``, ``in`` ↔ ``not in``,
+``is`` ↔ ``is not``), ``and`` ↔ ``or``, an added ``not``, ``True`` ↔ ``False``, a number ± 1, an arithmetic operator's
+nearest neighbour (``+`` ↔ ``-``, ``*`` ↔ ``/``), a loop that never runs, a ``continue`` that breaks, an exception type
+— inside the functions that make a gate's decision (``MODULES``). Each mutant is one cosmic-ray work item (its own
+operators and occurrence numbering; the results are written to its work database).
 
-Where: in a private copy of the tree under a temp folder (cosmic-ray edits files in place; the checkout is never
-left mutated, and the suite imports the copy through a ``pypto_tune`` shim on ``PYTHONPATH``).
+How it is killed, affordably on 2 cores: per module a fork server (``mutation_fork.py``) imports the project and the
+kill suite once. The unmutated suite runs once to time each test (and must pass with every function of the module
+recompiled and swapped in), and once under coverage with a context per test, which says which tests run each line.
+A mutant then costs a fork: its function's code object is swapped in and only the tests that reach its line run,
+cheapest first, ``-x``, with a timeout of 4 × what they took unmutated (+ 5 s). A mutation outside any function body
+(a module constant, a default value) runs the standard way: the mutated file on disk, a fresh ``pytest -x`` over the
+whole suite. So does every mutant the fast way did not kill — no survivor is reported that a fresh interpreter and the
+whole kill suite would kill.
 
-Prints per module the mutants, killed, survived and timeouts, then every survivor (file:line, operator, the line)
-— README "Mutation testing" lists them with why each is harmless or which test now kills it. Not part of the default
-test command: a full run takes ~1 h on 2 cores.
+Where: two private copies of the tree under a temp folder (cosmic-ray edits files in place for the standard way; the
+checkout is never touched), each imported through a ``pypto_tune`` shim on ``PYTHONPATH``.
+
+Prints per module the mutants, killed, survived and timeouts, then every survivor (file:line, operator, the line
+before and after) — README "Mutation testing" lists them with why each is harmless or which test now kills it. Not
+part of the default test command.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import os
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+FORK = Path(__file__).with_name("mutation_fork.py")
+sys.path.insert(0, str(FORK.parent))
+from mutation_fork import changed_units  # noqa: E402  (the fork server's own test of "a swap shows it")
 COSMIC_RAY = "cosmic-ray==8.7.0"
+COVERAGE = "coverage==7.17.5"
 
 
 @dataclass(frozen=True)
 class Target:
     path: str  # the module, relative to the repository
-    functions: tuple[str, ...]  # definitions whose mutants run ("<module>" = module-level constants)
+    functions: tuple[str, ...]  # definitions whose mutants run (cosmic-ray's innermost def or class name)
     suite: tuple[str, ...]  # the fast tests that specify it
 
 
-# cheapest first: with -x a killed mutant stops at the first failing test
 # (tests/admission/test_redteam_findings.py runs stand-in operators in child processes whose interpreter fingerprint
 # takes in the shim's folders: it fails in the copy without any mutation, so it is not part of the kill suite)
-ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_properties.py")
+ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_decisions.py",
+                   "tests/admission/test_admission_properties.py", "tests/patching/test_runmap.py")
 RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
-               "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py")
-OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py",)  # the only fast tests that drive the operations
+               "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py",
+               "tests/tools/test_gate_decisions.py")
+OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
+RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admission_decisions.py")
 MODULES: dict[str, Target] = {  # in the order a run takes them
     "stages": Target("tools/operations/stages.py",
                      ("_judge_stage", "_leave_stage", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),
-    "r19": Target("tools/operations/base.py", ("_tried", "_failed_code", "_value_key", "norm", "_fold", "ev"),
-                  OPERATIONS_SUITE),
+    "r19": Target("tools/operations/base.py", ("_admit", "_tried", "_failed_code", "_value_key", "norm", "_fold",
+                                               "ev"), OPERATIONS_SUITE),
     "state": Target("tools/session/state.py",
                     ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
     "rules": Target("tools/session/rules.py",
                     ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
     "gates": Target("tools/session/gates.py",
-                    ("check", "round_phase", "has_pass", "last_precision", "time_limit_exceeded", "global_stop_reason"),
-                    RULES_SUITE),
+                    ("check", "round_phase", "has_pass", "last_precision", "time_limit_exceeded", "global_stop_reason",
+                     "platform_utilization"), RULES_SUITE),
     "admission": Target("tools/code/admission.py",
-                        ("admit", "_pure", "_check_bytes", "_legal", "_delta", "_duplicate_keys", "_differences",
-                         "_statements", "_shell"), ADMISSION_SUITE),
+                        ("admit", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
+                         "_differences", "_statements", "_shell", "_check_run", "_exprs", "_changed_names",
+                         "_outside_kernels", "visit_FunctionDef"), ADMISSION_SUITE),
+    "runcheck": Target("tools/patching/runcheck.py",
+                       ("overlay", "_kernel_dims", "loop_checks", "annotate_unchecked"), RUNCHECK_SUITE),
 }
 
 # Operators kept, by cosmic-ray's name: the mutations that move a decision. The rest of its catalogue (every
@@ -88,10 +111,11 @@ def kept_operator(name: str) -> bool:
     return parts[0] in _WHOLE
 
 
-def ensure_cosmic_ray() -> None:
-    if importlib.util.find_spec("cosmic_ray") is None:
-        print(f"installing {COSMIC_RAY} into {sys.executable} …", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", COSMIC_RAY], check=True)
+def ensure_tools() -> None:
+    for module, pin in (("cosmic_ray", COSMIC_RAY), ("coverage", COVERAGE)):
+        if importlib.util.find_spec(module) is None:
+            print(f"installing {pin} into {sys.executable} …", flush=True)
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", pin], check=True)
 
 
 def private_copy(dest: Path) -> Path:
@@ -109,78 +133,251 @@ def private_copy(dest: Path) -> Path:
     return dest / ".shim"
 
 
-def suite_command(t: Target) -> str:
-    return f"{sys.executable} -m pytest -x -q -p no:cacheprovider -m 'not sim' {' '.join(t.suite)}"
+@dataclass
+class Copy:
+    root: Path
+    env: dict[str, str]
 
 
-def baseline(copy: Path, t: Target, env: dict[str, str]) -> None:
-    """The kill suite must pass on the unmutated copy (else every mutant would look killed), importing the copy."""
-    probe = subprocess.run([sys.executable, "-c", "import pypto_tune.tools, sys; print(pypto_tune.tools.__file__)"],
-                           cwd=copy, env=env, capture_output=True, text=True, check=True)
-    if not probe.stdout.strip().startswith(str(copy)):
-        raise SystemExit(f"the copy is not what the tests import: {probe.stdout.strip()}")
-    run = subprocess.run(suite_command(t), shell=True, cwd=copy, env=env, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise SystemExit(f"the kill suite of {t.path} fails without any mutation:\n{run.stdout[-2000:]}")
+def make_copy(dest: Path) -> Copy:
+    shim = private_copy(dest)
+    return Copy(dest, dict(os.environ, PYTHONPATH=str(shim), PYTHONDONTWRITEBYTECODE="1"))
 
 
-def config(copy: Path, t: Target, timeout: float) -> Path:
-    cmd = suite_command(t)
-    cfg = copy / f"cr-{Path(t.path).stem}.toml"
-    cfg.write_text(f"""[cosmic-ray]
-module-path = "{t.path}"
-timeout = {timeout}
-excluded-modules = []
-test-command = "{cmd}"
-
-[cosmic-ray.distributor]
-name = "local"
-""")
-    return cfg
+# ------------------------------------------------------------------------------------------------ the mutants
 
 
-def select(db: Path, t: Target) -> tuple[int, list[dict]]:
-    """Skip every mutant outside the target's functions or operators; return (kept count, kept mutants)."""
+def init_db(copy: Copy, t: Target, db: Path) -> list[Any]:
+    """cosmic-ray's ``init`` for the kept operators only (occurrences are numbered per operator, so the work items are
+    the ones its full ``init`` makes for them), then the target's functions only."""
+    import cosmic_ray.plugins
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.ast.ast_query import ASTQuery
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+    from cosmic_ray.work_item import MutationSpec, WorkItem
 
-    kept: list[dict] = []
-    with use_db(str(db), WorkDB.Mode.open) as work_db:
-        for item in list(work_db.pending_work_items):
-            m = item.mutations[0]
-            name = m.definition_name or "<module>"
-            if name in t.functions and kept_operator(m.operator_name):
-                kept.append({"job": item.job_id, "line": m.start_pos[0], "operator": m.operator_name,
-                             "function": name})
-            else:
-                work_db.set_result(item.job_id, WorkResult(output="outside the rule decisions",
-                                                           worker_outcome=WorkerOutcome.SKIPPED))
-    return len(kept), kept
-
-
-def results(db: Path, t: Target, copy: Path) -> dict:
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome
-
-    lines = (copy / t.path).read_text().splitlines()
-    out = {"module": t.path, "mutants": 0, "killed": 0, "survived": [], "timeouts": 0, "incompetent": 0}
-    with use_db(str(db), WorkDB.Mode.open) as work_db:
-        for item, result in work_db.completed_work_items:
-            if result.worker_outcome == WorkerOutcome.SKIPPED:
+    path = copy.root / t.path
+    tree = get_ast_from_path(path)
+    nodes = list(ast_nodes(tree))
+    items = []
+    for name in sorted(n for n in cosmic_ray.plugins.operator_names() if kept_operator(n)):
+        op = cosmic_ray.plugins.get_operator(name)()
+        positions = ((node, s, e) for node in nodes for s, e in op.mutation_positions(node))
+        for occurrence, (node, s, e) in enumerate(positions):
+            where = ASTQuery(node).get_definition_name() or "<module>"
+            if where not in t.functions:
                 continue
-            out["mutants"] += 1
-            m = item.mutations[0]
-            if result.test_outcome == TestOutcome.KILLED:
-                out["killed"] += 1
-            elif result.test_outcome == TestOutcome.SURVIVED:
-                line = m.start_pos[0]
-                out["survived"].append({"line": line, "operator": m.operator_name.split("/", 1)[-1],
-                                        "function": m.definition_name or "<module>",
-                                        "code": lines[line - 1].strip() if 0 < line <= len(lines) else ""})
-            elif result.worker_outcome == WorkerOutcome.ABNORMAL:
-                out["timeouts"] += 1
-            else:
-                out["incompetent"] += 1
+            items.append(WorkItem.single(job_id=uuid.uuid4().hex, mutation=MutationSpec(
+                module_path=str(path), operator_name=name, occurrence=occurrence, start_pos=s, end_pos=e,
+                definition_name=where)))
+    items.sort(key=lambda w: (w.mutations[0].start_pos, w.mutations[0].operator_name))
+    with use_db(str(db), WorkDB.Mode.create) as work_db:
+        work_db.clear()
+        work_db.add_work_items(items)
+    return items
+
+
+def mutated_source(spec: Any, original: str) -> str | None:
+    import cosmic_ray.plugins
+    from cosmic_ray.mutating import mutate_code
+
+    return mutate_code(original, cosmic_ray.plugins.get_operator(spec.operator_name)(), spec.occurrence)
+
+
+def _key(operator: str, function: str | None, code: str, mutant: str) -> tuple[str, str, str, str]:
+    return operator, function or "<module>", code, mutant
+
+
+def _item_key(w: Any, original: str) -> tuple[str, str, str, str]:
+    m = w.mutations[0]
+    line = m.start_pos[0]
+    new = (mutated_source(m, original) or "").splitlines()
+    return _key(m.operator_name, m.definition_name, original.splitlines()[line - 1].strip(),
+                new[line - 1].strip() if line <= len(new) else "")
+
+
+def statement_lines(tree: ast.Module, line: int, end: int) -> set[int]:
+    """The lines whose execution shows that the code at ``line``..``end`` ran: the innermost statement (or ``except``
+    clause) holding it — all its lines for a simple statement, its header for a compound one — and the node's own."""
+    best: ast.AST | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.stmt, ast.excepthandler)) and node.lineno <= line <= (node.end_lineno or line):
+            if best is None or (node.lineno, -(node.end_lineno or 0)) >= (best.lineno, -(best.end_lineno or 0)):
+                best = node
+    out = set(range(line, end + 1))
+    if best is not None:
+        inner = [c.lineno for f in ("body", "orelse", "finalbody", "handlers") for c in getattr(best, f, [])
+                 if isinstance(c, ast.AST)]
+        last = min(inner) - 1 if inner else (best.end_lineno or best.lineno)
+        out |= set(range(best.lineno, max(last, best.lineno) + 1))
+    return out
+
+
+def tests_by_line(contexts: dict[str, list[str]], tests: list[str]) -> dict[int, set[str]]:
+    """Line → the tests that reach it: the test whose body ran it, or — for a line run while a fixture was set up or
+    torn down, which a module- or session-scoped fixture shares — every test of that test's file."""
+    by_file: dict[str, set[str]] = {}
+    for n in tests:
+        by_file.setdefault(n.split("::", 1)[0], set()).add(n)
+    out: dict[int, set[str]] = {}
+    for line, ctxs in contexts.items():
+        got = out.setdefault(int(line), set())
+        for c in ctxs:
+            node, _, phase = c.rpartition("|")
+            got |= {node} if phase == "call" else by_file.get(node.split("::", 1)[0], {node})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ running them
+
+
+class Server:
+    """One fork server (mutation_fork.py) in a copy, for one target module and its kill suite."""
+
+    def __init__(self, copy: Copy, t: Target, log: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(FORK), t.path, str(log), *t.suite], cwd=copy.root,
+                                     env=copy.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = json.loads(self.proc.stdout.readline() or "{}")
+        if not hello.get("ready"):
+            raise SystemExit(f"the kill suite of {t.path} does not collect in the copy (see {log})")
+
+    def ask(self, **req: Any) -> dict[str, Any]:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def run_fresh(copy: Copy, t: Target, spec: Any, tests: list[str], timeout: float) -> dict[str, Any]:
+    """The standard way: cosmic-ray writes the mutant into the copy's file, a fresh ``pytest -x`` runs ``tests``."""
+    import cosmic_ray.plugins
+    from cosmic_ray.mutating import use_mutation
+
+    op = cosmic_ray.plugins.get_operator(spec.operator_name)()
+    t0 = time.monotonic()
+    with use_mutation(copy.root / t.path, op, spec.occurrence) as (_, mutated):
+        if mutated is None:
+            return {"outcome": "no-mutation", "wall": 0.0}
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m",
+                                 "not sim", *tests], cwd=copy.root, env=copy.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return {"outcome": "timeout", "wall": round(time.monotonic() - t0, 3)}
+    outcome = {0: "survived", 1: "killed"}.get(proc.returncode, "error")
+    failed = next((ln.split(" ", 1)[1].split(" - ")[0] for ln in out.splitlines() if ln.startswith("FAILED ")), None)
+    return {"outcome": outcome, "failed": failed, "wall": round(time.monotonic() - t0, 3),
+            "tail": "" if outcome != "error" else out[-1500:]}
+
+
+def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    t0 = time.monotonic()
+    db = work / f"cr-{key}.sqlite"
+    items = init_db(fast, t, db)
+    original = (fast.root / t.path).read_text(encoding="utf-8")
+    if args.survivors_of:  # the same mutants, found by what they change (line numbers may have moved since)
+        earlier = json.loads(args.survivors_of.read_text())
+        want = {_key(s["operator_name"], s["function"], s["code"], s["mutant"]) for r in earlier["modules"]
+                if r["module"] == t.path for s in r["survived"]}
+        items = [w for w in items if _item_key(w, original) in want]
+    print(f"{key}: {len(items)} mutants in {', '.join(t.functions)} of {t.path}; kill suite: {' '.join(t.suite)}",
+          flush=True)
+    lines = original.splitlines()
+    if not items:
+        return {"module": t.path, "mutants": 0, "killed": 0, "survived": [], "timeouts": [], "errors": [],
+                "fresh_runs": 0, "fast_runs": 0, "compare": [], "seconds": round(time.monotonic() - t0, 1)}
+    if args.list:
+        for w in items:
+            m = w.mutations[0]
+            print(f"  {t.path}:{m.start_pos[0]} {m.definition_name} {m.operator_name}")
+        return {}
+    server = Server(fast, t, work / f"{key}.log")
+    base = server.ask(op="baseline")
+    if base.get("rc") != 0:
+        raise SystemExit(f"the kill suite of {t.path} fails without any mutation (or with the unmutated code swapped "
+                         f"in): {base}; see {work / (key + '.log')}")
+    seconds: dict[str, float] = base["seconds"]
+    cover = server.ask(op="map")
+    order = sorted(seconds, key=lambda n: (seconds[n], n))  # cheapest first: -x stops at the first failure
+    reached = tests_by_line(cover.get("lines", {}), order)
+    fresh_timeout = max(60.0, 3 * sum(seconds.values()) + 30)
+    print(f"{key}: suite {len(seconds)} tests, {sum(seconds.values()):.1f} s unmutated; "
+          f"{len(reached)} lines of {t.path} reached", flush=True)
+    tree = ast.parse(original)
+    out: dict[str, Any] = {"module": t.path, "mutants": len(items), "killed": 0, "survived": [], "timeouts": [],
+                           "errors": [], "fresh_runs": 0, "fast_runs": 0, "compare": []}
+    compare_at = set(range(0, len(items), max(1, len(items) // args.compare))) if args.compare else set()
+    results = []
+    fast: list[tuple[int, Any, dict[str, Any], int]] = []
+    for i, w in enumerate(items):  # the fast way first: the picture of the whole module comes early
+        spec = w.mutations[0]
+        source = mutated_source(spec, original)
+        if source is None:
+            results.append((w, WorkResult(worker_outcome=WorkerOutcome.NO_TEST)))
+            continue
+        want = set().union(*(reached.get(n, set()) for n in statement_lines(tree, spec.start_pos[0],
+                                                                              spec.end_pos[0])))
+        tests = [n for n in order if n in want]
+        r: dict[str, Any] = {"outcome": "unreached", "wall": 0.0}
+        if changed_units(original, source) is None:  # a def line, a constant: only a fresh import shows it
+            r = {"outcome": "reimport", "wall": 0.0}
+        elif tests:
+            r = server.ask(op="mutant", source=source, tests=tests, timeout=4 * sum(seconds[n] for n in tests) + 5)
+            out["fast_runs"] += 1
+        r["new_text"] = source.splitlines()[spec.start_pos[0] - 1].strip()
+        print(f"  [{i + 1}/{len(items)}] {r['outcome']:9} fast  {r['wall']:6.1f} s {t.path}:{spec.start_pos[0]} "
+              f"{spec.operator_name.split('/')[-1]} ({spec.definition_name}; {len(tests)} tests)", flush=True)
+        fast.append((i, w, r, len(tests)))
+    server.close()
+    again = {"survived", "reimport", "error", "timeout"} | ({"unreached"} if args.confirm_unreached else set())
+    for i, w, r, n_tests in fast:
+        spec = w.mutations[0]
+        line = spec.start_pos[0]
+        way = "fast"
+        if r["outcome"] in ("reimport", "error", "timeout") or (r["outcome"] in again and not args.no_confirm):
+            # the standard way: whole suite, fresh interpreter — the verdict for everything the fast way did not kill
+            r = {**run_fresh(fresh, t, spec, order, fresh_timeout), "fast": r["outcome"], "fast_wall": r["wall"],
+                 "new_text": r["new_text"]}
+            way = "fresh"
+            out["fresh_runs"] += 1
+            print(f"  [{i + 1}/{len(items)}] {r['outcome']:9} fresh {r['wall']:6.1f} s {t.path}:{line} "
+                  f"{spec.operator_name.split('/')[-1]} ({spec.definition_name}; fast: {r['fast']})", flush=True)
+        if i in compare_at:  # the way this script ran before: whole suite in file order, fresh pytest per mutant
+            old = run_fresh(fresh, t, spec, list(t.suite), fresh_timeout)
+            out["compare"].append({"line": line, "operator": spec.operator_name, "old": old["outcome"],
+                                   "old_wall": old["wall"], "new": r["outcome"],
+                                   "new_wall": r["wall"] + r.get("fast_wall", 0.0)})
+        entry = {"line": line, "operator": spec.operator_name.split("/", 1)[-1], "function": spec.definition_name,
+                 "operator_name": spec.operator_name, "occurrence": spec.occurrence, "end": list(spec.end_pos),
+                 "code": lines[line - 1].strip() if 0 < line <= len(lines) else "", "mutant": r["new_text"],
+                 "way": way, "tests": n_tests}
+        if r["outcome"] == "killed":
+            out["killed"] += 1
+            test_outcome = TestOutcome.KILLED
+        elif r["outcome"] == "timeout":
+            out["timeouts"].append(entry)
+            test_outcome = TestOutcome.KILLED
+        elif r["outcome"] in ("survived", "unreached"):
+            out["survived"].append({**entry, "unreached": r["outcome"] == "unreached" or r.get("fast") == "unreached"})
+            test_outcome = TestOutcome.SURVIVED
+        else:
+            out["errors"].append({**entry, "detail": r.get("error") or r.get("tail") or r["outcome"]})
+            test_outcome = TestOutcome.INCOMPETENT
+        results.append((w, WorkResult(worker_outcome=WorkerOutcome.NORMAL, test_outcome=test_outcome,
+                                      output=json.dumps(r)[:4000])))
+    with use_db(str(db), WorkDB.Mode.open) as work_db:
+        for w, res in results:
+            work_db.set_result(w.job_id, res)
+    out["seconds"] = round(time.monotonic() - t0, 1)
     return out
 
 
@@ -189,48 +386,65 @@ def main() -> int:
     ap.add_argument("--only", action="append", choices=sorted(MODULES), help="module key (repeatable)")
     ap.add_argument("--functions", help="comma-separated: only these of the module's functions (a targeted run)")
     ap.add_argument("--list", action="store_true", help="list the mutants that would run and stop")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per mutant's test run")
-    ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument("--compare", type=int, default=0, metavar="N",
+                    help="also run N mutants per module the old way (fresh pytest, whole suite): cost and agreement")
+    ap.add_argument("--confirm-unreached", action="store_true",
+                    help="run the mutants no kill-suite test reaches (by coverage) the standard way too")
+    ap.add_argument("--no-confirm", action="store_true",
+                    help="report the fast way's survivors without running them again the standard way")
+    ap.add_argument("--json", type=Path, help="write the results here too (after each module)")
+    ap.add_argument("--keep", type=Path, help="copy cosmic-ray's work databases and the suite logs here")
+    ap.add_argument("--survivors-of", type=Path, metavar="JSON",
+                    help="run only the mutants an earlier --json lists as survivors (after tests were added)")
     args = ap.parse_args()
-    ensure_cosmic_ray()
+    ensure_tools()
     keys = args.only or list(MODULES)
     report = []
+    started = time.strftime("%Y-%m-%d %H:%M")
+    t_all = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pypto-tune-mutation-") as tmp:
-        copy = Path(tmp) / "tree"
-        shim = private_copy(copy)
-        env = dict(os.environ, PYTHONPATH=str(shim), PYTHONDONTWRITEBYTECODE="1")
+        work = Path(tmp)
+        fast, fresh = make_copy(work / "fast"), make_copy(work / "fresh")
         for key in keys:
             t = MODULES[key]
             if args.functions:
-                wanted = tuple(f for f in t.functions if f in args.functions.split(","))
-                t = Target(t.path, wanted, t.suite)
-            cfg, db = config(copy, t, args.timeout), copy / f"cr-{key}.sqlite"
-            subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "init", str(cfg), str(db)], cwd=copy, env=env,
-                           check=True, stdout=subprocess.DEVNULL)
-            n, mutants = select(db, t)
-            print(f"{key}: {n} mutants in {', '.join(t.functions)} of {t.path}; kill suite: {' '.join(t.suite)}",
-                  flush=True)
-            if args.list:
-                for m in mutants:
-                    print(f"  {t.path}:{m['line']} {m['function']} {m['operator']}")
+                t = Target(t.path, tuple(f for f in t.functions if f in args.functions.split(",")), t.suite)
+            r = run_module(key, t, fast, fresh, work, args)
+            if not r:
                 continue
-            t0 = time.monotonic()
-            baseline(copy, t, env)
-            subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "exec", str(cfg), str(db)], cwd=copy, env=env,
-                           check=True)
-            r = results(db, t, copy)
-            r["seconds"] = round(time.monotonic() - t0, 1)
             report.append(r)
             print(f"{key}: {r['mutants']} mutants, {r['killed']} killed, {len(r['survived'])} survived, "
-                  f"{r['timeouts']} timed out, {r['incompetent']} incompetent, {r['seconds']} s", flush=True)
+                  f"{len(r['timeouts'])} timed out, {len(r['errors'])} errors; {r['fast_runs']} fast runs, "
+                  f"{r['fresh_runs']} fresh runs; {r['seconds']} s", flush=True)
             for s in r["survived"]:
-                print(f"  SURVIVED {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['code']}", flush=True)
+                why = " [no test reaches it]" if s["unreached"] else ""
+                print(f"  SURVIVED{why} {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['code']}  →  "
+                      f"{s['mutant']}", flush=True)
+            for s in r["timeouts"]:
+                print(f"  TIMEOUT {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['code']}", flush=True)
+            for s in r["errors"]:
+                print(f"  ERROR {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['detail'][-300:]}",
+                      flush=True)
             if args.json:  # after each module: a long run that is stopped keeps what it measured
-                args.json.write_text(json.dumps(report, indent=2))
+                args.json.write_text(json.dumps({"started": started, "modules": report}, indent=2))
+            if args.keep:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for f in (work / f"cr-{key}.sqlite", work / f"{key}.log"):
+                    if f.exists():
+                        shutil.copy2(f, args.keep / f.name)
+    if not report:
+        return 0
     total = sum(r["mutants"] for r in report)
-    alive = sum(len(r["survived"]) for r in report)
-    if report:
-        print(f"total: {total} mutants, {alive} survived")
+    print(f"total: {total} mutants, {sum(r['killed'] for r in report)} killed, "
+          f"{sum(len(r['survived']) for r in report)} survived, {sum(len(r['timeouts']) for r in report)} timed out, "
+          f"{sum(len(r['errors']) for r in report)} errors; {time.monotonic() - t_all:.0f} s wall "
+          f"({(time.monotonic() - t_all) / max(total, 1):.1f} s per mutant)")
+    pairs = [c for r in report for c in r["compare"]]
+    if pairs:
+        old, new = statistics.mean(c["old_wall"] for c in pairs), statistics.mean(c["new_wall"] for c in pairs)
+        agree = sum(1 for c in pairs if (c["old"] == "survived") == (c["new"] == "survived"))
+        print(f"compare: {len(pairs)} mutants run both ways: old {old:.1f} s per mutant, new {new:.1f} s "
+              f"({old / new if new else float('inf'):.1f}× faster); same verdict for {agree}/{len(pairs)}")
     return 0
 
 

@@ -503,7 +503,8 @@ def _check_bytes(path: str, before: str, after: str) -> None:
                                   f"{ast.unparse(v)[:60]!r}; it must be an integer 0–3",
                                   "leave debug_options to enable_runtime_debug")
         elif isinstance(node, ast.keyword) and node.arg == "runtime_debug_mode" and not (
-                isinstance(node.value, ast.Constant) and type(node.value.value) is int):
+                isinstance(node.value, ast.Constant) and type(node.value.value) is int
+                and 0 <= node.value.value <= 3):  # dict(runtime_debug_mode=7) is no more legal than {…: 7}
             raise _refuse("one-change", f"{path}: runtime_debug_mode must be an integer 0–3",
                           "leave debug_options to enable_runtime_debug")
 

@@ -1,0 +1,216 @@
+"""Decisions of the admission gate (tools/code/admission.py, tools/patching/runcheck.py) that the full mutation run
+(benchmarks/mutation.py, issue #16) found untested — library level, no simulator.
+
+Expected values come from the fixture operator's own text (which line holds which statement) and from the rules as
+the module docstrings and the README state them; never from the function under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pypto_tune.tools.code.admission import admit
+from pypto_tune.tools.errors import GateRefusal
+from tests.report.ledger_rows import SOFTMAX
+
+F = "softmax.py"
+
+
+def _refused(after_text: str, before_text: str = SOFTMAX) -> GateRefusal:
+    with pytest.raises(GateRefusal) as info:
+        admit({F: before_text}, {F: after_text})
+    return info.value
+
+
+def _line_of(text: str, stmt: str) -> int:
+    """1-based line of the one line of ``text`` that holds ``stmt``."""
+    hits = [i + 1 for i, line in enumerate(text.splitlines()) if line.strip() == stmt]
+    assert len(hits) == 1, (stmt, hits)
+    return hits[0]
+
+
+def _edit(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+# ------------------------------------------------------------------------------------------------ what is named
+
+
+def test_a_refusal_names_each_of_two_separate_edited_lines() -> None:
+    after = _edit(_edit(SOFTMAX, "pypto.exp(xv - row_max)", "pypto.exp(xv)"), "torch.manual_seed(0)",
+                  "torch.manual_seed(1)")
+    r = _refused(after)
+    assert r.rule == "one-change"
+    for stmt in ("e = pypto.exp(xv)", "torch.manual_seed(1)"):
+        assert f"line {_line_of(after, stmt)} changed: {stmt}" in r.message, r.message
+
+
+def test_a_refusal_names_an_added_statement_inside_the_kernel_loop() -> None:
+    after = _edit(SOFTMAX, "        s = pypto.sum(e, -1, keepdim=True)\n",
+                  "        s = pypto.sum(e, -1, keepdim=True)\n        s = s * 1.0\n")
+    r = _refused(after)
+    assert f"line {_line_of(after, 's = s * 1.0')} added: s = s * 1.0" in r.message, r.message
+    assert "changed" not in r.message  # the loop around it is the same loop
+
+
+def test_a_refusal_names_a_removed_statement_and_where_it_was() -> None:
+    after = _edit(SOFTMAX, "        torch.manual_seed(0)\n", "")
+    r = _refused(after)
+    near = _line_of(after, "x = torch.randn(B, N, D, dtype=torch.float32)")  # what now stands in its place
+    assert f"1 statement(s) removed near line {near}: 'torch.manual_seed(0)'" in r.message, r.message
+
+
+def test_a_changed_loop_header_is_named_as_the_loop_line() -> None:
+    after = _edit(SOFTMAX, 'name="LOOP_B", idx_name="b"', 'name="LOOP_X", idx_name="b"')
+    r = _refused(after)
+    head = 'for b in pypto.loop(B // TILE_B, name="LOOP_X", idx_name="b"):'
+    assert f"line {_line_of(after, head)} changed: {head}" in r.message, r.message
+
+
+# ------------------------------------------------------------------------------------------------ a value is data
+
+
+@pytest.mark.parametrize("value", ["min(4, 8)", "max(2, 8) // 2", "2 * 4", "-(-8)"])
+def test_a_tile_value_of_literals_arithmetic_and_min_max_is_data(value: str) -> None:
+    after = _edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", f"set_vec_tile_shapes(1, {value}, 256)")
+    adm = admit({F: SOFTMAX}, {F: after})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id.endswith("set_vec_tile_shapes#1")
+
+
+@pytest.mark.parametrize("value", ['len("abcd")', "max(4, 8, key=abs)", "pypto.ceil(8)", "(lambda: 8)()",
+                                   "abs(-8)"])
+def test_a_tile_value_that_runs_code_is_refused_as_code(value: str) -> None:
+    """admission docstring: the new value is data — literals and arithmetic over names, min()/max() of them — never
+    a call or anything else that runs code."""
+    after = _edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", f"set_vec_tile_shapes(1, {value}, 256)")
+    r = _refused(after)
+    assert r.rule == "one-change" and "is code, not data" in r.message, r.message
+
+
+# ------------------------------------------------------------------------------------------------ what runs is what is compared
+
+JIT = '@pypto.frontend.jit(runtime_options={"run_mode": RUN_MODE, "stitch_function_max_num": 128})'
+TILE_B_2 = ("\nTILE_B = 4\n", "\nTILE_B = 2\n")  # a legal knob change to go with each case
+
+
+def _with_knob(text: str) -> str:
+    return _edit(text, *TILE_B_2)
+
+
+def _debug(value: str) -> str:
+    return _with_knob(_edit(SOFTMAX, JIT, JIT[:-1] + f", debug_options={value})"))
+
+
+@pytest.mark.parametrize("value", ['{"runtime_debug_mode": 0}', '{"runtime_debug_mode": 3}',
+                                   "dict(runtime_debug_mode=0)", "dict(runtime_debug_mode=3)"])
+def test_runtime_debug_mode_zero_to_three_rides_along_as_the_debug_switch(value: str) -> None:
+    adm = admit({F: SOFTMAX}, {F: _debug(value)})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+
+
+@pytest.mark.parametrize("value", ['{"runtime_debug_mode": 4}', '{"runtime_debug_mode": -1}',
+                                   '{"runtime_debug_mode": True}', '{"runtime_debug_mode": 1.0}',
+                                   "dict(runtime_debug_mode=4)", "dict(runtime_debug_mode=7)",
+                                   "dict(runtime_debug_mode=-1)", "dict(runtime_debug_mode=True)"])
+def test_runtime_debug_mode_outside_zero_to_three_is_refused_in_either_spelling(value: str) -> None:
+    """The debug switch is stripped before comparison, so its value must be a plain integer 0–3 (admission
+    ``_check_bytes``). ``dict(runtime_debug_mode=7)`` was admitted (the keyword spelling had no bound): fixed."""
+    r = _refused(_debug(value))
+    assert r.rule == "one-change" and "runtime_debug_mode" in r.message and "0–3" in r.message, r.message
+
+
+@pytest.mark.parametrize(("header", "refused"), [
+    ("# coding: latin-1\n# plain\n", True), ("#!/usr/bin/env python\n# -*- coding: unicode_escape -*-\n", True),
+    ("#!/usr/bin/env python\n# plain\n# coding: latin-1\n", False),  # line 3: Python ignores it, so may we
+    ("# -*- coding: utf-8 -*-\n# plain\n", False), ("# vim: set fileencoding=utf8 :\n# plain\n", False)])
+def test_an_encoding_other_than_utf8_in_the_first_two_lines_is_refused(header: str, refused: bool) -> None:
+    """Python honours a coding declaration in line 1 or 2 only; any but UTF-8 would make it read the file otherwise
+    than the UTF-8 text the server compares."""
+    before = "#!/usr/bin/env python\n# plain\n" + SOFTMAX
+    after = _with_knob(header + SOFTMAX)
+    if refused:
+        r = _refused(after, before)
+        assert r.rule == "one-change" and "declares the source encoding" in r.message, r.message
+    else:
+        adm = admit({F: before}, {F: after})
+        assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+
+
+def test_a_dict_key_given_twice_is_refused_unless_the_recorded_code_already_had_it() -> None:
+    """The second entry wins at run time while the extractor saw one knob: a NEW duplicate key is refused; one the
+    recorded code already had is the operator's own (not this change's) and does not block a knob change."""
+    twice = '"stitch_function_max_num": 128, "stitch_function_max_num": 256})'
+    dup = _edit(SOFTMAX, '"stitch_function_max_num": 128})', twice)
+    r = _refused(_with_knob(dup))
+    assert r.rule == "one-change" and "'stitch_function_max_num' twice" in r.message
+    jit_line = next(i + 1 for i, line in enumerate(dup.splitlines()) if twice in line)
+    assert f"line {jit_line} gives the dict key" in r.message, r.message
+    adm = admit({F: dup}, {F: _with_knob(dup)})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+    # the keyword spelling parses (only compiling it fails), so it is refused the same way
+    kw = _edit(SOFTMAX, 'runtime_options={"run_mode": RUN_MODE, "stitch_function_max_num": 128}',
+               "runtime_options=dict(run_mode=RUN_MODE, stitch_function_max_num=128, stitch_function_max_num=256)")
+    r = _refused(_with_knob(kw))
+    assert r.rule == "one-change" and "'stitch_function_max_num' twice" in r.message, r.message
+
+
+def test_a_change_that_leaves_the_file_unparsable_is_refused() -> None:
+    after = _with_knob(_edit(SOFTMAX, "        s = pypto.sum(e, -1, keepdim=True)\n",
+                             "        s = pypto.sum(e, -1, keepdim=True\n"))
+    r = _refused(after)
+    assert r.rule == "one-change" and "is not valid Python after the change" in r.message, r.message
+
+
+# ------------------------------------------------------------------------------------------------ R23: algorithm changes
+
+KERNEL_EDIT = ("pypto.exp(xv - row_max)", "pypto.exp(xv)")  # inside softmax_kernel
+HARNESS_EDIT = ("torch.manual_seed(0)", "torch.manual_seed(1)")  # the test's inputs
+
+
+def test_a_declared_algorithm_change_inside_the_kernel_is_admitted_as_one_structural_change() -> None:
+    after = _edit(SOFTMAX, *KERNEL_EDIT)
+    adm = admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+    assert adm.kind == "structural" and adm.change is None
+    assert adm.structural_lines == [f"{F}: line {_line_of(after, 'e = pypto.exp(xv)')} changed: e = pypto.exp(xv)"]
+    # with a knob moved along, the knob is named on the admission
+    both = admit({F: SOFTMAX}, {F: _with_knob(after)}, algorithm=True, allow_structural=True)
+    assert both.kind == "structural" and both.change is not None and both.change.knob_id == "softmax.py:TILE_B"
+    # declared, but outside the ALGORITHM stage (allow_structural false): refused like any structural edit
+    with pytest.raises(GateRefusal) as refused:
+        admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=False)
+    assert refused.value.rule == "one-change", refused.value
+
+
+def test_an_algorithm_change_never_touches_the_test_around_the_kernel() -> None:
+    """R23 / red team: the harness half of a single-file operator (its inputs, tolerance, verdict) is the test; an
+    algorithm change that touches it is refused naming the line — also when the kernel changes with it."""
+    for after in (_edit(SOFTMAX, *HARNESS_EDIT), _edit(_edit(SOFTMAX, *HARNESS_EDIT), *KERNEL_EDIT)):
+        with pytest.raises(GateRefusal) as refused:
+            admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+        r = refused.value
+        line = _line_of(after, "torch.manual_seed(1)")
+        assert r.rule == "algorithm" and f"{F}: line {line} changed: torch.manual_seed(1)" in r.message, r.message
+        assert "pypto.exp" not in r.message  # the kernel's own edit is not what is refused
+
+
+def test_several_knobs_are_one_change_only_when_declared_in_the_algorithm_stage() -> None:
+    after = _with_knob(_edit(SOFTMAX, "set_vec_tile_shapes(1, 4, 256)", "set_vec_tile_shapes(1, 8, 256)"))
+    adm = admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+    assert adm.kind == "structural" and sorted(adm.structural_lines) == [
+        "softmax.py:TILE_B: 4 → 2", "softmax.py:softmax_kernel.set_vec_tile_shapes#1: [1, 4, 256] → [1, 8, 256]"]
+    r = _refused(after)
+    assert r.rule == "one-change" and "touches 2 knobs at once" in r.message
+    assert f"softmax.py:TILE_B (line {_line_of(after, 'TILE_B = 2')})" in r.message, r.message
+    vec_line = _line_of(after, "pypto.set_vec_tile_shapes(1, 8, 256)")
+    assert f"softmax.py:softmax_kernel.set_vec_tile_shapes#1 (line {vec_line})" in r.message, r.message
+
+
+def test_a_refusal_lists_four_structural_lines_and_counts_the_rest() -> None:
+    after = SOFTMAX
+    for old, new in (KERNEL_EDIT, HARNESS_EDIT, ("pypto.amax(xv, -1", "pypto.amax(xv, -2"),
+                     ('dtype=torch.float32)\n        y =', 'dtype=torch.float16)\n        y ='),
+                     ("torch.allclose(got, expected, rtol=1e-3", "torch.allclose(got, expected, rtol=1e-2")):
+        after = _edit(after, old, new)
+    r = _refused(after)
+    assert r.message.count("changed:") == 4 and "(+1 more)" in r.message, r.message
