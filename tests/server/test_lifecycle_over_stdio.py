@@ -14,7 +14,7 @@ import pytest
 from mcp import Client
 
 from tests.conftest import sim_command
-from tests.runner.runner_helpers import is_alive
+from tests.runner.runner_helpers import is_alive, processes_mentioning
 from tests.server.mcp_client import connect, server_params
 
 # Runs execute in the run sandbox (tools/running/sandbox.py): their own pid namespace, and no file outside the
@@ -38,21 +38,9 @@ def _hang_script(ws: Path) -> str:
     return marker
 
 
-def _marked(marker: str) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if marker.encode() in (d / "cmdline").read_bytes().split(b"\0"):
-                    out.append(int(d.name))
-            except OSError:
-                continue
-    return out
-
-
 async def _grandchild(marker: str, within_s: float) -> int:
     deadline = time.monotonic() + within_s
-    while not (pids := _marked(marker)) and time.monotonic() < deadline:
+    while not (pids := processes_mentioning(marker)) and time.monotonic() < deadline:
         await anyio.sleep(0.1)
     assert pids, f"the grandchild ({marker}) never started"
     return pids[0]
