@@ -179,6 +179,11 @@ def _none() -> Any:
 # ---------------------------------------------------------------------------------------------- knowledge
 
 
+#: the replay's rankings: seed only (the hand-written model, its one-operator rules held out), seed + store, store
+#: alone in place of the model, and neither
+ARMS = ("model", "model+knowledge", "knowledge-only", "neither")
+
+
 def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) -> dict[str, Any]:
     import search_offline as so
     from pypto_tune.tools.knowledge.distill import distill_workspace
@@ -188,6 +193,9 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
 
     so.VARIANTS["model+knowledge"] = ("model", frozenset({"model", "history", "analysis", "knowledge"}))
     so.VARIANTS["knowledge-only"] = ("model", frozenset({"history", "analysis", "knowledge"}))
+    # neither the hand-written model nor the store: the baseline "store alone" must beat to have taught anything,
+    # free of the seed's weights (which were chosen looking at the tuned-on grids)
+    so.VARIANTS["neither"] = ("model", frozenset({"history", "analysis"}))
     spaces = sorted(p for p in ledgers.iterdir() if (p / ".pypto-tune" / "ledger.sqlite3").is_file())
     # one store per workspace (named after its operator in the manifest): a session names its operator after its
     # first file (softmax_op for upstream_softmax), so leaving one out goes by workspace, never by that name
@@ -206,12 +214,15 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
     print(f"\n## Knowledge, leave one operator out: {len(full.observations)} observations from {len(spaces)} "
           f"workspaces in {ledgers} ({', '.join(f'{k} {v}' for k, v in sorted(per_op.items()))})")
     print("| left out | N | grid × | store: observations (operators) | seed only: trials → 90 % / 99 % | "
-          "seed + store | store alone | failed trials (seed / +store / alone) | × after budget (seed / +store / "
-          "alone) |")
-    print("|---|---:|---:|---|---|---|---|---|---|")
+          "seed + store | store alone | neither | failed trials (seed / +store / alone / neither) | × after budget "
+          "(seed / +store / alone / neither) |")
+    print("|---|---:|---:|---|---|---|---|---|---|---|")
     mg = so._load_measure_grid()
     cache = AdmissionCache(Path(args.cache))
     vec_cache = cache.entries.setdefault("__grid_vectors__", {})
+    # every ranking starts from the kept state's probe record, as in a session (search_offline.Probes); without it
+    # the upstream-style grids get no candidate at all
+    probes = so.Probes(Path(args.probes_cache), mg, enabled=not args.no_probe)
     tmp = Path(tempfile.mkdtemp(prefix="pcb-k"))
     rows: dict[str, Any] = {}
     for name in names:
@@ -223,8 +234,9 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
         priors_mod.configure_knowledge(store)
         try:
             res = {}
-            for rk in ("model", "model+knowledge", "knowledge-only"):
-                run = so.replay(grid, rk, batch=args.batch, budget=args.budget, holdout=True, cache=cache)
+            for rk in ARMS:
+                run = so.replay(grid, rk, batch=args.batch, budget=args.budget, holdout=True, cache=cache,
+                                probes=probes)
                 s = so.summarise(grid, [run], args.batch)
                 kept_failed = sum(1 for t in run["trials"] if t["outcome"] == "kept" and t["time_us"] is None)
                 res[rk] = {"trials_90": s["trials_90"], "trials_99": s["trials_99"],
@@ -235,19 +247,25 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
             priors_mod.configure_knowledge(None)
         cache.save()
         ops = sorted(w for w in by_ws if w != name and by_ws[w].observations)
-        a, b, c = res["model"], res["model+knowledge"], res["knowledge-only"]
+        arms = [res[k] for k in ARMS]
 
         def t(x: dict) -> str:
             return f"{x['trials_90'] or 'never'} / {x['trials_99'] or 'never'}"
-        print(f"| {name} | {grid.n} | {grid.speedup:.2f} | {len(others.observations)} ({len(ops)}) | {t(a)} | "
-              f"{t(b)} | {t(c)} | {a['failed']} / {b['failed']} / {c['failed']} | {a['final']} / {b['final']} / "
-              f"{c['final']} |")
+        label = f"{name} (held out)" if so.held_out(name) else name
+        print(f"| {label} | {grid.n} | {grid.speedup:.2f} | {len(others.observations)} ({len(ops)}) | "
+              + " | ".join(t(x) for x in arms) + " | " + " / ".join(str(x["failed"]) for x in arms) + " | "
+              + " / ".join(str(x["final"]) for x in arms) + " |")
         rows[name] = res
-    better = sum(1 for r in rows.values() if (r["model+knowledge"]["trials_90"] or 99) < (r["model"]["trials_90"] or 99))
-    worse = sum(1 for r in rows.values() if (r["model+knowledge"]["trials_90"] or 99) > (r["model"]["trials_90"] or 99))
+    for with_, without_, what in (("model+knowledge", "model", "seed + store against seed only"),
+                                  ("knowledge-only", "neither", "store alone against neither")):
+        for subset, title in ((list(rows), "every grid"), ([n for n in rows if so.held_out(n)], "held-out grids")):
+            if not subset:
+                continue
+            a = [(rows[n][with_]["trials_90"] or 99, rows[n][without_]["trials_90"] or 99) for n in subset]
+            print(f"   {what}, {title}: trials to 90 % fewer on {sum(1 for x, y in a if x < y)}, equal on "
+                  f"{sum(1 for x, y in a if x == y)}, more on {sum(1 for x, y in a if x > y)} of {len(a)}")
     kept_failed = sum(r[k]["kept_failed"] for r in rows.values() for k in r)
-    print(f"   trials to 90 %: fewer with the store on {better} of {len(rows)} operators, more on {worse}; "
-          f"failed trials kept: {kept_failed}")
+    print(f"   failed trials kept, any arm: {kept_failed}; simulator runs for probe records: {probes.runs}")
     shutil.rmtree(tmp, ignore_errors=True)
     return rows
 
@@ -268,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="knowledge part: replay batch size")
     ap.add_argument("--budget", type=int, default=40, help="knowledge part: trials per replay")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "pypto-tune-search-offline-cache.json"))
+    ap.add_argument("--probes-cache", default=str(Path(tempfile.gettempdir()) / "pypto-tune-search-offline-probes.json"))
+    ap.add_argument("--no-probe", action="store_true", help="knowledge part: rank without the kept states' probe "
+                    "records (the static reading only; the upstream-style grids then get no candidate)")
     ap.add_argument("--keep", type=Path, default=None, help="keep the campaign workspaces here")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)

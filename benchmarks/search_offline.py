@@ -62,12 +62,13 @@ from pypto_tune.tools.search import (
     norm_value,
     search,
 )
-from pypto_tune.tools.search.cache import state_key
+from pypto_tune.tools.search.cache import admission_state_key, state_key
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "benchmarks" / "grids"
 OPERATORS = ROOT / "fixtures" / "operators"
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "pypto-tune-search-offline-cache.json"
+DEFAULT_PROBES = Path(tempfile.gettempdir()) / "pypto-tune-search-offline-probes.json"
 CHECKPOINTS = (4, 8, 12)
 STAGE_SEQUENCE = [s for s in rules.STAGES]
 # ranking name -> (search ranking, signal families). Ablations: the model without the session's history, and the
@@ -184,6 +185,64 @@ class Grid:
         return stages
 
 
+class Probes:
+    """The run-time probe's record of each kept state, as a session has it (issue #17).
+
+    A session probes every precision run, so the server's search always ranks from the kept state's record: what
+    ran, with which values (a tile built in the test, a starred argument, a config dataclass). Without it the
+    search sees only the static reading, and on operators written in the upstream examples' style it finds no
+    on-grid candidate at all (an offline replay of upstream_activation or upstream_ffn then makes no trial). So a
+    replay asks for the record of every state it ranks from: the state's sources run once in a scratch copy of the
+    operator, SIM, with the probe hook on (``probe_env``: what a probed run's environment gets), read as the server
+    reads it and stored as the server stores it (``ran_sources`` set, the module list left out). SIM and the probe
+    are deterministic, so the JSON cache (keyed by operator and code hash) is the record."""
+
+    def __init__(self, path: Path, mg, enabled: bool) -> None:
+        self.path, self.mg, self.enabled = path, mg, enabled
+        self.data: dict[str, Any] = json.loads(path.read_text()) if enabled and path.is_file() else {}
+        self.runs = 0
+
+    def get(self, grid: "Grid", sources: dict[str, str]) -> dict[str, Any] | None:
+        if not self.enabled:
+            return None
+        key = f"{grid.name}:{code_hash(sources)}"
+        if key not in self.data:
+            self.data[key] = self._probe(grid, sources)
+            self.runs += 1
+            self.path.write_text(json.dumps(self.data))
+        return self.data[key]
+
+    def _probe(self, grid: "Grid", sources: dict[str, str]) -> dict[str, Any]:
+        import os
+        import shutil
+        import subprocess
+
+        from pypto_tune.tools.running.probe import probe_env, read_records
+        from pypto_tune.tools.running.runner import build_child_env
+
+        op_dir = OPERATORS / grid.name
+        spec = self.mg.load_spec(op_dir)
+        work = Path(tempfile.mkdtemp(prefix=f"probe_{grid.name}_"))
+        try:
+            dst = work / op_dir.name
+            shutil.copytree(op_dir, dst, ignore=shutil.ignore_patterns("output", "__pycache__", ".pypto-tune"))
+            for rel, text in sources.items():
+                (dst / rel).write_text(text)
+            (work / "home").mkdir()
+            (work / "record").mkdir()
+            env = probe_env(build_child_env(run_mode="sim", base={**os.environ, "HOME": str(work / "home")}),
+                            work / "record")
+            done = subprocess.run([sys.executable, *spec["command"]], cwd=dst, env=env, capture_output=True,
+                                  timeout=600, stdin=subprocess.DEVNULL)
+            record = read_records(work / "record", [str(dst)])
+            if done.returncode != 0 and record.reported:
+                record = record.model_copy(update={"faults": [*record.faults, f"exit {done.returncode}"]})
+            record = record.model_copy(update={"ran_sources": dict(sources)})
+            return record.model_dump(mode="json", exclude={"modules"})
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 class Analyses:
     """Real analyses of grid configurations, for the replays that rank with one (``--analysis``).
 
@@ -235,8 +294,10 @@ class Analyses:
 
 
 def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdout: bool = True,
-           cache: AdmissionCache, seed: int = 0, analyses: Analyses | None = None) -> dict[str, Any]:
-    """One replay; returns the trajectory (best time after each trial) and the trials."""
+           cache: AdmissionCache, seed: int = 0, analyses: Analyses | None = None,
+           probes: Probes | None = None) -> dict[str, Any]:
+    """One replay; returns the trajectory (best time after each trial) and the trials. ``probes``: rank from each
+    kept state's probe record, as a session does (see :class:`Probes`)."""
     priors = load_priors(holdout=grid.name if holdout else None)
     rng = random.Random(seed)
     kept, kept_row = dict(grid.sources), grid.ship
@@ -257,10 +318,11 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                 return grid.neighbour(vec, knob_id, value) is not None
 
             kh = code_hash(kept)
+            record = probes.get(grid, kept) if probes is not None else None
             if ranking == "random1":
                 prop = search(kept, stage=sdef.name, context=grid.context, history=history, priors=priors,
                               limit=None, ranking="plain", cache=cache, only=on_grid, kept_hash=kh,
-                              analysis=analysis)
+                              analysis=analysis, run=record)
                 cands = list(prop.candidates)
                 rng.shuffle(cands)
                 cands = cands[:batch]
@@ -268,7 +330,7 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                 mode, signals = VARIANTS[ranking]
                 prop = search(kept, stage=sdef.name, context=grid.context, history=history, priors=priors,
                               limit=batch, ranking=mode, cache=cache, only=on_grid, kept_hash=kh,
-                              analysis=analysis, signals=signals)
+                              analysis=analysis, signals=signals, run=record)
                 cands = prop.candidates
             if not cands:
                 break  # every candidate of this stage tried: the stage is exhausted
@@ -279,7 +341,9 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                 results.append((c, row))
             winner = min((x for x in results if x[1]["time"] is not None and x[1]["time"] < kept_t),
                          key=lambda x: x[1]["time"], default=None)
-            skey = state_key(kept, grid.context)
+            # the key the search admitted under (with the record it judged on, if it was given one)
+            skey = admission_state_key(kept, grid.context, record if record and record.get("status") == "reported"
+                                       else None)
             for c, row in results:
                 t = row["time"]
                 if winner is not None and c.id == winner[0].id:
@@ -367,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="model, model+analysis (runs the simulator for stage-entry analyses, cached), plain, random1")
     ap.add_argument("--analyses-cache", type=Path, default=Path(tempfile.gettempdir())
                     / "pypto-tune-search-offline-analyses.json")
+    ap.add_argument("--probe", action="store_true", help="rank from each kept state's run-time probe record, as a "
+                    "session does (one SIM run per new state, cached; needed for the upstream-style operators)")
+    ap.add_argument("--probes-cache", type=Path, default=DEFAULT_PROBES)
     ap.add_argument("--no-holdout", action="store_true")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"admission cache (default {DEFAULT_CACHE})")
     ap.add_argument("--json", type=Path, help="write every trajectory here")
@@ -383,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     vec_cache: dict[str, Any] = cache.entries.setdefault("__grid_vectors__", {})  # type: ignore[assignment]
     mg = _load_measure_grid()
     analyses = Analyses(args.analyses_cache, mg, enabled="model+analysis" in rankings)
+    probes = Probes(args.probes_cache, mg, enabled=args.probe)
     report: dict[str, Any] = {}
     t0 = time.monotonic()
     for name in names:
@@ -409,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
             for rk in rankings:
                 seeds = range(args.seeds) if rk == "random1" else range(1)
                 runs = [replay(grid, rk, batch=b, budget=args.budget, holdout=not args.no_holdout, cache=cache,
-                               seed=s, analyses=analyses if rk == "model+analysis" else None) for s in seeds]
+                               seed=s, analyses=analyses if rk == "model+analysis" else None, probes=probes)
+                        for s in seeds]
                 s = summarise(grid, runs, b)
                 n = len(runs)
                 print(f"   | {rk} | {b} | {s['speedup_4']:.2f} | {s['speedup_8']:.2f} | {s['speedup_12']:.2f} | "
@@ -423,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"      {i:2d} {t['stage']:<11} {t['knob']} = {t['value']!r}: {tt} {t['outcome']}")
         cache.save()
     print(f"\n(wall {time.monotonic() - t0:.0f} s; admission cache {cache.hits} hits / {cache.misses} misses: "
-          f"{args.cache}; simulator runs for analyses: {analyses.runs})")
+          f"{args.cache}; simulator runs for analyses: {analyses.runs}, for probe records: {probes.runs})")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.knowledge import match, situation
-from pypto_tune.tools.knowledge.distill import distill_workspace
+from pypto_tune.tools.knowledge.distill import distill_workspace, observation
 from pypto_tune.tools.knowledge.store import FORMAT, read
 from pypto_tune.tools.search import priors as priors_mod
 from pypto_tune.tools.search import search
@@ -164,3 +164,33 @@ def test_a_configured_store_is_read_once_and_a_broken_one_is_a_clear_error(tmp_p
         priors_mod.configure_knowledge(store)
     assert "knowledge export" in e.value.hint
     assert situation.change_class("vec_tile", "set_vec_tile_shapes") == "vector-work"
+
+
+def test_a_tile_the_test_builds_is_distilled_through_the_run_it_made() -> None:
+    """upstream_activation sets its tile as ``set_vec_tile_shapes(*tile_list)``, the list built from the tensor's
+    rank (32 on each axis): no static reading sees [32, 32], the probe record of a real SIM run does. The SwiGLU
+    kernel has no loop and tiles the whole [128, 1024] FP32 tensor, so [32, 32] → [64, 256] takes its tasks from
+    4 · 32 = 128 to 2 · 4 = 8 (on 48 vector cores: 3 waves → 1, 48 parallel → 8) and a task's bytes from
+    32 · 32 · 4 to 64 · 256 · 4. Without the record the change has no situation, so it can teach nothing; with it,
+    the situation is the one the ranking computes for the same candidate of another operator."""
+    op = OPERATORS / "upstream_activation"
+    src = {"activation_ops.py": (op / "activation_ops.py").read_text()}
+    record = json.loads((Path(__file__).resolve().parents[1] / "search" / "data"
+                         / "upstream_activation.probe.json").read_text())
+    knob = "activation_ops.py:configure_tiling.set_vec_tile_shapes#1"
+
+    def observe(rec):
+        return observation(operator="upstream_activation", session_id="s", round_no=1, stage="FRONTEND",
+                           catalog_id="F-1", before_sources=src, after_sources=src, context={}, knob_id=knob,
+                           before_value={"$expr": "pypto.set_vec_tile_shapes(*tile_list)"}, after_value=[64, 256],
+                           before_us=30.485, after_us=8.701, outcome="kept", failure_type=None, record=rec)
+
+    assert observe(None).situation == {}
+    seen = observe(record)
+    assert (seen.change_class, seen.kernel_kind) == ("vector-work", "vector")
+    sit = seen.situation
+    assert (sit["b_tasks"], sit["a_tasks"], sit["d_tasks"]) == (math.log2(128), math.log2(8), -4.0)
+    assert (sit["b_bytes"], sit["a_bytes"]) == (math.log2(32 * 32 * 4), math.log2(64 * 256 * 4))
+    assert sit["b_waves"] == pytest.approx(math.log2(3), abs=1e-3) and sit["a_waves"] == 0.0
+    assert sit["b_par"] == pytest.approx(math.log2(48), abs=1e-3) and sit["a_par"] == math.log2(8)
+    assert sit["d_iters"] == 0.0  # no loop around the tiled work

@@ -72,40 +72,31 @@ def _pypto(rows: dict[str, list[dict[str, Any]]]) -> str:
     return ""
 
 
-def _reached(base: list[dict[str, Any]], knob: Any) -> dict[str, Any] | None:
-    """The kernel a knob reaches: the one of its enclosing function, else the only one."""
-    if knob.function:
-        for f in base:
-            scope = str(f.get("scope", ""))
-            if f.get("file") == knob.file and (scope == knob.function or knob.function.startswith(scope + ".")
-                                               or scope.startswith(knob.function + ".")):
-                return f
-    same_file = [f for f in base if f.get("file") == knob.file]
-    return same_file[0] if len(same_file) == 1 else base[0] if len(base) == 1 else None
-
-
 def observation(*, operator: str, session_id: str, round_no: int, stage: str, catalog_id: str,
                 before_sources: dict[str, str], after_sources: dict[str, str], context: dict[str, str],
                 knob_id: str, before_value: Any, after_value: Any, before_us: float | None, after_us: float | None,
-                outcome: str, failure_type: str | None, run_mode: str = "sim", pypto: str = "") -> Observation | None:
-    """One observation from one decided one-knob change (the ledger path and the offline benchmark share it)."""
-    from pypto_tune.tools.patching import extract_knobs
-    from pypto_tune.tools.search.kernel import KernelModel
+                outcome: str, failure_type: str | None, run_mode: str = "sim", pypto: str = "",
+                record: dict[str, Any] | None = None) -> Observation | None:
+    """One observation from one decided one-knob change (the ledger path and the offline benchmark share it).
+
+    The situation is computed through the search's own view of the change (``search.propose.change_view``: the
+    probe ``record`` of the state before it, when the run reported one, else the static shape model), so that it
+    is the situation the ranking asks about when it meets a similar change: a tile set from a test-built list or
+    config is seen only through the record. ``after_sources`` is kept for the signature; what the change did is
+    the view's prediction at the measured value, as for a candidate."""
+    from pypto_tune.tools.search.propose import change_view
 
     try:
-        knobs = {k.id: k for k in extract_knobs(before_sources, context)}
-        model_b = KernelModel(before_sources, context)
-        base = model_b.features()
-        after = KernelModel(after_sources, context).features()
+        view = change_view(before_sources, knob_id, after_value, context=context, run=record)
     except (PyptoTuneError, SyntaxError, ValueError, RecursionError):
         return None
-    knob = knobs.get(knob_id)
+    knob, base, after, reached = view if view is not None else (None, [], None, None)
     kind = knob.kind if knob else "unknown"
     name = knob.name if knob else knob_id.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
     cls = S.change_class(kind, name, knob.context.get("consumers") if knob else None)
-    reached = _reached(base, knob) if knob else None
-    fb, fa = S.changed_kernel(base, after if len(after) == len(base) else None, reached)
-    sit = S.describe(cls, fb, fa, before_value, after_value)
+    fb, fa = S.changed_kernel(base, after, reached)
+    # the before value as the ranking sees it: an expression-valued tile as it ran
+    sit = S.describe(cls, fb, fa, knob.value if knob is not None else before_value, after_value)
     gain = None
     if outcome != "failed" and before_us and after_us:
         gain = round(math.log2(before_us / after_us), 5)
@@ -120,7 +111,23 @@ def observation(*, operator: str, session_id: str, round_no: int, stage: str, ca
         elem_bytes=(fb or {}).get("elem_bytes"), run_mode=run_mode, pypto=pypto)
 
 
-def distill_session(rows: dict[str, list[dict[str, Any]]], workspace: Path | None) -> tuple[SourceInfo, list[Observation]]:
+def _records(probes: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Code hash → the probe record of that state as ``probes.record_for`` picks it (the latest reported one, else
+    the latest)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in probes:
+        h = str(r["code_hash"])
+        if r["status"] == "reported" or h not in out or out[h].get("status") != "reported":
+            out[h] = dict(r["record"])
+    return out
+
+
+def distill_session(rows: dict[str, list[dict[str, Any]]], workspace: Path | None,
+                    probes: list[dict[str, Any]] | None = None) -> tuple[SourceInfo, list[Observation]]:
+    """``probes``: the session's ``probes`` rows (the run-time records of the states it ran), or None."""
+    from pypto_tune.tools.patching.hashes import code_hash
+
+    records = _records(probes or [])
     session = rows["sessions"][0]
     sid, operator = str(session["id"]), str(session["operator"])
     files = list(session["operator_files"])
@@ -144,7 +151,8 @@ def distill_session(rows: dict[str, list[dict[str, Any]]], workspace: Path | Non
                         before_value=c.get("before"), after_value=c.get("after"), before_us=r.get("before_us"),
                         after_us=d.get("after_us"), outcome=outcome,
                         failure_type=str(d.get("result_type")) if outcome == "failed" else None,
-                        run_mode=str(session["run_mode"]), pypto=pypto)
+                        run_mode=str(session["run_mode"]), pypto=pypto,
+                        record=records.get(code_hash(dict(p["before_sources"]))))
         if o is not None:
             out.append(o)
     info = SourceInfo(key=sid, operator=operator, session_id=sid, workspace=str(workspace or ""),
@@ -177,7 +185,7 @@ def distill_workspace(workspace: Path) -> KnowledgeFile:
     try:
         for s in ledger.rows("sessions"):
             rows = {k: [dict(r) for r in v] for k, v in load_rows(ledger, str(s["id"])).items()}
-            info, obs = distill_session(rows, ws)
+            info, obs = distill_session(rows, ws, [dict(r) for r in ledger.rows("probes", str(s["id"]))])
             kf.sources.append(info)
             kf.observations.extend(obs)
     finally:

@@ -25,6 +25,15 @@ def state_key(kept: dict[str, str], context: dict[str, str] | None) -> str:
     return h.hexdigest()
 
 
+def admission_state_key(kept: dict[str, str], context: dict[str, str] | None, run: dict[str, Any] | None) -> str:
+    """The state part of an admission's key: the sources, and the probe record the admission judged on (a site
+    the record shows dead is refused, so the same edit may be admitted without a record and refused with one)."""
+    key = state_key(kept, context)
+    if run:
+        key += ":run:" + hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return key
+
+
 def value_key(value: Any) -> str:
     """A value's identity: ``True`` is not ``1`` (``canon``), and a dict's key order does not count
     (``{-2: 1, -1: 2}`` read back from the ledger as ``{"-1": 2, "-2": 1}`` is the same setting)."""

@@ -42,7 +42,7 @@ from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_k
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
 from pypto_tune.tools.search import linked, runpicture
 from pypto_tune.tools.search import rank as R
-from pypto_tune.tools.search.cache import AdmissionCache, state_key, value_key
+from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
 from pypto_tune.tools.search.history import history_signals
 from pypto_tune.tools.search.kernel import KernelModel
@@ -228,7 +228,7 @@ class _Context:
                  run: dict[str, Any] | None = None) -> None:
         self.kept, self.context, self.stage, self.priors = kept, context, stage, priors
         self.kept_hash = kept_hash
-        self.run = run if run and run.get("status") == "reported" else None
+        self.run = _reported(run)
         self.knobs = extract_knobs(kept, context)
         self.model = KernelModel(kept, context)
         # what ran, when the kept state has a probe record: the kernels as they ran replace the static reading
@@ -730,8 +730,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         raws = _spread(raws)
 
     cache = cache if cache is not None else AdmissionCache()
-    skey = state_key(kept, context) + (":run:" + hashlib.sha256(json.dumps(ctx.run, sort_keys=True, default=str)
-                                                                   .encode()).hexdigest()[:16] if ctx.run else "")
+    skey = admission_state_key(kept, context, ctx.run)
     out: list[Candidate] = []
     checked_all = True
     unchecked = 0
@@ -838,6 +837,11 @@ def _signature(raw: _Raw) -> str | None:
     return raw.knob.id + json.dumps(strip(raw.model), sort_keys=True, default=str)
 
 
+def _reported(run: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A probe record counts only when the probe reported (any other status says nothing about what ran)."""
+    return run if run and run.get("status") == "reported" else None
+
+
 def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict[str, str] | None,
            raw: _Raw, run: dict[str, Any] | None = None) -> dict[str, Any]:
     key = cache.key(skey, raw.knob.id, raw.value)
@@ -860,20 +864,38 @@ def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict
     return entry
 
 
+def change_view(kept: dict[str, str], knob_id: str, value: Any, *, context: dict[str, str] | None = None,
+                run: dict[str, Any] | None = None,
+                ) -> tuple[Knob, list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None] | None:
+    """What the ranking sees of one knob change from ``kept``: the knob (an expression-valued tile with the value it
+    ran with), every kernel's features before and with the change (None: the model cannot see it), and the kernel
+    the knob reaches — from the probe record's picture when ``run`` reported, else the static shape model. The
+    knowledge store distils its observations through this same view (``tools/knowledge/distill.py``), so that a
+    stored situation and a ranked candidate's are computed alike. None when ``knob_id`` is not a knob of ``kept``."""
+    # no priors (the features do not read them) and no history: only the kernels' picture is asked for
+    ctx = _Context(kept, context, "frontend", None, [], Priors(), code_hash(kept), run)
+    knob = next((k for k in ctx.knobs if k.id == knob_id), None)
+    if knob is None:
+        return None
+    knob = ctx.as_ran(knob)
+    return knob, ctx.base, ctx.after(knob, norm_value(value)), ctx.kernel_of(knob)
+
+
 def propose(kept: dict[str, str], **kwargs: Any) -> list[Candidate]:
     """The candidates of :func:`search` (same arguments), best first."""
     return search(kept, **kwargs).candidates
 
 
 def edited_sources(kept: dict[str, str], candidate: Candidate, *, context: dict[str, str] | None = None,
-                   cache: AdmissionCache | None = None) -> dict[str, str]:
+                   cache: AdmissionCache | None = None, run: dict[str, Any] | None = None) -> dict[str, str]:
     """The operator sources with ``candidate`` applied (what ``run_candidates`` writes); re-planned if not cached.
-    The session's own admission still judges them when the round is opened."""
+    ``run``: the probe record the search was given (part of the cache key). The session's own admission still
+    judges them when the round is opened."""
     if cache is not None:
-        for k in (cache.key(state_key(kept, context), candidate.knob, candidate.value),):
-            e = cache.entries.get(k)
-            if e and e.get("ok"):
-                return dict(e["sources"])
+        e = cache.entries.get(cache.key(admission_state_key(kept, context, _reported(run)), candidate.knob,
+                                        candidate.value))
+        if e and e.get("ok"):
+            return dict(e["sources"])
     return plan_knob_edit(kept, candidate.knob, candidate.value, context=context).new_sources
 
 
@@ -890,4 +912,4 @@ def find(candidates: Iterable[Candidate], ids: Iterable[str]) -> list[Candidate]
     return out
 
 
-__all__ = ["choose_catalog_id", "edited_sources", "find", "propose", "search"]
+__all__ = ["change_view", "choose_catalog_id", "edited_sources", "find", "propose", "search"]
