@@ -149,6 +149,33 @@ def test_sim_is_exact_any_slowdown_is_a_regression_and_there_is_no_noise_margin(
     assert [j.margin_pct for j in (slower, same, faster)] == [0.0, 0.0, 0.0]
     assert slower.delta_pct == pytest.approx(0.5) and faster.delta_pct == pytest.approx(-0.5)
 
+
+
+def test_a_sim_gain_below_half_a_percent_is_flagged_as_maybe_not_transferable() -> None:
+    """E.1 / README keep/revert: SIM gains < 0.5 % are flagged as maybe not transferable; exactly 0.5 % is not."""
+    notes = {after: rules.judge_measurement(100.0, [after], "sim").note for after in (99.6, 99.5, 99.4, 100.0)}
+    assert "may not transfer" in notes[99.6]
+    assert notes[99.5] == notes[99.4] == notes[100.0] == ""
+
+
+@pytest.mark.parametrize(("after_us", "final", "want"), [
+    (93.5, False, ("gain", True)), (94.0, False, ("gain", False)),  # the band's top edge at −1 %: d + 5 < −1
+    (94.0, True, ("no-gain", False)),  # undecided at the cap: not kept
+    (95.5, False, ("gain", False)), (96.0, False, ("no-gain", False)),  # the lean: d < −margin (4 %)
+    (104.0, False, ("no-gain", False)), (104.0, True, ("no-gain", False)),  # lo = −1: not surely no gain; d = margin
+    (104.5, False, ("no-gain", True)),  # lo > −1: surely not 1 % better
+    (106.0, False, ("no-gain", True)), (106.5, False, ("regression", True)),  # the bottom edge at +1 %: d − 5 > 1
+])
+def test_a_single_shot_npu_comparison_at_each_edge_of_its_band(after_us: float, final: bool,
+                                                              want: tuple[str, bool]) -> None:
+    """One sample, no kept samples: the standard error is E.1's single-shot 4 % read as 2 standard errors, so
+    se = 2 % and the band is d ± 2.5 × 2 = d ± 5 %, the margin max(2 se, 1 %) = 4 %. Every boundary is strict
+    ("entirely beyond"): at exactly the edge the band does not clear it. 100 → 94 is d = −6 % exactly in floats."""
+    j = rules.judge_measurement(100.0, [after_us], "npu", final=final)
+    assert (j.result_type, j.decisive) == want, j
+    assert j.margin_pct == 4.0 and j.delta_pct == pytest.approx(after_us - 100.0)
+
+
 # ------------------------------------------------------------------------------------------------ R10 checklist marks
 
 
@@ -183,6 +210,50 @@ def test_a_change_cites_the_catalogue_item_its_knob_serves(tmp_path: Path) -> No
                                   rationale="right id").round == 1
     admitted = w.ledger.rows("admissions", w.sid)  # what the report's admission table is built from
     assert [(a["verdict"], a["knob_id"], a["path"]) for a in admitted] == [("knob", "softmax.py:TILE_B", "knob")]
+
+
+def test_a_knob_that_serves_no_catalogue_item_is_never_tuned_in_a_configuration_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R10: "a knob no catalogue item names is never tuned". The extractor gives every tunable knob at least one
+    catalogue id (the next test), so no real operator reaches this refusal of ``_admit``; admission is made to report
+    the changed knob without ids, which is what a knob outside the catalogue would look like."""
+    from pypto_tune.tools.code import admission
+
+    real = admission.admit
+    monkeypatch.setattr(admission, "admit", lambda *a, **kw: real(*a, **kw).model_copy(update={"catalog_ids": []}))
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    h = svc._find(w.sid)
+    st = state(w)
+    after = with_tile_b(w.kept, 2)
+    for cited in ("F-3", ""):
+        with pytest.raises(GateRefusal) as refused:
+            svc._admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id=cited)
+        assert refused.value.rule == "catalog-stage", refused.value
+        assert "softmax.py:TILE_B serves no catalogue item" in refused.value.message, refused.value
+    assert not w.ledger.rows("admissions", w.sid)
+    # a declared change of the ALGORITHM stage is not bound to the configuration stages' catalogue
+    w.transition("stage", "FRONTEND", "ALGORITHM", "test: the configuration stages converged")
+    adm = svc._admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="", algorithm=True)
+    assert adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B" and adm.catalog_ids == []
+
+
+def test_every_tunable_knob_kind_and_every_tiling_consumer_names_a_catalogue_item() -> None:
+    """Why no real knob reaches the refusal above: an option's or a kind's tunable spec names its catalogue ids, and
+    a tile source or constant takes the ids of what it feeds (tools/patching/roles.py: the tiling calls, a slice, a
+    jit option, an unroll list, a submit-before-loop flag, a cache policy) — each of which names at least one id that
+    the catalogue holds."""
+    from pypto_tune.tools.analysis import load_catalog
+    from pypto_tune.tools.patching import extract, legality, roles
+
+    catalogue = {i.id for i in load_catalog().items}
+    specs = {**legality.OPTION_SPECS, **legality.LOOP_SPECS, **legality.COMBINE_SPECS, **legality.KIND_SPECS}
+    tunable = {k: s for k, s in specs.items() if s.tunable}
+    assert tunable and all(s.catalog_ids and set(s.catalog_ids) <= catalogue for s in tunable.values()), tunable
+    consumers = set(roles.TUNING_CALLS.values()) | {"slice", "jit_options", "unroll", "loop_submit", "cache_policy"}
+    for c in consumers:
+        ids = extract.CONSUMER_CATALOG.get(c, ())
+        assert ids and set(ids) <= catalogue, (c, ids)
 
 
 def test_a_correction_adjusts_the_rounds_own_knob_and_nothing_else(tmp_path: Path) -> None:
