@@ -152,3 +152,6 @@ def test_no_figure_without_an_active_core_or_an_operator_time() -> None:
     assert gates.platform_utilization({"cores": busy, "operator_time_us": None}) is None
     assert gates.platform_utilization({"operator_time_us": 10.0}) is None
     assert gates.platform_utilization({"cores": busy, "operator_time_us": 10.0}) == pytest.approx(40.0)
+    # a kernel shorter than a microsecond is still measured (0.5 µs, the core busy 0.4 µs of it)
+    tiny = [{"core_type": "AIV", "active": True, "busy_us": 0.4}]
+    assert gates.platform_utilization({"cores": tiny, "operator_time_us": 0.5}) == pytest.approx(80.0)
