@@ -320,6 +320,29 @@ def test_a_change_that_gained_nothing_is_refused_again_however_its_value_is_spel
                                   rationale="new value").round == 3
 
 
+def test_going_back_to_an_earlier_kept_code_is_a_new_change_not_a_retry_of_the_rollback(tmp_path: Path) -> None:
+    """R19 refuses a CHANGE that was judged and not kept. A rollback is no change: round 1 (TILE_B 4 → 2, no gain) was
+    rolled back to TILE_B = 4; after round 2 kept TILE_B = 8, going back to 4 is a change from a new kept state that
+    nobody tried — its code is byte for byte what round 1's rollback wrote."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+
+    def tile_b(value: int) -> dict[str, str]:  # the assignment only (the docstring also says "TILE_B = 4")
+        return {"softmax.py": w.kept["softmax.py"].replace("\nTILE_B = 4\n", f"\nTILE_B = {value}\n")}
+
+    first_kept, two, eight = dict(w.kept), tile_b(2), tile_b(8)
+    w.open_round(1, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=2), two, before_us=BASE_US)
+    w.decide(1, "reverted", "no-gain", BASE_US, 0.0, "", two)  # its revert patch writes TILE_B = 4 back
+    w.open_round(2, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=8), eight, before_us=BASE_US)
+    w.precision(w.run("precision", 2, "0", eight), "passed", 2, "0", eight)
+    w.decide(2, "kept", "gain", 18.0, -10.0, "", eight)
+    (w.ws / "softmax.py").write_text(w.kept["softmax.py"])
+    back = svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=4, catalog_id="F-3", rationale="back")
+    assert back.round == 3 and state(w).expected_sources == first_kept
+
+
 def test_a_shift_folds_to_its_number_up_to_64_bits_and_stays_text_past_them() -> None:
     """R19's one spelling of a value: ``1 << n`` is the number 2**n for a shift of at most 64 bits; a larger shift
     is not computed (it keeps its text, so it never equals a number)."""
