@@ -315,6 +315,7 @@ def test_a_change_that_gained_nothing_is_refused_again_however_its_value_is_spel
         svc.apply_tuning_patch(w.sid, diff=unified_diff(w.kept, spelled), catalog_id="F-10", rationale="spelled")
     assert other.value.rule == "no-retry" and "from this same kept state in round 2" in other.value.message, \
         other.value
+    assert other.value.message.startswith(f"{VEC} = "), other.value  # the refusal names the knob it refuses
     # another value of the same knob is a new change; the abandoned one may be tried
     assert svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10",
                                   rationale="new value").round == 3
