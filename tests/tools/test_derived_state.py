@@ -180,12 +180,18 @@ def test_the_pending_question_is_the_newest_unanswered_one_and_shown_only_while_
     third = w.precision(w.run("precision", None, "0", w.sources), "error", None, "0", w.sources)
     st = state(w)
     assert st.awaiting_user and st.pending_question is not None and st.pending_question["id"] == early
-    w.ledger.insert("questions", session_id=w.sid, at=w.now(), kind="environment", text="accept?", info={})
     asked = w.question("retry the baseline after 3 failures?", third)
-    assert state(w).pending_question["id"] == asked
+    w.ledger.insert("questions", session_id=w.sid, at=w.now(), kind="environment", text="accept?", info={})
+    assert state(w).pending_question["id"] == asked  # the newest question of R5's kind, not the newest of all
     w.ledger.insert("confirmations", session_id=w.sid, at=w.now(), kind="environment", detail=str(third),
                     source="cli", question_id=asked)  # not an answer to a retry question
     assert state(w).pending_question["id"] == asked
     w.confirmation(asked, third, "cli")
+    w.confirmation(early, third, "cli")
     st = state(w)
     assert not st.awaiting_user and st.pending_question is None
+    # three failures more: a person is awaited again, and the questions answered before are not pending
+    for _ in range(3):
+        w.precision(w.run("precision", None, "0", w.sources), "error", None, "0", w.sources)
+    st = state(w)
+    assert st.awaiting_user and st.pending_question is None
