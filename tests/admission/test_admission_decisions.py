@@ -7,6 +7,8 @@ the module docstrings and the README state them; never from the function under t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pypto_tune.tools.code.admission import admit
@@ -83,15 +85,18 @@ def test_a_statement_removed_at_the_end_of_a_block_is_placed_near_the_block_s_ne
         r.message
 
 
-def test_among_many_identical_statements_only_the_edited_one_is_named() -> None:
-    """A file of 250 equal statements: the line-finder matches every one of them (difflib's "popular element"
-    heuristic, which would leave them unmatched past 200 items, is off), so the one edit is the one line named."""
+def test_among_many_identical_statements_only_the_edited_ones_are_named() -> None:
+    """A file of 250 equal statements with two of them edited: the line-finder matches the equal ones between the
+    edits too (difflib's "popular element" heuristic, which would leave them unmatched past 200 items and name the
+    hundred statements between the edits as changed, is off), so the two edits are the two lines named."""
     before = _edit(SOFTMAX, "\nif __name__", "print(0)\n" * 250 + "\nif __name__")
     lines = before.split("\n")
-    edited = [i for i, line in enumerate(lines) if line == "print(0)"][100]
-    lines[edited] = "print(1)"
+    at = [i for i, line in enumerate(lines) if line == "print(0)"]
+    lines[at[100]], lines[at[200]] = "print(1)", "print(2)"
     r = _refused("\n".join(lines), before)
-    assert r.message == f"the change is not a knob change: {F}: line {edited + 1} changed: print(1)", r.message
+    named = r.message.removeprefix("the change is not a knob change: ").split("; ")
+    assert [re.sub(r" (added|changed):", ":", n) for n in named] == [
+        f"{F}: line {at[100] + 1}: print(1)", f"{F}: line {at[200] + 1}: print(2)"], r.message
 
 
 def test_a_file_changed_only_in_a_comment_is_recorded_as_formatting_beside_the_knob_change() -> None:
