@@ -310,6 +310,7 @@ def test_a_change_that_gained_nothing_is_refused_again_however_its_value_is_spel
     with pytest.raises(GateRefusal) as again:
         svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="again")
     assert again.value.rule == "no-retry" and "round 2" in again.value.message, again.value
+    assert f"round 2 ({VEC}: [1, 4, 256] → [1, 8, 256])" in again.value.message, again.value  # which change it was
     spelled = with_vec_tile(w.kept, "1, 2 * 4, 256")
     with pytest.raises(GateRefusal) as other:
         svc.apply_tuning_patch(w.sid, diff=unified_diff(w.kept, spelled), catalog_id="F-10", rationale="spelled")
