@@ -174,7 +174,7 @@ def test_a_failed_change_is_refused_after_a_correction_round_that_was_abandoned(
     with pytest.raises(GateRefusal) as refused:
         svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="again")
     assert refused.value.rule == "no-retry" and "round 1" in refused.value.message, refused.value
-    assert "precision error" in refused.value.message
+    assert "precision error (runtime-error)" in refused.value.message  # how it failed, as its record says
     # the correction itself never ran: it is not a failure and may be tried
     r = svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="untried")
     assert r.round == 2
