@@ -7,6 +7,8 @@ the module docstrings and the README state them; never from the function under t
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pypto_tune.tools.code.admission import admit
@@ -68,6 +70,42 @@ def test_a_changed_loop_header_is_named_as_the_loop_line() -> None:
     assert f"line {_line_of(after, head)} changed: {head}" in r.message, r.message
 
 
+def test_one_statement_replaced_by_two_names_both() -> None:
+    after = _edit(SOFTMAX, "        torch.manual_seed(0)\n", "        torch.manual_seed(1)\n        torch.manual_seed(2)\n")
+    r = _refused(after)
+    for stmt in ("torch.manual_seed(1)", "torch.manual_seed(2)"):
+        assert f"line {_line_of(after, stmt)} changed: {stmt}" in r.message, r.message
+
+
+def test_a_statement_removed_at_the_end_of_a_block_is_placed_near_the_block_s_new_last_line() -> None:
+    after = _edit(SOFTMAX, "        y[b * TILE_B:(b + 1) * TILE_B, :, :] = e / s\n", "")
+    r = _refused(after)
+    near = _line_of(after, "s = pypto.sum(e, -1, keepdim=True)")  # now the loop's last statement
+    assert f"1 statement(s) removed near line {near}: 'y[b * TILE_B:(b + 1) * TILE_B, :, :] = e / s'" in r.message, \
+        r.message
+
+
+def test_among_many_identical_statements_only_the_edited_ones_are_named() -> None:
+    """A file of 250 equal statements with two of them edited: the line-finder matches the equal ones between the
+    edits too (difflib's "popular element" heuristic, which would leave them unmatched past 200 items and name the
+    hundred statements between the edits as changed, is off), so the two edits are the two lines named."""
+    before = _edit(SOFTMAX, "\nif __name__", "print(0)\n" * 250 + "\nif __name__")
+    lines = before.split("\n")
+    at = [i for i, line in enumerate(lines) if line == "print(0)"]
+    lines[at[100]], lines[at[200]] = "print(1)", "print(2)"
+    r = _refused("\n".join(lines), before)
+    named = r.message.removeprefix("the change is not a knob change: ").split("; ")
+    assert [re.sub(r" (added|changed):", ":", n) for n in named] == [
+        f"{F}: line {at[100] + 1}: print(1)", f"{F}: line {at[200] + 1}: print(2)"], r.message
+
+
+def test_a_file_changed_only_in_a_comment_is_recorded_as_formatting_beside_the_knob_change() -> None:
+    adm = admit({F: SOFTMAX, "helper.py": "X = 1\n"},
+                {F: _edit(SOFTMAX, "\nTILE_B = 4\n", "\nTILE_B = 2\n"), "helper.py": "X = 1  # why X is 1\n"})
+    assert adm.kind == "knob" and adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B"
+    assert adm.formatting_files == ["helper.py"]
+
+
 # ------------------------------------------------------------------------------------------------ a value is data
 
 
@@ -79,7 +117,7 @@ def test_a_tile_value_of_literals_arithmetic_and_min_max_is_data(value: str) -> 
 
 
 @pytest.mark.parametrize("value", ['len("abcd")', "max(4, 8, key=abs)", "pypto.ceil(8)", "(lambda: 8)()",
-                                   "abs(-8)"])
+                                   "abs(-8)", "8 if B else 4", "(n := 8)", "[4, 8][1]"])
 def test_a_tile_value_that_runs_code_is_refused_as_code(value: str) -> None:
     """admission docstring: the new value is data — literals and arithmetic over names, min()/max() of them — never
     a call or anything else that runs code."""
@@ -180,6 +218,17 @@ def test_a_declared_algorithm_change_inside_the_kernel_is_admitted_as_one_struct
     with pytest.raises(GateRefusal) as refused:
         admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=False)
     assert refused.value.rule == "one-change", refused.value
+
+
+def test_an_algorithm_change_may_give_the_vector_tile_a_new_rank_a_knob_change_may_not() -> None:
+    """effective.check_vec_tile: a reshape needs a new tile (F-4), so a declared algorithm change is not held to the
+    old tile's rank; a knob change is (domain C: one int per tensor dim, the same count as now)."""
+    retile = ("set_vec_tile_shapes(1, 4, 256)", "set_vec_tile_shapes(32, 256)")
+    adm = admit({F: SOFTMAX}, {F: _edit(_edit(SOFTMAX, *KERNEL_EDIT), *retile)}, algorithm=True,
+                allow_structural=True)
+    assert adm.kind == "structural" and adm.change is not None and adm.change.after == [32, 256]
+    r = _refused(_edit(SOFTMAX, *retile))
+    assert r.rule == "legality" and "vec tile has 3 dims here, got 2" in r.message, r.message
 
 
 def test_an_algorithm_change_never_touches_the_test_around_the_kernel() -> None:

@@ -149,6 +149,33 @@ def test_sim_is_exact_any_slowdown_is_a_regression_and_there_is_no_noise_margin(
     assert [j.margin_pct for j in (slower, same, faster)] == [0.0, 0.0, 0.0]
     assert slower.delta_pct == pytest.approx(0.5) and faster.delta_pct == pytest.approx(-0.5)
 
+
+
+def test_a_sim_gain_below_half_a_percent_is_flagged_as_maybe_not_transferable() -> None:
+    """E.1 / README keep/revert: SIM gains < 0.5 % are flagged as maybe not transferable; exactly 0.5 % is not."""
+    notes = {after: rules.judge_measurement(100.0, [after], "sim").note for after in (99.6, 99.5, 99.4, 100.0)}
+    assert "may not transfer" in notes[99.6]
+    assert notes[99.5] == notes[99.4] == notes[100.0] == ""
+
+
+@pytest.mark.parametrize(("after_us", "final", "want"), [
+    (93.5, False, ("gain", True)), (94.0, False, ("gain", False)),  # the band's top edge at −1 %: d + 5 < −1
+    (94.0, True, ("no-gain", False)),  # undecided at the cap: not kept
+    (95.5, False, ("gain", False)), (96.0, False, ("no-gain", False)),  # the lean: d < −margin (4 %)
+    (104.0, False, ("no-gain", False)), (104.0, True, ("no-gain", False)),  # lo = −1: not surely no gain; d = margin
+    (104.5, False, ("no-gain", True)),  # lo > −1: surely not 1 % better
+    (106.0, False, ("no-gain", True)), (106.5, False, ("regression", True)),  # the bottom edge at +1 %: d − 5 > 1
+])
+def test_a_single_shot_npu_comparison_at_each_edge_of_its_band(after_us: float, final: bool,
+                                                              want: tuple[str, bool]) -> None:
+    """One sample, no kept samples: the standard error is E.1's single-shot 4 % read as 2 standard errors, so
+    se = 2 % and the band is d ± 2.5 × 2 = d ± 5 %, the margin max(2 se, 1 %) = 4 %. Every boundary is strict
+    ("entirely beyond"): at exactly the edge the band does not clear it. 100 → 94 is d = −6 % exactly in floats."""
+    j = rules.judge_measurement(100.0, [after_us], "npu", final=final)
+    assert (j.result_type, j.decisive) == want, j
+    assert j.margin_pct == 4.0 and j.delta_pct == pytest.approx(after_us - 100.0)
+
+
 # ------------------------------------------------------------------------------------------------ R10 checklist marks
 
 
@@ -183,6 +210,50 @@ def test_a_change_cites_the_catalogue_item_its_knob_serves(tmp_path: Path) -> No
                                   rationale="right id").round == 1
     admitted = w.ledger.rows("admissions", w.sid)  # what the report's admission table is built from
     assert [(a["verdict"], a["knob_id"], a["path"]) for a in admitted] == [("knob", "softmax.py:TILE_B", "knob")]
+
+
+def test_a_knob_that_serves_no_catalogue_item_is_never_tuned_in_a_configuration_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """R10: "a knob no catalogue item names is never tuned". The extractor gives every tunable knob at least one
+    catalogue id (the next test), so no real operator reaches this refusal of ``_admit``; admission is made to report
+    the changed knob without ids, which is what a knob outside the catalogue would look like."""
+    from pypto_tune.tools.code import admission
+
+    real = admission.admit
+    monkeypatch.setattr(admission, "admit", lambda *a, **kw: real(*a, **kw).model_copy(update={"catalog_ids": []}))
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+    h = svc._find(w.sid)
+    st = state(w)
+    after = with_tile_b(w.kept, 2)
+    for cited in ("F-3", ""):
+        with pytest.raises(GateRefusal) as refused:
+            svc._admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id=cited)
+        assert refused.value.rule == "catalog-stage", refused.value
+        assert "softmax.py:TILE_B serves no catalogue item" in refused.value.message, refused.value
+    assert not w.ledger.rows("admissions", w.sid)
+    # a declared change of the ALGORITHM stage is not bound to the configuration stages' catalogue
+    w.transition("stage", "FRONTEND", "ALGORITHM", "test: the configuration stages converged")
+    adm = svc._admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="", algorithm=True)
+    assert adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B" and adm.catalog_ids == []
+
+
+def test_every_tunable_knob_kind_and_every_tiling_consumer_names_a_catalogue_item() -> None:
+    """Why no real knob reaches the refusal above: an option's or a kind's tunable spec names its catalogue ids, and
+    a tile source or constant takes the ids of what it feeds (tools/patching/roles.py: the tiling calls, a slice, a
+    jit option, an unroll list, a submit-before-loop flag, a cache policy) — each of which names at least one id that
+    the catalogue holds."""
+    from pypto_tune.tools.analysis import load_catalog
+    from pypto_tune.tools.patching import extract, legality, roles
+
+    catalogue = {i.id for i in load_catalog().items}
+    specs = {**legality.OPTION_SPECS, **legality.LOOP_SPECS, **legality.COMBINE_SPECS, **legality.KIND_SPECS}
+    tunable = {k: s for k, s in specs.items() if s.tunable}
+    assert tunable and all(s.catalog_ids and set(s.catalog_ids) <= catalogue for s in tunable.values()), tunable
+    consumers = set(roles.TUNING_CALLS.values()) | {"slice", "jit_options", "unroll", "loop_submit", "cache_policy"}
+    for c in consumers:
+        ids = extract.CONSUMER_CATALOG.get(c, ())
+        assert ids and set(ids) <= catalogue, (c, ids)
 
 
 def test_a_correction_adjusts_the_rounds_own_knob_and_nothing_else(tmp_path: Path) -> None:
@@ -239,14 +310,39 @@ def test_a_change_that_gained_nothing_is_refused_again_however_its_value_is_spel
     with pytest.raises(GateRefusal) as again:
         svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="again")
     assert again.value.rule == "no-retry" and "round 2" in again.value.message, again.value
+    assert f"round 2 ({VEC}: [1, 4, 256] → [1, 8, 256])" in again.value.message, again.value  # which change it was
     spelled = with_vec_tile(w.kept, "1, 2 * 4, 256")
     with pytest.raises(GateRefusal) as other:
         svc.apply_tuning_patch(w.sid, diff=unified_diff(w.kept, spelled), catalog_id="F-10", rationale="spelled")
     assert other.value.rule == "no-retry" and "from this same kept state in round 2" in other.value.message, \
         other.value
+    assert other.value.message.startswith(f"{VEC} = "), other.value  # the refusal names the knob it refuses
     # another value of the same knob is a new change; the abandoned one may be tried
     assert svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10",
                                   rationale="new value").round == 3
+
+
+def test_going_back_to_an_earlier_kept_code_is_a_new_change_not_a_retry_of_the_rollback(tmp_path: Path) -> None:
+    """R19 refuses a CHANGE that was judged and not kept. A rollback is no change: round 1 (TILE_B 4 → 2, no gain) was
+    rolled back to TILE_B = 4; after round 2 kept TILE_B = 8, going back to 4 is a change from a new kept state that
+    nobody tried — its code is byte for byte what round 1's rollback wrote."""
+    w = tuning(tmp_path / "ws")
+    svc = TuningService(default_workspace=w.ws)
+
+    def tile_b(value: int) -> dict[str, str]:  # the assignment only (the docstring also says "TILE_B = 4")
+        return {"softmax.py": w.kept["softmax.py"].replace("\nTILE_B = 4\n", f"\nTILE_B = {value}\n")}
+
+    first_kept, two, eight = dict(w.kept), tile_b(2), tile_b(8)
+    w.open_round(1, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=2), two, before_us=BASE_US)
+    w.decide(1, "reverted", "no-gain", BASE_US, 0.0, "", two)  # its revert patch writes TILE_B = 4 back
+    w.open_round(2, "FRONTEND", "F-3", KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14,
+                                                  before=4, after=8), eight, before_us=BASE_US)
+    w.precision(w.run("precision", 2, "0", eight), "passed", 2, "0", eight)
+    w.decide(2, "kept", "gain", 18.0, -10.0, "", eight)
+    (w.ws / "softmax.py").write_text(w.kept["softmax.py"])
+    back = svc.apply_tuning_patch(w.sid, knob="softmax.py:TILE_B", value=4, catalog_id="F-3", rationale="back")
+    assert back.round == 3 and state(w).expected_sources == first_kept
 
 
 def test_a_shift_folds_to_its_number_up_to_64_bits_and_stays_text_past_them() -> None:

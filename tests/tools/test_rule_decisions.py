@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pypto_tune.tools.code.admission import admit
-from pypto_tune.tools.errors import GateRefusal
+from pypto_tune.tools.errors import GateRefusal, InputError
 from pypto_tune.tools.operations.base import _patch_row
 from pypto_tune.tools.patching import legality
 from pypto_tune.tools.service import TuningService
@@ -76,6 +76,27 @@ def test_each_stage_threshold_is_the_one_domain_r14_names(stage: str) -> None:
     assert rules.stage_exit_reason(stage, t - 1) == ""
     assert str(t) in rules.stage_exit_reason(stage, t)
     assert rules.stage_exit_reason(stage, t + 3) != ""
+
+
+def test_the_algorithm_stage_ends_after_three_rounds_without_gain() -> None:
+    """prompts/workflow/perf_tune.en.md section 8: in ALGORITHM "3 rounds without gain end it" (R23 names no count)."""
+    assert rules.stage_exit_reason("ALGORITHM", 2) == ""
+    assert "3 consecutive rounds without gain" in rules.stage_exit_reason("ALGORITHM", 3)
+
+
+def test_npu_repeats_have_a_floor_of_three_the_agent_cannot_lower(tmp_path: Path) -> None:
+    """README keep/revert: "On the NPU `repeats` has a floor of 3" (issue #10, attack 9); SIM is exact, 1 will do.
+    A call that passes the floor goes on to the next check, which an empty device id fails here before anything
+    starts."""
+    (tmp_path / "softmax.py").write_text(SOFTMAX)
+    svc = TuningService(default_workspace=tmp_path)
+    kw = {"workspace": str(tmp_path), "operator_files": ["softmax.py"], "test_command": ["python3", "softmax.py"],
+          "goal_speedup": 2.0, "device_ids": [" "]}
+    with pytest.raises(InputError, match="repeats on the NPU must be at least 3, got 2"):
+        svc.start_session(run_mode="npu", repeats=2, **kw)
+    for run_mode, repeats in (("npu", 3), ("npu", None), ("sim", 1)):
+        with pytest.raises(InputError, match="device_ids must be non-empty"):
+            svc.start_session(run_mode=run_mode, repeats=repeats, **kw)
 
 
 @pytest.mark.parametrize("stage", ["FRONTEND", "SWIMLANE_1", "INCORE_1"])
@@ -153,7 +174,7 @@ def test_a_failed_change_is_refused_after_a_correction_round_that_was_abandoned(
     with pytest.raises(GateRefusal) as refused:
         svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 8, 256], catalog_id="F-10", rationale="again")
     assert refused.value.rule == "no-retry" and "round 1" in refused.value.message, refused.value
-    assert "precision error" in refused.value.message
+    assert "precision error (runtime-error)" in refused.value.message  # how it failed, as its record says
     # the correction itself never ran: it is not a failure and may be tried
     r = svc.apply_tuning_patch(w.sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="untried")
     assert r.round == 2

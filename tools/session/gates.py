@@ -24,14 +24,6 @@ def has_pass(st: SessionState, code_hash: str | None = None) -> bool:
     return (code_hash or st.current_hash) in st.passed_hashes
 
 
-def last_precision(st: SessionState) -> dict[str, Any] | None:
-    """The latest precision record on the current code hash, if any."""
-    for r in reversed(st.rows["precision_records"]):
-        if r["code_hash"] == st.current_hash:
-            return r
-    return None
-
-
 def round_phase(st: SessionState) -> str:
     """Level-3 step of the open round: VERIFY, VERIFY_FAILED, MEASURE, RECORD."""
     r = st.open_round

@@ -134,9 +134,7 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
         else:
             stage = t["to_value"]
             stage_entry_id = int(t["id"])
-    outer = rules.STAGES_BY_NAME[stage].outer_round if stage in rules.STAGES_BY_NAME else 1
-    if stage == rules.ALGORITHM_STAGE.name:
-        outer = 3
+    outer = rules.STAGES_BY_NAME[stage].outer_round if stage in rules.STAGES_BY_NAME else 1  # ALGORITHM: 3
 
     # Expected source state: the last patch (any kind) wins; before any patch, the original sources.
     current_hash = session["original_hash"]
