@@ -131,11 +131,12 @@ finally:
 
 
 def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"load_before": [round(x, 2) for x in os.getloadavg()]}
     print(f"\n## Wall time: {len(names)} operators, {args.trials} trials each, batch 2, {args.slots} workers "
           f"(load average before: {os.getloadavg()[0]:.1f})")
-    out["local"] = run_campaign(work / "local", names, args, ray_address=None)
-    if args.ray:
+    if "local" in args.executors:
+        out["local"] = run_campaign(work / "local", names, args, ray_address=None)
+    if "ray" in args.executors:
         base = Path(tempfile.mkdtemp(prefix="pcb", dir="/tmp"))
         (base / "tmp").mkdir()
         m = manifest(base / "ray", names, args.trials, args.goal)
@@ -155,18 +156,23 @@ def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[st
         ended = next(e for e in events if e["event"] == "campaign-ended")["t"]
         out["ray"] = {"wall_s": round(wall, 1), "campaign_s": round(ended - started, 1), "run_s": round(run_s, 1),
                       "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3),
-                      "ratio_campaign": round((ended - started) / (run_s / args.slots), 3), "rc": r.returncode}
+                      "ratio_campaign": round((ended - started) / (run_s / args.slots), 3), "rc": r.returncode,
+                      "folder": str(base) if args.keep is not None else None}
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
     print("| executor | workers | wall s | Σ session run s | ideal s (Σ / k) | wall / ideal |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, row in out.items():
+        if name == "load_before":
+            continue
         extra = (f" (driver to end {row['campaign_s']} s: {row['ratio_campaign']}×; the rest is the cluster's "
                  "start and stop)") if name == "ray" else ""
         print(f"| {name} | {args.slots} | {row['wall_s']} | {row['run_s']} | {row['ideal_s']} | "
               f"**{row['ratio']}**{extra} |")
-    loc = out["local"]["sessions"]
-    print("   sessions: " + "; ".join(f"{n} {s['speedup']}× in {s['trials']} trials" for n, s in loc.items()))
+    print(f"   load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1 / 5 / 15 min)")
+    if "local" in out:
+        loc = out["local"]["sessions"]
+        print("   sessions: " + "; ".join(f"{n} {s['speedup']}× in {s['trials']} trials" for n, s in loc.items()))
     return out
 
 
@@ -260,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--goal", type=float, default=1000.0, help="goal speed-up (high: the budget ends the sessions)")
     ap.add_argument("--concurrency", type=int, default=None)
     ap.add_argument("--ray", action="store_true", help="also run the campaign on a Ray cluster of k CPUs (root)")
+    ap.add_argument("--executors", default=None, help="wall part: comma-separated executors to run, local and/or ray "
+                    "(default: local, and ray with --ray); --executors ray measures the Ray cluster alone")
     ap.add_argument("--operators", default="", help="comma-separated (default: every operator with a grid)")
     ap.add_argument("--also", default="softmax,rmsnorm,matmul", help="operators without a grid that the campaign "
                     "tunes too (their ledgers feed the store; no leave-one-out for them)")
@@ -271,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the campaign workspaces here")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    args.executors = set((args.executors or ("local,ray" if args.ray else "local")).split(","))
+    if not args.executors <= {"local", "ray"}:
+        ap.error(f"--executors: unknown {sorted(args.executors - {'local', 'ray'})} (local, ray)")
     names = [x for x in args.operators.split(",") if x] or grid_operators()
     names += [x for x in args.also.split(",") if x and x not in names]
     parts = set(args.part.split(","))
