@@ -99,8 +99,11 @@ sys.path.insert(0, {executors!r})
 from ray_scenarios import enter_loopback_namespace
 enter_loopback_namespace()
 ray = os.path.join(os.path.dirname(sys.executable), "ray")
+# a lean head (README "Ray"): no dashboard, no autoscaler monitor, no log monitor (the executor keeps worker logs on the
+# workers anyway); what is left are the GCS, the raylet and its two agents
 subprocess.run([ray, "start", "--head", "--port", "6399", "--num-cpus", sys.argv[1], "--include-dashboard", "false",
-                "--node-ip-address", "127.0.0.1", "--disable-usage-stats"], check=True, capture_output=True)
+                "--no-monitor", "--include-log-monitor", "false", "--node-ip-address", "127.0.0.1",
+                "--disable-usage-stats"], check=True, capture_output=True)
 try:
     r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
     sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)
@@ -147,11 +150,13 @@ def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[st
         t0 = time.monotonic()
         r = subprocess.run(cmd, cwd=str(base / "ray"), capture_output=True, text=True, env=env)
         wall = time.monotonic() - t0
+        journal = base / "ray" / ".pypto-tune-campaign" / "bench" / "journal.jsonl"
+        if r.returncode not in (0, 1) or not journal.is_file():
+            raise SystemExit(f"the Ray campaign failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         from pypto_tune.tools.campaign.facts import latest_session
 
         run_s = sum((latest_session(base / "ray" / "ws" / n) or _none()).run_s for n in names)
-        events = [json.loads(x) for x in (base / "ray" / ".pypto-tune-campaign" / "bench" / "journal.jsonl")
-                  .read_text().splitlines() if x.strip()]
+        events = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
         started = next(e for e in events if e["event"] == "driver-started")["t"]
         ended = next(e for e in events if e["event"] == "campaign-ended")["t"]
         out["ray"] = {"wall_s": round(wall, 1), "campaign_s": round(ended - started, 1), "run_s": round(run_s, 1),
