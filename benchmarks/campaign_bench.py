@@ -99,11 +99,12 @@ sys.path.insert(0, {executors!r})
 from ray_scenarios import enter_loopback_namespace
 enter_loopback_namespace()
 ray = os.path.join(os.path.dirname(sys.executable), "ray")
-# a lean head (README "Ray"): no dashboard, no autoscaler monitor, no log monitor (the executor keeps worker logs on the
-# workers anyway); what is left are the GCS, the raylet and its two agents
+# a lean head (README "Campaigns"): no dashboard, no autoscaler monitor, no log monitor (the executor keeps worker logs on
+# the workers anyway); what is left are the GCS, the raylet and its two agents. Workers at nice 0, not Ray's 15: the
+# local pool's runs compete with the rest of the machine at the benchmark's own priority, and so must Ray's
 subprocess.run([ray, "start", "--head", "--port", "6399", "--num-cpus", sys.argv[1], "--include-dashboard", "false",
                 "--no-monitor", "--include-log-monitor", "false", "--node-ip-address", "127.0.0.1",
-                "--disable-usage-stats"], check=True, capture_output=True)
+                "--disable-usage-stats"], check=True, capture_output=True, env={{**os.environ, "RAY_worker_niceness": "0"}})
 try:
     r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
     sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)
