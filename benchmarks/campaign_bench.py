@@ -68,6 +68,34 @@ def manifest(root: Path, names: list[str], trials: int, goal: float) -> Path:
 # ---------------------------------------------------------------------------------------------- wall time
 
 
+def occupancy(root: Path, slots: int) -> dict[str, Any]:
+    """How busy the k slots were, from every ledger's runs (start, duration) in ``root/ws/*``: the span from the
+    first run's start to the last one's end, the seconds with n runs executing, and the slot-seconds inside the span
+    in which no run executed, per run (what the executor and the sessions' bookkeeping cost between runs; the time
+    before the first run and after the last one is the campaign's start and end)."""
+    import sqlite3
+
+    spans = []
+    for db in sorted(root.glob("ws/*/.pypto-tune/ledger.sqlite3")):
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            spans += [(s, s + d) for s, d in con.execute("SELECT started_epoch, duration_s FROM runs")]
+        finally:
+            con.close()
+    if not spans:
+        return {}
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    at: dict[int, float] = {}
+    running, last = 0, edges[0][0]
+    for t, step in edges:
+        at[running] = at.get(running, 0.0) + t - last
+        running, last = running + step, t
+    span = max(e for _, e in spans) - min(s for s, _ in spans)
+    idle = slots * span - sum(e - s for s, e in spans)
+    return {"runs": len(spans), "span_s": round(span, 1), "seconds_with_n_running": {n: round(v, 1) for n, v in
+            sorted(at.items())}, "idle_slot_s": round(idle, 1), "idle_slot_s_per_run": round(idle / len(spans), 2)}
+
+
 def run_campaign(root: Path, names: list[str], args: argparse.Namespace, *, ray_address: str | None) -> dict:
     m = manifest(root, names, args.trials, args.goal)
     cmd = [sys.executable, "-m", "pypto_tune.server.cli", "campaign", str(m), "--quiet"]
@@ -90,7 +118,7 @@ def run_campaign(root: Path, names: list[str], args: argparse.Namespace, *, ray_
                    "finish": f.finish_reason if f else None}
     return {"wall_s": round(wall, 1), "run_s": round(run_s, 1), "slots": args.slots,
             "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3) if run_s else None,
-            "sessions": runs, "stdout": r.stdout[-600:]}
+            "sessions": runs, "stdout": r.stdout[-600:], "occupancy": occupancy(root, args.slots)}
 
 
 RAY_WRAPPER = """
@@ -163,7 +191,8 @@ def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[st
         out["ray"] = {"wall_s": round(wall, 1), "campaign_s": round(ended - started, 1), "run_s": round(run_s, 1),
                       "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3),
                       "ratio_campaign": round((ended - started) / (run_s / args.slots), 3), "rc": r.returncode,
-                      "folder": str(base) if args.keep is not None else None}
+                      "folder": str(base) if args.keep is not None else None,
+                      "occupancy": occupancy(base / "ray", args.slots)}
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
     print("| executor | workers | wall s | Σ session run s | ideal s (Σ / k) | wall / ideal |")
@@ -175,6 +204,12 @@ def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[st
                  "start and stop)") if name == "ray" else ""
         print(f"| {name} | {args.slots} | {row['wall_s']} | {row['run_s']} | {row['ideal_s']} | "
               f"**{row['ratio']}**{extra} |")
+    for name, row in out.items():
+        occ = row.get("occupancy") if isinstance(row, dict) else None
+        if occ:
+            print(f"   {name}: {occ['runs']} runs over {occ['span_s']} s; seconds with 0 / 1 / 2… runs executing: "
+                  f"{' / '.join(str(v) for v in occ['seconds_with_n_running'].values())}; idle slot-seconds between "
+                  f"the first run and the last: {occ['idle_slot_s']} ({occ['idle_slot_s_per_run']} per run)")
     print(f"   load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1 / 5 / 15 min)")
     if "local" in out:
         loc = out["local"]["sessions"]
