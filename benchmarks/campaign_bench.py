@@ -68,6 +68,34 @@ def manifest(root: Path, names: list[str], trials: int, goal: float) -> Path:
 # ---------------------------------------------------------------------------------------------- wall time
 
 
+def occupancy(root: Path, slots: int) -> dict[str, Any]:
+    """How busy the k slots were, from every ledger's runs (start, duration) in ``root/ws/*``: the span from the
+    first run's start to the last one's end, the seconds with n runs executing, and the slot-seconds inside the span
+    in which no run executed, per run (what the executor and the sessions' bookkeeping cost between runs; the time
+    before the first run and after the last one is the campaign's start and end)."""
+    import sqlite3
+
+    spans = []
+    for db in sorted(root.glob("ws/*/.pypto-tune/ledger.sqlite3")):
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            spans += [(s, s + d) for s, d in con.execute("SELECT started_epoch, duration_s FROM runs")]
+        finally:
+            con.close()
+    if not spans:
+        return {}
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    at: dict[int, float] = {}
+    running, last = 0, edges[0][0]
+    for t, step in edges:
+        at[running] = at.get(running, 0.0) + t - last
+        running, last = running + step, t
+    span = max(e for _, e in spans) - min(s for s, _ in spans)
+    idle = slots * span - sum(e - s for s, e in spans)
+    return {"runs": len(spans), "span_s": round(span, 1), "seconds_with_n_running": {n: round(v, 1) for n, v in
+            sorted(at.items())}, "idle_slot_s": round(idle, 1), "idle_slot_s_per_run": round(idle / len(spans), 2)}
+
+
 def run_campaign(root: Path, names: list[str], args: argparse.Namespace, *, ray_address: str | None) -> dict:
     m = manifest(root, names, args.trials, args.goal)
     cmd = [sys.executable, "-m", "pypto_tune.server.cli", "campaign", str(m), "--quiet"]
@@ -90,7 +118,7 @@ def run_campaign(root: Path, names: list[str], args: argparse.Namespace, *, ray_
                    "finish": f.finish_reason if f else None}
     return {"wall_s": round(wall, 1), "run_s": round(run_s, 1), "slots": args.slots,
             "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3) if run_s else None,
-            "sessions": runs, "stdout": r.stdout[-600:]}
+            "sessions": runs, "stdout": r.stdout[-600:], "occupancy": occupancy(root, args.slots)}
 
 
 RAY_WRAPPER = """
@@ -99,8 +127,12 @@ sys.path.insert(0, {executors!r})
 from ray_scenarios import enter_loopback_namespace
 enter_loopback_namespace()
 ray = os.path.join(os.path.dirname(sys.executable), "ray")
+# a lean head (README "Campaigns"): no dashboard, no autoscaler monitor, no log monitor (the executor keeps worker logs on
+# the workers anyway); what is left are the GCS, the raylet and its two agents. Workers at nice 0, not Ray's 15: the
+# local pool's runs compete with the rest of the machine at the benchmark's own priority, and so must Ray's
 subprocess.run([ray, "start", "--head", "--port", "6399", "--num-cpus", sys.argv[1], "--include-dashboard", "false",
-                "--node-ip-address", "127.0.0.1", "--disable-usage-stats"], check=True, capture_output=True)
+                "--no-monitor", "--include-log-monitor", "false", "--node-ip-address", "127.0.0.1",
+                "--disable-usage-stats"], check=True, capture_output=True, env={{**os.environ, "RAY_worker_niceness": "0"}})
 try:
     r = subprocess.run(sys.argv[2:], capture_output=True, text=True)
     sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)
@@ -131,11 +163,12 @@ finally:
 
 
 def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"load_before": [round(x, 2) for x in os.getloadavg()]}
     print(f"\n## Wall time: {len(names)} operators, {args.trials} trials each, batch 2, {args.slots} workers "
           f"(load average before: {os.getloadavg()[0]:.1f})")
-    out["local"] = run_campaign(work / "local", names, args, ray_address=None)
-    if args.ray:
+    if "local" in args.executors:
+        out["local"] = run_campaign(work / "local", names, args, ray_address=None)
+    if "ray" in args.executors:
         base = Path(tempfile.mkdtemp(prefix="pcb", dir="/tmp"))
         (base / "tmp").mkdir()
         m = manifest(base / "ray", names, args.trials, args.goal)
@@ -146,27 +179,41 @@ def wall_part(args: argparse.Namespace, work: Path, names: list[str]) -> dict[st
         t0 = time.monotonic()
         r = subprocess.run(cmd, cwd=str(base / "ray"), capture_output=True, text=True, env=env)
         wall = time.monotonic() - t0
+        journal = base / "ray" / ".pypto-tune-campaign" / "bench" / "journal.jsonl"
+        if r.returncode not in (0, 1) or not journal.is_file():
+            raise SystemExit(f"the Ray campaign failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
         from pypto_tune.tools.campaign.facts import latest_session
 
         run_s = sum((latest_session(base / "ray" / "ws" / n) or _none()).run_s for n in names)
-        events = [json.loads(x) for x in (base / "ray" / ".pypto-tune-campaign" / "bench" / "journal.jsonl")
-                  .read_text().splitlines() if x.strip()]
+        events = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
         started = next(e for e in events if e["event"] == "driver-started")["t"]
         ended = next(e for e in events if e["event"] == "campaign-ended")["t"]
         out["ray"] = {"wall_s": round(wall, 1), "campaign_s": round(ended - started, 1), "run_s": round(run_s, 1),
                       "ideal_s": round(run_s / args.slots, 1), "ratio": round(wall / (run_s / args.slots), 3),
-                      "ratio_campaign": round((ended - started) / (run_s / args.slots), 3), "rc": r.returncode}
+                      "ratio_campaign": round((ended - started) / (run_s / args.slots), 3), "rc": r.returncode,
+                      "folder": str(base) if args.keep is not None else None,
+                      "occupancy": occupancy(base / "ray", args.slots)}
         if args.keep is None:
             shutil.rmtree(base, ignore_errors=True)
     print("| executor | workers | wall s | Σ session run s | ideal s (Σ / k) | wall / ideal |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, row in out.items():
+        if name == "load_before":
+            continue
         extra = (f" (driver to end {row['campaign_s']} s: {row['ratio_campaign']}×; the rest is the cluster's "
                  "start and stop)") if name == "ray" else ""
         print(f"| {name} | {args.slots} | {row['wall_s']} | {row['run_s']} | {row['ideal_s']} | "
               f"**{row['ratio']}**{extra} |")
-    loc = out["local"]["sessions"]
-    print("   sessions: " + "; ".join(f"{n} {s['speedup']}× in {s['trials']} trials" for n, s in loc.items()))
+    for name, row in out.items():
+        occ = row.get("occupancy") if isinstance(row, dict) else None
+        if occ:
+            print(f"   {name}: {occ['runs']} runs over {occ['span_s']} s; seconds with 0 / 1 / 2… runs executing: "
+                  f"{' / '.join(str(v) for v in occ['seconds_with_n_running'].values())}; idle slot-seconds between "
+                  f"the first run and the last: {occ['idle_slot_s']} ({occ['idle_slot_s_per_run']} per run)")
+    print(f"   load average after: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1 / 5 / 15 min)")
+    if "local" in out:
+        loc = out["local"]["sessions"]
+        print("   sessions: " + "; ".join(f"{n} {s['speedup']}× in {s['trials']} trials" for n, s in loc.items()))
     return out
 
 
@@ -278,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--goal", type=float, default=1000.0, help="goal speed-up (high: the budget ends the sessions)")
     ap.add_argument("--concurrency", type=int, default=None)
     ap.add_argument("--ray", action="store_true", help="also run the campaign on a Ray cluster of k CPUs (root)")
+    ap.add_argument("--executors", default=None, help="wall part: comma-separated executors to run, local and/or ray "
+                    "(default: local, and ray with --ray); --executors ray measures the Ray cluster alone")
     ap.add_argument("--operators", default="", help="comma-separated (default: every operator with a grid)")
     ap.add_argument("--also", default="softmax,rmsnorm,matmul", help="operators without a grid that the campaign "
                     "tunes too (their ledgers feed the store; no leave-one-out for them)")
@@ -292,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the campaign workspaces here")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
+    args.executors = set((args.executors or ("local,ray" if args.ray else "local")).split(","))
+    if not args.executors <= {"local", "ray"}:
+        ap.error(f"--executors: unknown {sorted(args.executors - {'local', 'ray'})} (local, ray)")
     names = [x for x in args.operators.split(",") if x] or grid_operators()
     names += [x for x in args.also.split(",") if x and x not in names]
     parts = set(args.part.split(","))
