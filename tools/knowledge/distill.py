@@ -3,8 +3,9 @@
 Only what the ledger decided counts: a round needs its decision (kept / reverted / failed, with the result type)
 and a patch with exactly one knob change (a ``run_candidates`` trial, a hand-made round, an adopted edit). The
 sources before and after come from the patch row (whole files), the workspace's other Python files from the blob
-store (they decide which names are knobs); the situation is computed by the search's own shape model
-(``tools/search/kernel.py``) through :mod:`.situation`. Times are the ledger's: the kept state's time the round was
+store (they decide which names are knobs), the run-time record of the state before the change from the ledger's
+``probes`` rows; the situation is computed through the search's own view of the change (the record's picture of the
+kernels as they ran, else the static shape model of ``tools/search/kernel.py``) and :mod:`.situation`. Times are the ledger's: the kept state's time the round was
 judged against, and the round's measured time.
 
 A ledger is opened with the ledger's own reader, so only rows carrying this machine's seal count; a ledger sealed on
