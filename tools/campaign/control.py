@@ -146,6 +146,11 @@ def start(target: str, *, base: Path | None = None, out: str | None = None, exec
         if cdir.exists() and cdir.driver_pid() == proc.pid:
             return view(cdir, f"campaign {cdir.campaign_id} started (driver pid {proc.pid}, log {log_path})")
         if proc.poll() is not None:
+            if proc.returncode == 0 and cdir.exists() and any(
+                    e.get("event") == "driver-started" and e.get("pid") == proc.pid for e in cdir.events()):
+                # A resume with nothing left to do (every operator done) ends before the first look: not a failure
+                return view(cdir, f"campaign {cdir.campaign_id}: the driver (pid {proc.pid}) ran and finished at "
+                            f"once — nothing was left to do but the reports (log {log_path})")
             tail = log_path.read_text(errors="replace")[-1500:]
             raise InputError(f"the campaign's driver exited at once (exit {proc.returncode}): {tail.strip()}",
                              hint=f"see {log_path}")

@@ -84,6 +84,8 @@ class DriverContext:
     batch: int
     pool: TrialPool
     stop_reason: Callable[[], str | None]  # why the campaign is stopping, or None
+    # whether the journal holds this operator's "reports" event (the campaign report links what that event names)
+    reported: Callable[[str], bool] = lambda _name: False
     activity: dict[str, str] = field(default_factory=dict)  # operator -> what it is doing now (the board shows it)
 
 
@@ -169,6 +171,12 @@ class OperatorDriver:
         if latest is not None and latest.level1 == "DONE":
             self.sid = latest.session_id
             self.ctx.log("operator-already-done", operator=self.spec.name, session_id=self.sid)
+            if not self.ctx.reported(self.spec.name):
+                # The session turns DONE with its first report; a driver killed before the last language was
+                # written, or before the journal heard of them, leaves a finished session the campaign report
+                # cannot link. Rendering again is harmless: the same snapshot gives the same files.
+                self.ctx.service.know_session(self.spec.workspace, self.sid)
+                await self._reports()
             return OperatorOutcome(self.spec.name, "done", self.sid, latest.finish_reason or "")
         s = self.spec
         self._say("start_session")

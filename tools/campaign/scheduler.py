@@ -229,7 +229,9 @@ class Campaign:
             service = TuningService(executor=executor)
             pool = TrialPool(self.spec.trials, used=self._trials_used() if self.opts.resume else 0)
             self.ctx = DriverContext(service=service, log=cdir.log, batch=self.spec.batch, pool=pool,
-                                     stop_reason=self._graceful_stop_reason)
+                                     stop_reason=self._graceful_stop_reason,
+                                     reported=lambda name: any(e.get("event") == "reports" and e.get("operator")
+                                                               == name for e in cdir.events()))
             concurrency = self.spec.concurrency or max(2, 2 * self.slots)
             cdir.log("driver-started", pid=os.getpid(), resume=self.opts.resume, executor=self.opts.executor,
                      ray_address=self.opts.ray_address, slots=self.slots, nodes=self.nodes, concurrency=concurrency,

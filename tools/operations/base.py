@@ -193,6 +193,16 @@ class OperationsBase:
             )
         return self._handle(ws)
 
+    def know_session(self, workspace: Path, session_id: str) -> None:
+        """Let later calls find a session this process neither started nor resumed. A campaign driver that resumes
+        after its predecessor died finds a session already finished in its operator's workspace, and must still be
+        able to write that session's reports (``render_report`` is the one call a finished session takes)."""
+        h = self._handle(workspace)
+        if not h.ledger.rows("sessions", session_id):
+            raise InputError(f"the ledger of {workspace} holds no session {session_id!r}",
+                             hint="pass the workspace the session was started in")
+        self._session_ws[session_id] = workspace
+
     def _state(self, h: _Handle, session_id: str) -> SessionState:
         return derive_state(load_rows(h.ledger, session_id))
 
