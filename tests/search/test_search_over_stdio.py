@@ -119,6 +119,13 @@ def test_proposals_pass_admission_and_a_change_not_kept_is_never_proposed_or_run
             assert by_knob[STITCH]["verdict"] == "passed" and by_knob[STITCH]["decision"] != "kept"
             assert batch["winner_round"] is None and batch["best_us"] == kept_us
             assert (ws / "softmax.py").read_text() == before  # the kept state is still the workspace
+            # the ledger keeps each candidate as it ran — admitted, with the diff that ran — whatever the proposal
+            # said (a hand-written object carries neither; a proposal past the answer budget says admitted=false)
+            cands = [json.loads(r["candidate"]) if isinstance(r["candidate"], str) else r["candidate"]
+                     for r in (await _ledger(s, sid))["trials"] if r["batch"] == batch["batch"]]
+            rows = {c["knob"]: c for c in cands}
+            assert rows[NBUF]["admitted"] is True and "vec_nbuffer_setting" in rows[NBUF]["diff"], rows[NBUF]
+            assert rows[STITCH]["admitted"] is True and "stitch_function_max_num" in rows[STITCH]["diff"]
 
             # from the same kept state: neither is proposed again, whatever the knob filter or the limit
             again = {_key(c["knob"], c["value"]): c["id"] for c in

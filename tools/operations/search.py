@@ -276,7 +276,11 @@ class SearchOps(OperationsBase):
                                "of this batch")
                 continue
             seen.add(sem)
-            trials.append(_Trial(index=i, candidate=dict(cand), knob=cand["knob"], value=cand["value"],
+            # The ledger keeps the candidate as it ran: admitted here, with the diff that ran. A proposal past the
+            # answer budget went out unchecked (admitted=false, no diff), and a row saying so of a trial that was
+            # admitted and measured would depend on how loaded the machine was when it was proposed.
+            trials.append(_Trial(index=i, candidate={**cand, "admitted": True, "diff": plan.diff},
+                                 knob=cand["knob"], value=cand["value"],
                                  catalog_id=cid, sources=plan.new_sources, change=adm.change))
         return trials, refused
 
