@@ -188,9 +188,9 @@ def test_a_kernel_run_on_two_shapes_the_same_trip_count_allows_leaves_the_block_
     run["kernels"][0]["inputs"].append(_tensors([100, 64]))
     adm = _admit(body, 8, 102, run)
     assert not _loop_checks(adm)
-    assert f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} ((n + BLOCK - 1) // BLOCK) ran 13 iteration(s) of " \
-           "8; the server cannot tell which axis it blocks, so whether the new block divides it was not checked" \
-           in adm.unchecked
+    where = f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} ((n + BLOCK - 1) // BLOCK)"
+    assert f"{where} ran 13 iteration(s) of 8; the server cannot tell which axis it blocks, so whether the new block " \
+           "divides it was not checked" in adm.unchecked
 
 
 def test_two_dimensions_in_the_range_leave_the_block_unchecked_naming_the_loop() -> None:
@@ -206,7 +206,7 @@ def test_two_dimensions_in_the_range_leave_the_block_unchecked_naming_the_loop()
 # ------------------------------------------------------------------------------------ the block the axis takes
 
 
-def test_a_ceil_division_loop_takes_any_block_up_to_the_axis_a_floor_division_only_a_divisor() -> None:
+def test_a_ceil_division_loop_takes_any_block_up_to_the_axis_even_one_that_does_not_divide_it() -> None:
     ceil = _loop("0, (n + BLOCK - 1) // BLOCK, 1")
     run = _record(_operator(ceil, 8), [("loop", "pypto.loop", [0, 13, 1])], inputs=_tensors([100, 64]))
     # 100 rows in blocks of 7: 15 blocks, the last one short (ceil division keeps it)
@@ -300,7 +300,7 @@ def test_only_tile_calls_are_judged_per_kernel_run_a_loop_option_under_its_own_i
 # ------------------------------------------------------------------------------------------- the unchecked notes
 
 
-def _run_map(body: str, ran_markers: list[str], reported: bool = True) -> Any:
+def _run_map(body: str, ran_markers: list[str], reported: bool = True) -> tuple[Any, str]:
     text = _operator(body)
     run = _record(text, [("loop", m, [0, 24, 1]) for m in ran_markers]) if reported else None
     return knob_map({F: text}, {}, run), text
