@@ -73,7 +73,8 @@ RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_st
                "tests/tools/test_derived_state.py",
                "tests/prompts/test_prompt_texts.py")  # the prompts state the rules' numbers: a changed one disagrees
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
-RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admission_decisions.py")
+RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admission_decisions.py",
+                  "tests/patching/test_runcheck_decisions.py")
 MODULES: dict[str, Target] = {  # in the order a run takes them
     "stages": Target("tools/operations/stages.py",
                      ("_judge_stage", "_leave_stage", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),

@@ -82,9 +82,11 @@ def overlay(files_before: dict[str, str], program_before: roles.Program, run: Ru
 
 
 def _kernel_dims(run: RunMap, key: str | None) -> list[int]:
+    """Every tensor dimension of every call the run made of the kernel (the probe keeps each distinct argument list):
+    a test that calls it on two shapes may have run a loop's trip count on either."""
     k = run.kernels.get(key or "")
     dims: list[int] = []
-    for call in (k.get("inputs") or [])[:1] if k else []:
+    for call in (k.get("inputs") or []) if k else []:
         for a in call:
             if isinstance(a, dict) and "$tensor" in a:
                 dims.extend(d for d in a["$tensor"] if isinstance(d, int))
@@ -98,8 +100,9 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
     A loop ``pypto.loop(…, X // B, …)`` whose block ``B`` comes from the changed knob: the run recorded its trip
     count S with the old block b, so the axis X lies in [S·b, S·b + b − 1]; the kernel's input tensors name the
     one dimension in that range. The new block must be ≥ 1, ≤ X and divide X (floor division drops the rest); a
-    ceil-division loop ``(X + B − 1) // B`` only needs 1 ≤ B ≤ X. Returns (checked, unchecked) lines; raises
-    KnobValueError for an illegal block."""
+    ceil-division loop ``(X + B − 1) // B`` only needs 1 ≤ B ≤ X. A loop whose axis the run does not pin to one
+    dimension, or whose block the server cannot evaluate, is listed unchecked. Returns (checked, unchecked) lines;
+    raises KnobValueError for an illegal block."""
     feed = feeder(program_before, changed_site)
     if feed is None or not run.reported or change is None:
         return [], []
@@ -127,8 +130,12 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
                                                                                          locals_)
                 b_new = _Deriver(files_before, program_before, feed, change.after).eval(stop_node.right, env,
                                                                                         locals_)
-            except NoValue:
-                continue  # the divisor is not the changed block
+            except NoValue as exc:
+                # a divisor the server cannot evaluate (``n // max(BLOCK, 1)``) may still be the changed block: say
+                # the loop was not checked rather than pass it in silence
+                unchecked.append(f"{where} ran {stop_ran} iteration(s); the server cannot evaluate its block ({exc}), "
+                                 "so whether the new block divides the axis it blocks was not checked")
+                continue
             if b_old == b_new or not isinstance(b_old, int) or not isinstance(b_new, int) or b_old < 1:
                 continue
             left = stop_node.left
