@@ -1,5 +1,6 @@
 """The Ray worker starts one helper process per run (``executors/worker_run.py``: why a process, it says), a fresh
-interpreter each time, while the run holds its CPU: whatever that helper imports is paid on every run of a campaign.
+interpreter each time: whatever that helper imports is paid on every run of a campaign (ahead of the run since the
+worker starts it as a spare when its previous run ends, but still on the same CPUs).
 It needs the run's path only (materialise, sandbox, run, verify, digest). Measured 2026-12-04: importing the code
 model with it (libcst, the knob extractor, through ``tools/patching/__init__.py``) was ~0.3 s of its ~0.55 s of CPU,
 and Ray's per-run overhead fell from 1.39 s to 0.69 s when it went (``benchmarks/executor_overhead.py``)."""
@@ -34,3 +35,36 @@ def test_the_patching_exports_still_resolve_lazily():
     assert patching.validate is legality.validate
     assert patching.EditPlan is models.EditPlan
     assert all(getattr(patching, name) is not None for name in patching.__all__)
+
+
+def test_a_spare_helper_whose_worker_ends_before_a_job_exits_quietly():
+    """A Ray worker starts its next run's helper when a run ends (a spare); if the worker process dies first, the
+    spare reads the end of its stdin and exits without a trace (no traceback in the worker's log, exit 0)."""
+    spare = subprocess.run([sys.executable, "-m", "pypto_tune.tools.running.executors.worker_run"], input=b"",
+                           capture_output=True, timeout=60)
+    assert (spare.returncode, spare.stdout, spare.stderr) == (0, b"", b"")
+
+
+def test_a_run_takes_the_spare_its_worker_started_and_a_fresh_one_when_there_is_none():
+    from pypto_tune.tools.running.executors import ray_backend as rb
+
+    rb._prestart_helper()
+    spare = rb._spare
+    assert spare is not None and spare.poll() is None
+    rb._prestart_helper()  # one spare per worker process, never two
+    assert rb._spare is spare
+    taken = rb._take_helper()
+    assert taken is spare and rb._spare is None
+    fresh = rb._take_helper()  # no spare left: started now
+    assert fresh is not spare and fresh.poll() is None
+    rb._prestart_helper()
+    dead = rb._spare
+    assert dead is not None
+    dead.kill()
+    dead.wait()
+    replaced = rb._take_helper()  # a spare that died idle is never handed a job
+    assert replaced is not dead and replaced.poll() is None
+    for p in (taken, fresh, replaced):
+        assert p.stdin is not None
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0

@@ -9,9 +9,11 @@ server and the local executor never pay for it.
 run has its argv and environment rewritten to it), and starts one helper process
 (``worker_run.py``) that calls the same ``run_isolated`` the local executor uses, so the same process-group, timeout
 and clean-up discipline holds and the private copy is verified the same way. (Why a process and not a thread:
-``worker_run.py`` says.) The helper is a fresh interpreter on every run, started while the run holds its CPU, so it
-imports only the run's path, never the code model or the server (``tests/executors/test_worker_start_up.py``;
-measured ~0.2 s of CPU, of ~0.6 s that a run costs on Ray beyond the local pool: ``benchmarks/executor_overhead.py``).
+``worker_run.py`` says.) The helper is a fresh interpreter on every run; it imports only the run's path, never the code
+model or the server (``tests/executors/test_worker_start_up.py``; measured ~0.2 s of CPU, of ~0.6 s that a run cost
+on Ray beyond the local pool: ``benchmarks/executor_overhead.py``), and that start-up is paid ahead: when a run ends,
+its worker process starts the helper for its next run (a *spare*, which holds no job until one arrives and exits
+when the worker process dies).
 The output folders ``run_isolated`` moved into the worker-local ``output/`` are packed into one ``tar.gz`` and
 streamed back in chunks; the driver unpacks them into a staging folder next to the session's
 copies and moves them into ``WORKSPACE/output/`` with ``adopt_outputs`` (same collision rule as local runs), where
@@ -398,8 +400,7 @@ class _HelperRun:
     """
 
     def __init__(self, job: WorkerJob) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "pypto_tune.tools.running.executors.worker_run"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        self.proc = _take_helper()
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.messages: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         try:
@@ -438,6 +439,39 @@ class _HelperRun:
         self.reader.join(timeout=5)
 
 
+# This Ray worker process's next helper. A helper's interpreter start-up (~0.2 s of CPU: the run's imports) used to
+# be paid inside each run, while the run held its slot; the spare is started when this worker's previous run ends,
+# so the start-up overlaps the gap between tasks instead. It is still a fresh interpreter for each run (a spare never
+# held a job) and holds nothing but its imports: it blocks reading its job from stdin and exits on end of file, which
+# it reads when this worker process dies.
+_spare: subprocess.Popen[bytes] | None = None
+_spare_lock = threading.Lock()
+
+
+def _start_helper() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "pypto_tune.tools.running.executors.worker_run"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+
+
+def _take_helper() -> subprocess.Popen[bytes]:
+    """The spare if it is alive (it has only imported), else a helper started now."""
+    global _spare
+    with _spare_lock:
+        proc, _spare = _spare, None
+    if proc is not None:
+        if proc.poll() is None:
+            return proc
+        proc.wait()  # a spare that died idle (it should not): reap it and start afresh
+    return _start_helper()
+
+
+def _prestart_helper() -> None:
+    global _spare
+    with _spare_lock:
+        if _spare is None or _spare.poll() is not None:
+            _spare = _start_helper()
+
+
 def _sweep_orphaned_roots() -> None:
     """Remove the temporary folders of runs whose worker process is gone: a forced cancel kills the worker before
     it can clean up, so the next run on that machine does it. A folder whose owner pid is alive (or unreadable,
@@ -469,6 +503,7 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
     _sweep_orphaned_roots()
     root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
     helper: _HelperRun | None = None
+    interrupted = False
     try:
         (root / "owner").write_text(str(os.getpid()))
         env = dict(spec.env)
@@ -534,12 +569,17 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
                         "rejected_outputs": dict(iso.rejected_outputs), "sandbox": iso.sandbox,
                         "captured": dict(iso.captured),
                         "node": socket.gethostname(), "packed": packed})
+    except BaseException:
+        interrupted = True
+        raise
     finally:
         # Reached early when Ray cancels the task gracefully (KeyboardInterrupt) or closes the generator: stop the
         # run and wait until its group is dead and its copy removed, whatever else is raised meanwhile.
         if helper is not None:
             helper.stop_uninterrupted()
         _remove_uninterrupted(root)
+        if not interrupted:  # a cancelled task leaves no process behind, not even a spare
+            _prestart_helper()
 
 
 def _local_interpreter(argv: list[str], env: dict[str, str], driver_python: str) -> tuple[list[str], dict[str, str]]:

@@ -124,7 +124,10 @@ def main() -> int:
     # command through exec, caught ones are reset.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
-    job: WorkerJob = pickle.load(sys.stdin.buffer)
+    try:
+        job: WorkerJob = pickle.load(sys.stdin.buffer)
+    except EOFError:  # a spare whose Ray worker ended before giving it a job: nothing ran, nothing to say
+        return 0
     _arm_parent_death_signal(job.parent_pid)
     return anyio.run(_main, job, out)
 
