@@ -21,6 +21,7 @@ from pypto_tune.tools.analysis.topo_columns import (
     group_label,
     read_columns,
 )
+from pypto_tune.tools.code import pysource
 
 
 def empty() -> AivChains:
@@ -203,7 +204,7 @@ def _is_loop_call(node: ast.AST) -> bool:
 def outer_loops_of_source(text: str) -> int | None:
     """Product of trip counts of all pypto.loops that contain another pypto.loop; None if one is unknown."""
     try:
-        tree = ast.parse(text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return None
     env = _const_env(tree)

@@ -43,6 +43,7 @@ from pypto_tune.tools.patching._cst import same
 from pypto_tune.tools.patching.legality import uncatalogued
 from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
 from pypto_tune.tools.snapshot import KnobChange
+from pypto_tune.tools.code import pysource
 
 PLACEHOLDER = "__knob__"
 JIT_CALLEES = {"frontend.jit", "jit", "frontend.parser.entry.jit"}
@@ -211,11 +212,11 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
 
 def _masked_tree(pf: ParsedFile, sites: list[Site]) -> ast.Module:
     masked = pf.module.visit(_Masker(pf, [s for s in sites if s.file == pf.path]))
-    return _strip_docstrings(ast.parse(masked.code))  # type: ignore[return-value]
+    return _strip_docstrings(pysource.parse(masked.code))  # type: ignore[return-value]
 
 
 def _plain_tree(text: str) -> ast.Module:
-    return _strip_docstrings(ast.parse(text[1:] if text.startswith("\ufeff") else text))  # type: ignore[return-value]
+    return _strip_docstrings(pysource.parse(text[1:] if text.startswith("\ufeff") else text))  # type: ignore[return-value]
 
 
 def _statements(node: ast.AST) -> list[ast.AST]:
@@ -278,7 +279,7 @@ def _refuse(rule: str, message: str, hint: str, allowed: list[str] | None = None
 def _pure(code: str) -> bool:
     """A knob value may be data and arithmetic; a call is allowed only to read a pypto enum-like attribute path."""
     try:
-        tree = ast.parse(code.strip(), mode="eval")
+        tree = pysource.parse(code.strip(), mode="eval")
     except SyntaxError:
         return False
     for node in ast.walk(tree):
@@ -482,11 +483,11 @@ def _check_bytes(path: str, before: str, after: str) -> None:
                               "the file differently from the UTF-8 text the server compares", "keep operator files "
                               "UTF-8 without another coding declaration")
     try:
-        tree_a = ast.parse(after.lstrip("\ufeff"))
+        tree_a = pysource.parse(after.lstrip("\ufeff"))
     except SyntaxError:
         return  # reported by the caller
     try:
-        dup_before = _duplicate_keys(ast.parse(before.lstrip("\ufeff"))) if before else set()
+        dup_before = _duplicate_keys(pysource.parse(before.lstrip("\ufeff"))) if before else set()
     except SyntaxError:
         dup_before = set()
     new_dups = _duplicate_keys(tree_a) - dup_before

@@ -32,6 +32,7 @@ from pypto_tune.tools.running.interpreter_files import EnvironmentWatch, Fingerp
 from pypto_tune.tools.session.state import SessionState, derive_state, load_rows
 from pypto_tune.tools.code import server_files
 from pypto_tune.tools.code.workspace import WorkspaceLock
+from pypto_tune.tools.code import pysource
 
 if TYPE_CHECKING:
     from pypto_tune.tools.code.admission import Admission
@@ -562,7 +563,7 @@ def _fold(expr: str) -> Any:
     """The value of an expression made of number literals and + - * // % << (what a knob may be spelled as), or
     its canonical text (``ast.unparse``) when it names anything else."""
     try:
-        tree = ast.parse(expr.strip(), mode="eval").body
+        tree = pysource.parse(expr.strip(), mode="eval").body
     except SyntaxError:
         return {"$expr": expr.strip()}
 

@@ -15,6 +15,7 @@ import libcst as cst
 
 from ..errors import InputError
 from .models import EXPR_KEY
+from pypto_tune.tools.code import pysource
 
 # ----------------------------------------------------------------------------------------------------- values
 
@@ -102,7 +103,7 @@ def canon(value: Any) -> Any:
 def _expr_key(code: str) -> str:
     """Layout-free form of an expression: spacing, line breaks, comments and redundant parentheses are not changes."""
     try:
-        return ast.dump(ast.parse(code.strip(), mode="eval"))
+        return ast.dump(pysource.parse(code.strip(), mode="eval"))
     except SyntaxError:
         return " ".join(code.split())
 

@@ -21,6 +21,7 @@ from ._cst import is_expr
 from .extract import Site
 from .models import DTYPE_BYTES, EXPR_KEY
 from .roles import dotted
+from pypto_tune.tools.code import pysource
 
 UNKNOWN = object()
 # F-10 recommends 16–64 KB per vector tile. The unified buffer is 192 KiB (pypto 0.2.0's log: "OP SUB ... 262144
@@ -106,7 +107,7 @@ def value_of(value: Any, env: dict[str, Any]) -> Any:
 
 def _concrete(value: Any, env: dict[str, Any]) -> Any:
     if is_expr(value):
-        return evaluate(ast.parse(value[EXPR_KEY].strip(), mode="eval").body, env)
+        return evaluate(pysource.parse(value[EXPR_KEY].strip(), mode="eval").body, env)
     if isinstance(value, list):
         return [_concrete(v, env) for v in value]
     if isinstance(value, dict):
@@ -118,7 +119,7 @@ def call_args(code: str, env: dict[str, Any]) -> list[Any] | object:
     """Positional arguments of a call written as code (``pypto.set_vec_tile_shapes(*VEC_TILE)``), star-args
     expanded; UNKNOWN if any cannot be evaluated."""
     try:
-        node = ast.parse(code.strip(), mode="eval").body
+        node = pysource.parse(code.strip(), mode="eval").body
         if not isinstance(node, ast.Call):
             return UNKNOWN
         out: list[Any] = []
@@ -174,7 +175,7 @@ def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, Si
     out: dict[str, SiteValue] = {}
     for path, text in sources.items():
         try:
-            tree = ast.parse(text[1:] if text.startswith("\ufeff") else text)
+            tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
         except SyntaxError:
             continue
         scopes = _scope_map(tree)

@@ -13,6 +13,7 @@ import hashlib
 
 from .edit import functional_sources
 from .files import hash_sources
+from pypto_tune.tools.code import pysource
 
 
 def code_hash(sources: dict[str, str]) -> str:
@@ -24,7 +25,7 @@ def semantic_hash(sources: dict[str, str]) -> str:
     for path, text in sorted(functional_sources(sources).items()):
         body = text.removeprefix("\ufeff")
         try:
-            dumped = ast.dump(ast.parse(body))
+            dumped = ast.dump(pysource.parse(body))
         except SyntaxError:
             dumped = body
         h.update(f"{path}\0{dumped}\0".encode())

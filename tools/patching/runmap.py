@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from . import roles
 from .extract import Site
+from pypto_tune.tools.code import pysource
 
 # The pypto API each call-site knob kind configures (probe api names, tools/running/probe/hook).
 KIND_APIS = {
@@ -94,7 +95,7 @@ def _scope_of_qualname(qualname: str) -> str:
 def _decorators(text: str) -> dict[int, str]:
     """line of each decorator call → the dotted scope of the function it decorates."""
     try:
-        tree = ast.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
     except SyntaxError:
         return {}
     out: dict[int, str] = {}
@@ -121,7 +122,7 @@ def _decorated_scope(text: str, line: int) -> str | None:
 @functools.lru_cache(maxsize=64)
 def _statements(text: str) -> list[tuple[int, int]]:
     try:
-        tree = ast.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
     except SyntaxError:
         return []
     return sorted((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, ast.stmt))
@@ -131,7 +132,7 @@ def _statements(text: str) -> list[tuple[int, int]]:
 def _calls(text: str) -> dict[int, list[tuple[int, str]]]:
     """start line → [(end line, callee short name)] of every call in the file."""
     try:
-        tree = ast.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
     except SyntaxError:
         return {}
     out: dict[int, list[tuple[int, str]]] = {}
@@ -393,7 +394,7 @@ class RunMap:
     def _scope_at(self, file: str, line: int) -> str:
         best = (roles.MODULE, 0)
         try:
-            tree = ast.parse(self.files.get(file, ""))
+            tree = pysource.parse(self.files.get(file, ""))
         except SyntaxError:
             return roles.MODULE
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError
+from pypto_tune.tools.code import pysource
 
 #: Scripts larger than this are not parsed (a test script is kilobytes; this bounds the time spent on a bad path).
 SCRIPT_MAX_BYTES = 5 * 1024 * 1024
@@ -122,7 +123,7 @@ def _read_script(path: Path) -> _ScriptInfo | str:
     except OSError as exc:
         return f"it cannot be read ({exc.strerror})"
     try:
-        tree = ast.parse(data, filename=str(path))
+        tree = pysource.parse(data, filename=str(path))
     except SyntaxError as exc:
         return f"it does not parse: {exc.msg} (line {exc.lineno})"
     except ValueError as exc:  # NUL bytes

@@ -20,6 +20,7 @@ from typing import Any
 
 from pypto_tune.tools.patching import effective, roles
 from pypto_tune.tools.patching.models import DTYPE_BYTES
+from pypto_tune.tools.code import pysource
 
 LOOP_CALLS = {"loop", "loop_unroll"}
 
@@ -91,7 +92,7 @@ class KernelModel:
         self.trees: dict[str, ast.Module] = {}
         for path, text in sorted({**(context or {}), **sources}.items()):
             try:
-                self.trees[path] = ast.parse(text.removeprefix("\ufeff"))
+                self.trees[path] = pysource.parse(text.removeprefix("\ufeff"))
             except SyntaxError:
                 continue
         for path in sorted(sources):
