@@ -53,13 +53,16 @@ def _cluster_pids(mark: str) -> list[int]:
     return out
 
 
-async def measure(ex, work: Path, name: str, runs: int, sleep_s: float) -> dict:
+async def measure(ex, work: Path, name: str, runs: int, sleep_s: float, gap_s: float = 0.0) -> dict:
+    import anyio
+
     from exec_helpers import job_spec, make_workspace
 
     ws = make_workspace(work, name)
     extra = []
     await ex.run(job_spec(ws, "warm-up", sleep_s))  # Ray starts its workers on first use
     for i in range(runs):
+        await anyio.sleep(gap_s)  # what a session does between two runs of a slot (judge, record, admit the next)
         t0 = time.monotonic()
         r = await ex.run(job_spec(ws, f"r{i}", sleep_s))
         extra.append(time.monotonic() - t0 - r.result.duration_s)
@@ -71,15 +74,22 @@ async def measure(ex, work: Path, name: str, runs: int, sleep_s: float) -> dict:
 
 async def main_async(args: argparse.Namespace) -> dict:
     from pypto_tune.tools.running.executors import LocalExecutor
-    from pypto_tune.tools.running.executors.ray_backend import RayExecutor
+    from pypto_tune.tools.running.executors.ray_backend import SPARE_ENV, RayExecutor
 
     work = Path(tempfile.mkdtemp(prefix="pto-overhead-"))
     out: dict = {"load_before": [round(x, 2) for x in os.getloadavg()]}
-    out["local"] = await measure(LocalExecutor(sim_slots=2), work, "local", args.runs, args.sleep_s)
+    out["local"] = await measure(LocalExecutor(sim_slots=2), work, "local", args.runs, args.sleep_s, args.gap_s)
+    # the same cluster size without spares first (every helper started inside its run), then as shipped
+    plain = RayExecutor(init_kwargs={"num_cpus": 2, "runtime_env": {"env_vars": {SPARE_ENV: "0"}}})
+    await plain.connect()
+    try:
+        out["ray_no_spare"] = await measure(plain, work, "ray-no-spare", args.runs, args.sleep_s, args.gap_s)
+    finally:
+        plain.close()
     ray_ex = RayExecutor(init_kwargs={"num_cpus": 2})
     await ray_ex.connect()
     try:
-        out["ray"] = await measure(ray_ex, work, "ray", args.runs, args.sleep_s)
+        out["ray"] = await measure(ray_ex, work, "ray", args.runs, args.sleep_s, args.gap_s)
         pids = _cluster_pids(os.environ["TMPDIR"])
         c0, t0 = _cpu_s(pids), time.monotonic()
         time.sleep(args.idle_s)
@@ -95,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--sleep-s", type=float, default=1.0, help="how long the test command sleeps")
+    ap.add_argument("--gap-s", type=float, default=0.0,
+                    help="pause between two runs, as a session's bookkeeping makes (0: back to back)")
     ap.add_argument("--idle-s", type=float, default=10.0, help="how long to watch the idle cluster's CPU")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -112,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         out = anyio.run(main_async, args)
     finally:
         shutil.rmtree(os.environ["TMPDIR"], ignore_errors=True)  # the cluster is down: its session folder can go
-    for name in ("local", "ray"):
+    for name in ("local", "ray_no_spare", "ray"):
         row = out[name]
         print(f"{name}: {row['runs']} runs of {args.sleep_s} s, executor's extra per run: median "
               f"{row['extra_s_median']} s, mean {row['extra_s_mean']} s")

@@ -445,6 +445,8 @@ class _HelperRun:
 # held a job) and holds nothing but its imports: it blocks reading its job from stdin and exits on end of file, which
 # it reads when this worker process dies.
 _spare: subprocess.Popen[bytes] | None = None
+#: ``0`` in a worker's environment: no spare, every helper started inside its run (as before spares; for measuring)
+SPARE_ENV = "PYPTO_TUNE_RAY_SPARE"
 _spare_lock = threading.Lock()
 
 
@@ -467,6 +469,8 @@ def _take_helper() -> subprocess.Popen[bytes]:
 
 def _prestart_helper() -> None:
     global _spare
+    if os.environ.get(SPARE_ENV, "1") == "0":  # the benchmark's arm without spares (executor_overhead.py)
+        return
     with _spare_lock:
         if _spare is None or _spare.poll() is not None:
             _spare = _start_helper()
