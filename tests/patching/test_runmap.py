@@ -187,6 +187,16 @@ def test_a_tiling_source_needs_the_record_but_a_pin_does_not(activation):
     assert adm.kind == "knob" and adm.live is None
 
 
+def test_a_tiling_source_refusal_says_why_there_is_no_record(activation):
+    """The refusal names the probe's status, and its reason when the record gives one (runmap: status / reason)."""
+    sources, _ = activation
+    after = _change(sources, "[32 for _ in", "[64 for _ in")
+    r = _refusal(sources, after, None)
+    assert "there is none (not-probed)" in r.message, r.message
+    r = _refusal(sources, after, {"status": "no-report", "reason": "the run left no probe record"})
+    assert "there is none (no-report: the run left no probe record)" in r.message, r.message
+
+
 # ------------------------------------------------------------------------------------- smuggling through a source
 
 SMUGGLE = '''
