@@ -393,3 +393,36 @@ def test_a_block_size_whose_axis_only_the_run_knows_is_recorded_as_unchecked_whe
     other = admit({"op.py": before}, {"op.py": before.replace("set_vec_tile_shapes(1, 512)",
                                                               "set_vec_tile_shapes(2, 512)")})
     assert not [u for u in other.unchecked if "rows // TILE" in u], other.unchecked
+
+
+def test_a_value_naming_what_only_the_run_knows_is_admitted_with_its_domain_recorded_unchecked() -> None:
+    """Domain C: a value that names something the server cannot evaluate (here a factory parameter) passes as
+    unchecked, recorded with the value it names and the domain it was not checked against — in place of the
+    generic note of the site it feeds."""
+    before = FACTORY.format(module="TILE = 8\n", local="")
+    adm = admit({"op.py": before}, {"op.py": before.replace("set_vec_tile_shapes(1, 512)",
+                                                             "set_vec_tile_shapes(rows // 64, 512)")})
+    assert adm.kind == "knob" and adm.change is not None
+    assert adm.change.after == [{"$expr": "rows // 64"}, 512]
+    assert not [c for c in adm.checked if "within its domain" in c], adm.checked
+    assert len(adm.unchecked) == 1, adm.unchecked
+    assert adm.unchecked[0].startswith("op.py:build.kernel.set_vec_tile_shapes#1 = [{'$expr': 'rows // 64'}, 512]: "
+                                       "names something the server cannot evaluate; its domain (one int ≥ 1 per "
+                                       "tensor dim"), adm.unchecked
+    assert adm.unchecked[0].endswith(") was not checked"), adm.unchecked
+
+
+def test_a_tiling_site_the_change_makes_illegal_is_refused_with_the_sites_own_hint() -> None:
+    """TILE_B = 3 is a legal block on its own but leaves 2 of B's 32 rows uncomputed (C/F-3): the refusal is the
+    site's, and its hint says where the legal range is shown."""
+    r = _refused(_edit(SOFTMAX, "\nTILE_B = 4\n", "\nTILE_B = 3\n"))
+    assert r.rule == "legality" and "only 30 of 32 would be computed" in r.message, r.message
+    assert r.hint == "choose a value inside the legal range (list_knobs shows it for this operator)", r.hint
+
+
+def test_a_knobs_own_domain_check_is_on_the_record_of_its_admission() -> None:
+    """The knob's own rule was checked (type, range): recorded like every site check, with the domain it held to."""
+    adm = admit({F: SOFTMAX}, {F: _edit(SOFTMAX, '"stitch_function_max_num": 128', '"stitch_function_max_num": 256')})
+    assert len(adm.checked) == 1 and adm.checked[0].startswith(
+        "softmax.py:softmax_kernel.runtime_options.stitch_function_max_num = 256 within its domain (integer 1–1024"), \
+        adm.checked

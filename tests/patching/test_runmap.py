@@ -145,7 +145,7 @@ def test_a_config_field_is_one_knob_checked_on_the_shapes_that_ran(layernorm):
 def test_a_block_size_is_checked_on_the_axis_the_run_blocked(layernorm):
     sources, run = layernorm
     adm = admit(sources, _change(sources, "block_rows=1, vec", "block_rows=8, vec"), run=run)
-    assert any("axis 128" in c and "16 block(s) of 8" in c for c in adm.checked)
+    assert any("axis 128" in c and "16 block(s) of 8" in c for c in adm.checked) and not adm.unchecked
     # 128 rows in blocks of 3 leave 2 rows uncomputed (floor division)
     r = _refusal(sources, _change(sources, "block_rows=1, vec", "block_rows=3, vec"), run)
     assert r.rule == "legality" and "not a multiple of 3" in r.message
