@@ -421,7 +421,10 @@ def test_a_tiling_site_the_change_makes_illegal_is_refused_with_the_sites_own_hi
 
 
 def test_a_knobs_own_domain_check_is_on_the_record_of_its_admission() -> None:
-    """The knob's own rule was checked (type, range): recorded like every site check, with the domain it held to."""
+    """The knob's own rule was checked (type, range): recorded like every site check, with the domain it held to, and
+    first — the report shows the first entries of the record."""
+    adm = admit({F: SOFTMAX}, {F: _with_knob(SOFTMAX)})
+    assert len(adm.checked) > 2 and adm.checked[0].startswith("softmax.py:TILE_B = 2 within its domain"), adm.checked
     adm = admit({F: SOFTMAX}, {F: _edit(SOFTMAX, '"stitch_function_max_num": 128', '"stitch_function_max_num": 256')})
     assert len(adm.checked) == 1 and adm.checked[0].startswith(
         "softmax.py:softmax_kernel.runtime_options.stitch_function_max_num = 256 within its domain (integer 1–1024"), \
