@@ -429,3 +429,13 @@ def test_a_knobs_own_domain_check_is_on_the_record_of_its_admission() -> None:
     assert len(adm.checked) == 1 and adm.checked[0].startswith(
         "softmax.py:softmax_kernel.runtime_options.stitch_function_max_num = 256 within its domain (integer 1–1024"), \
         adm.checked
+
+
+def test_an_algorithm_change_may_drop_a_tile_call_the_knob_is_found_in_the_recorded_state() -> None:
+    """A rewrite that removes a tuning knob's site (here the kernel's vector tile call) moves that knob to nothing:
+    it is judged as the knob the recorded state had — a tuning knob — and admitted."""
+    after = _edit(SOFTMAX, "    pypto.set_vec_tile_shapes(1, 4, 256)\n", "")
+    adm = admit({F: SOFTMAX}, {F: after}, algorithm=True, allow_structural=True)
+    assert adm.kind == "structural" and adm.change is not None
+    assert (adm.change.knob_id, adm.change.before, adm.change.after) == (
+        "softmax.py:softmax_kernel.set_vec_tile_shapes#1", [1, 4, 256], None)
