@@ -439,3 +439,13 @@ def test_an_algorithm_change_may_drop_a_tile_call_the_knob_is_found_in_the_recor
     assert adm.kind == "structural" and adm.change is not None
     assert (adm.change.knob_id, adm.change.before, adm.change.after) == (
         "softmax.py:softmax_kernel.set_vec_tile_shapes#1", [1, 4, 256], None)
+
+
+def test_removing_an_option_entry_is_a_change_of_that_knob_back_to_its_default() -> None:
+    """An absent entry and a present one mask alike (admission docstring), so dropping one is a knob change to no
+    value: admitted, with no value to hold to the knob's domain."""
+    adm = admit({F: SOFTMAX}, {F: _edit(SOFTMAX, ', "stitch_function_max_num": 128', "")})
+    assert adm.kind == "knob" and adm.change is not None
+    assert (adm.change.knob_id, adm.change.before, adm.change.after) == (
+        "softmax.py:softmax_kernel.runtime_options.stitch_function_max_num", 128, None)
+    assert not adm.checked and not adm.unchecked
