@@ -90,7 +90,8 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
     "admission": Target("tools/code/admission.py",
                         ("admit", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
                          "_differences", "_statements", "_shell", "_check_run", "_exprs", "_changed_names",
-                         "_outside_kernels", "visit_FunctionDef"), ADMISSION_SUITE),
+                         "_outside_kernels", "visit_FunctionDef", "_tuning_knob", "_data", "_own_domain"),
+                        ADMISSION_SUITE),
     "runcheck": Target("tools/patching/runcheck.py",
                        ("overlay", "_kernel_dims", "loop_checks", "annotate_unchecked"), RUNCHECK_SUITE),
 }

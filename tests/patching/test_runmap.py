@@ -145,7 +145,7 @@ def test_a_config_field_is_one_knob_checked_on_the_shapes_that_ran(layernorm):
 def test_a_block_size_is_checked_on_the_axis_the_run_blocked(layernorm):
     sources, run = layernorm
     adm = admit(sources, _change(sources, "block_rows=1, vec", "block_rows=8, vec"), run=run)
-    assert any("axis 128" in c and "16 block(s) of 8" in c for c in adm.checked)
+    assert any("axis 128" in c and "16 block(s) of 8" in c for c in adm.checked) and not adm.unchecked
     # 128 rows in blocks of 3 leave 2 rows uncomputed (floor division)
     r = _refusal(sources, _change(sources, "block_rows=1, vec", "block_rows=3, vec"), run)
     assert r.rule == "legality" and "not a multiple of 3" in r.message
@@ -185,6 +185,16 @@ def test_a_tiling_source_needs_the_record_but_a_pin_does_not(activation):
     adm = admit(sources, _change(sources, "pypto.set_vec_tile_shapes(*tile_list)",
                                  "pypto.set_vec_tile_shapes(64, 128)"), run=None)
     assert adm.kind == "knob" and adm.live is None
+
+
+def test_a_tiling_source_refusal_says_why_there_is_no_record(activation):
+    """The refusal names the probe's status, and its reason when the record gives one (runmap: status / reason)."""
+    sources, _ = activation
+    after = _change(sources, "[32 for _ in", "[64 for _ in")
+    r = _refusal(sources, after, None)
+    assert "there is none (not-probed)" in r.message, r.message
+    r = _refusal(sources, after, {"status": "no-report", "reason": "the run left no probe record"})
+    assert "there is none (no-report: the run left no probe record)" in r.message, r.message
 
 
 # ------------------------------------------------------------------------------------- smuggling through a source

@@ -357,6 +357,8 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                           "call); the harness, its inputs, tolerances and verdict stay as recorded")
     if structural_files:
         if algorithm and allow_structural:
+            for c in delta:  # the rewrite may move tuning knobs, never a problem size, run_mode or a debug option
+                _tuning_knob(c, sites_a, sites_b)
             report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
             return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
                              unchecked=report.unchecked, structural_lines=structural,
@@ -373,9 +375,16 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                          hint="change a knob's value (list_knobs)")
     if len(delta) > 1 and algorithm and allow_structural:
         # R23: a declared algorithm-level change may move several knobs together (co-tuned knobs, S-8); it is
-        # still one declared change, legal on every site it reaches
+        # still one declared change, legal on every site it reaches. Nothing but knobs changed, so each knob is held
+        # to what a change of it alone is held to: a tuning knob, a value that is data, inside its own domain.
+        own = []
+        for c in delta:
+            knob = _tuning_knob(c, sites_a, sites_b)
+            _data(knob, c)
+            own.append(_own_domain(knob, c.after, sites_b))
         report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
-        return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
+        return Admission(kind="structural", formatting_files=formatting,
+                         checked=[o for o in own if o] + report.checked,
                          unchecked=report.unchecked,
                          structural_lines=[f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in delta])
     if len(delta) > 1:
@@ -383,20 +392,8 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                       + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta),
                       "split it: one knob per round, each verified and measured on its own")
     change = delta[0]
-    knob = next((s.knob for s in sites_a if s.knob.id == change.knob_id), None) or next(
-        (s.knob for s in sites_b if s.knob.id == change.knob_id), None)
-    assert knob is not None
-    if not knob.tunable:
-        why = "; ".join(knob.context.get("problem_uses", [])) or knob.legal
-        if uncatalogued(knob.legal):  # R10 + domain C: only catalogued options with a declared domain
-            raise _refuse("catalog-stage", f"{knob.id} = {change.after!r}: {why}",
-                          "tune a knob list_knobs shows as tunable; each serves a catalogue item of a stage")
-        raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
-                      "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
-    impure = [c for c in _exprs(change.after) if not _pure(c)]
-    if impure:
-        raise _refuse("one-change", f"the new value of {knob.id} is code, not data: {impure[0]!r} (line "
-                      f"{change.line})", "write the value as a literal (numbers, lists, dicts)")
+    knob = _tuning_knob(change, sites_a, sites_b)
+    _data(knob, change)
     site_b = next((s for s in sites_b if s.knob.id == change.knob_id), None)
     runmap = _run_map(fb, context, sites_b, run)
     info = runmap.of(site_b) if site_b is not None else None
@@ -407,6 +404,47 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                      formatting_files=formatting, checked=report.checked, unchecked=report.unchecked,
                      live=info.live if info else None, ran_with=list(info.effective) if info else [],
                      shared_with=list(info.shared_with) if info else [])
+
+
+def _tuning_knob(change: KnobChange, sites_a: list[Site], sites_b: list[Site]) -> Any:
+    """The changed knob, refused unless it is a tuning knob (``run_mode``, debug options and problem sizes are not)."""
+    knob = next((s.knob for s in sites_a if s.knob.id == change.knob_id), None) or next(
+        (s.knob for s in sites_b if s.knob.id == change.knob_id), None)
+    assert knob is not None
+    if not knob.tunable:
+        why = "; ".join(knob.context.get("problem_uses", [])) or knob.legal
+        if uncatalogued(knob.legal):  # R10 + domain C: only catalogued options with a declared domain
+            raise _refuse("catalog-stage", f"{knob.id} = {change.after!r}: {why}",
+                          "tune a knob list_knobs shows as tunable; each serves a catalogue item of a stage")
+        raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
+                      "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
+    return knob
+
+
+def _data(knob: Any, change: KnobChange) -> None:
+    """Refuse a new value that is code, not data (see ``_pure``)."""
+    impure = [c for c in _exprs(change.after) if not _pure(c)]
+    if impure:
+        raise _refuse("one-change", f"the new value of {knob.id} is code, not data: {impure[0]!r} (line "
+                      f"{change.line})", "write the value as a literal (numbers, lists, dicts)")
+
+
+def _own_domain(knob: Any, new_value: Any, sites_b: list[Site]) -> str:
+    """The knob's own rule (type, range) on its new value: what was checked, or '' when nothing could be (no value,
+    or one that names something the server cannot evaluate). Refuses a value outside the domain."""
+    if new_value is None or _exprs(new_value):
+        return ""
+    from pypto_tune.tools.patching.legality import check_knob_value
+
+    try:
+        check_knob_value(knob.model_copy(update={"value": next(
+            (s.knob.value for s in sites_b if s.knob.id == knob.id), knob.value)}), new_value)
+    except KnobValueError as exc:
+        raise _refuse("legality", f"{knob.id} = {new_value!r} is not legal: {exc.message}",
+                      "choose a value inside the legal range (list_knobs shows it)") from None
+    except InputError as exc:
+        raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
+    return f"{knob.id} = {new_value!r} within its domain ({knob.legal[:90]})"
 
 
 def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict[str, str],
@@ -556,20 +594,7 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
            changed_site: Site | None = None) -> effective.LegalityReport:
     """Domain C on the changed knob's own rule and on every consumer whose effective value changed — on the
     values that ran where the run-time probe recorded them (``runmap``)."""
-    if knob is not None and new_value is not None and not _exprs(new_value):
-        try:
-            from pypto_tune.tools.patching.legality import check_knob_value
-
-            check_knob_value(knob.model_copy(update={"value": next(
-                (s.knob.value for s in sites_b if s.knob.id == knob.id), knob.value)}), new_value)
-            own = f"{knob.id} = {new_value!r} within its domain ({knob.legal[:90]})"
-        except KnobValueError as exc:
-            raise _refuse("legality", f"{knob.id} = {new_value!r} is not legal: {exc.message}",
-                          "choose a value inside the legal range (list_knobs shows it)") from None
-        except InputError as exc:
-            raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
-    else:
-        own = ""
+    own = _own_domain(knob, new_value, sites_b) if knob is not None else ""
     named = (f"{knob.id} = {new_value!r}: names something the server cannot evaluate; its domain "
              f"({knob.legal[:90]}) was not checked") if knob is not None and _exprs(new_value) else ""
     prog_b = roles.analyze({**(context or {}), **fb})
