@@ -9,8 +9,9 @@ imports only ``topo_worker`` — then no longer loads the engine, the report wri
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from pypto_tune.tools.lazy_exports import module_getattr
 
 _HOME = {
     "load_catalog": "catalog",
@@ -28,13 +29,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    home = _HOME.get(name)
-    if home is None:  # not ours: `from pypto_tune.tools.analysis import engine` then imports the submodule
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _HOME, keep=True)
 
 
 def __dir__() -> list[str]:

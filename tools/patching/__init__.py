@@ -15,8 +15,7 @@ for libcst and the knob model on each run (measured: ~0.65 s of its ~0.9 s start
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from pypto_tune.tools.lazy_exports import module_getattr
 
 _EXPORTS = {
     **dict.fromkeys(("apply_diff", "parse_diff", "unified_diff"), "diffs"),
@@ -30,9 +29,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = module_getattr(__name__, _EXPORTS)

@@ -6,8 +6,7 @@ jinja2 and the renderers.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from pypto_tune.tools.lazy_exports import module_getattr
 
 _EXPORTS = {
     "render_status_board": "board", "achievement_rate": "metrics", "render_report": "render",
@@ -15,9 +14,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{module}"), name)
+__getattr__ = module_getattr(__name__, _EXPORTS)
