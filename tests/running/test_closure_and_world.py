@@ -73,3 +73,36 @@ def test_a_world_survives_the_ledger() -> None:
     w = _world(probe={"path": ["/venv/lib/site-packages"]})
     back = RunWorld.from_json(w.as_json())
     assert back.as_json() == w.as_json() and back.sandboxed and back.run_env("2")["TILE_FWK_DEVICE_ID"] == "2"
+
+
+def test_the_package_folders_an_interpreter_does_not_use_are_hidden(tmp_path: Path) -> None:
+    """A venv's base installation is mounted whole (interpreter, standard library), but its own site-packages is not
+    on the venv's sys.path: hidden. Folders holding anything the run uses stay, and so does a folder reached through
+    a link (a venv's ``lib64 -> lib``: a mount there would land on the site-packages the run does use)."""
+    base, venv, ws = tmp_path / "base", tmp_path / "venv", tmp_path / "ws"
+    for d in (base / "lib/python3.11/site-packages", base / "lib/python3.11/dist-packages/src/pkg",
+              venv / "lib/python3.11/site-packages", ws):
+        d.mkdir(parents=True)
+    (venv / "lib64").symlink_to("lib")
+    info = {"path": [str(base / "lib/python3.11"), str(venv / "lib/python3.11/site-packages")],
+            # sys.prefix, sys.base_prefix, then an editable install's source folder (closure.py's probe)
+            "prefixes": [str(venv), str(base), str(base / "lib/python3.11/dist-packages/src")],
+            "exe": str(base / "bin/python3.11")}
+    clo = closure_mod.build(info, {"PATH": "/usr/bin"}, workspace=ws)
+    assert clo.hidden == (str(base / "lib/python3.11/site-packages"),)
+    assert Closure.from_json(clo.as_json()) == clo
+    # recorded before hidden folders existed: hides nothing (its scans keep covering everything)
+    assert Closure.from_json({"roots": ["/venv"]}).hidden == ()
+
+
+def test_this_machines_base_site_packages_is_hidden_from_a_venv(tmp_path: Path) -> None:
+    import sysconfig
+
+    base_site = sysconfig.get_path("purelib", vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    clo, info = closure_mod.find_sync(sys.executable, build_child_env(run_mode="sim"), workspace=ws)
+    expected = (sys.prefix != sys.base_prefix and os.path.isdir(base_site) and base_site not in info["path"]
+                and os.path.realpath(base_site) == base_site)
+    assert (base_site in clo.hidden) == expected, (base_site, clo.hidden)
+    assert not set(clo.hidden) & set(info["path"])

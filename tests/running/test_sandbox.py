@@ -148,3 +148,30 @@ def test_a_missing_bubblewrap_is_named_with_the_way_to_install_it(tmp_path: Path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("False bubblewrap (bwrap) is not installed (PYPTO_TUNE_BWRAP=/nonexistent/bwrap")
     assert "apt-get install bubblewrap" in out and "--unsandboxed" in out
+
+
+def test_a_package_folder_the_interpreter_does_not_use_is_empty_and_read_only_inside(tmp_path: Path) -> None:
+    """``Closure.hidden``: the base installation's own site-packages (not on a venv's sys.path) is mounted with its
+    installation, but a run finds it empty — so a file planted there cannot reach it, and the scan may skip it."""
+    ws = _workspace(tmp_path)
+    base = tmp_path / "base"
+    std = base / "lib" / "python3.11"
+    (std / "site-packages").mkdir(parents=True)
+    (std / "stdlib_module.py").write_text("# the standard library stays\n")
+    (std / "site-packages" / "planted.pth").write_text("import os; os.environ['X'] = 'planted'\n")
+    hidden = str(std / "site-packages")
+    files = {"data.txt": ExecFile(data=RECORDED)}
+    script = (f"cat '{std}/stdlib_module.py'; ls -A '{hidden}' | sed 's/^/HIDDEN /'; "
+              f"cat '{hidden}/planted.pth' 2>/dev/null || echo 'no planted file'; "
+              f"touch '{hidden}/new' 2>/dev/null && echo WRITABLE || echo 'read-only'")
+
+    async def go(clo: sandbox.Closure):
+        return await run_isolated(files, ["/bin/sh", "-c", script], workspace=ws, env=build_child_env(run_mode="sim"),
+                                  timeout_s=60, tag="t", closure=clo)
+
+    seen = anyio.run(go, sandbox.Closure(roots=(str(base),))).result.output
+    assert "planted" in seen and "HIDDEN planted.pth" in seen, seen  # without hiding, the run reads it
+    out = anyio.run(go, sandbox.Closure(roots=(str(base),), hidden=(hidden,))).result.output
+    assert "# the standard library stays" in out, out
+    assert "HIDDEN" not in out and "no planted file" in out and "read-only" in out, out
+    assert (std / "site-packages" / "planted.pth").exists() and not (std / "site-packages" / "new").exists()

@@ -170,12 +170,12 @@ class RunWorldOps(OperationsBase):
     def _scan_interpreter_sync(self, h: _Handle, st: SessionState) -> None:
         """Fingerprint the closure's roots (``tools/running/interpreter_files.py``): from here on a run is judged
         only while they are as scanned."""
-        from pypto_tune.tools.running.interpreter_files import Fingerprint, scan
+        from pypto_tune.tools.running.interpreter_files import take_sync
 
         world = self._run_world(h, st)
-        roots = list(world.closure.fingerprinted)
-        ws = str(Path(h.workspace))
-        fp = Fingerprint(roots=roots, entries=scan(roots, ws), skip=ws)
+        # what a sandboxed run cannot see cannot move its number: only such a session leaves the hidden folders out
+        fp = take_sync(world.closure.fingerprinted, workspace=Path(h.workspace),
+                       hidden=world.closure.hidden if world.sandboxed else ())
         fp.save(self._fingerprint_path(h, st.id))
         detail = (f"{len(fp.entries)} entries under {len(fp.roots)} folders the run imports or executes from "
                   f"({', '.join(fp.roots[:4])}{', …' if len(fp.roots) > 4 else ''}); digest {fp.digest}")

@@ -7,7 +7,9 @@ run cannot change them — but the agent's user can, between runs: a ``.pth`` fi
 mid-session runs in every later run and can rewrite that run's artifacts (red team: kept at -99 %). So when the
 baseline is about to be set the server scans every root the closure marks as fingerprinted (``closure.py``: every
 root on the run's ``sys.path``, the interpreter, the PATH folders, declared roots — found, not a fixed list) once and
-keeps a fingerprint; every run is judged only if the roots are still as scanned.
+keeps a fingerprint; every run is judged only if the roots are still as scanned. The package folders a sandboxed
+run cannot see (``Closure.hidden``: the base installation's own site-packages under a virtual environment) are left
+out of the scan — for an unsandboxed session they are scanned like the rest.
 
 The fingerprint is ``(size, inode, ctime)`` per entry. ``ctime`` is set by the kernel on every write, rename,
 chmod or link change and cannot be set back by an unprivileged process, so a file changed and put back between two
@@ -26,24 +28,34 @@ import hashlib
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import anyio
 import orjson
+
+from pypto_tune.tools.running.sandbox import outermost
 
 
 #: (size, inode, ctime_ns); folders have size -1 so a file replaced by a folder differs
 Entry = tuple[int, int, int]
 
 
-def scan(roots: list[str], skip: str | None = None) -> dict[str, Entry]:
-    """Every entry under ``roots`` (links not followed) with its ``(size, inode, ctime_ns)``; ``skip`` (the
-    workspace, when a root contains it) is left out — the recorded tree covers it."""
+def scan(roots: Iterable[str], skip: Iterable[str] | str | None = None) -> dict[str, Entry]:
+    """Every entry under ``roots`` (links not followed) with its ``(size, inode, ctime_ns)``; the folders in
+    ``skip`` are left out with everything under them: the workspace, when a root contains it (the recorded tree
+    covers it), and the package folders a sandboxed run cannot see (``Closure.hidden``).
+
+    A root inside another is walked once, as part of the outer one (a closure names the base installation and its
+    standard library, the virtual environment and its site-packages: walking each would scan most entries twice).
+    """
+    skipped = frozenset(os.path.normpath(p) for p in ([skip] if isinstance(skip, str) else (skip or ())))
     out: dict[str, Entry] = {}
 
     def walk(folder: str) -> None:
-        if skip is not None and folder == skip:
+        if folder in skipped:
             return
         try:
             it = os.scandir(folder)
@@ -51,7 +63,7 @@ def scan(roots: list[str], skip: str | None = None) -> dict[str, Entry]:
             return
         with it:
             for e in it:
-                if skip is not None and e.path == skip:
+                if e.path in skipped:
                     continue
                 try:
                     st = e.stat(follow_symlinks=False)
@@ -62,7 +74,9 @@ def scan(roots: list[str], skip: str | None = None) -> dict[str, Entry]:
                 if is_dir:
                     walk(e.path)
 
-    for r in roots:
+    for r in outermost(roots):
+        if r in skipped:
+            continue
         try:
             st = os.stat(r, follow_symlinks=False)
         except OSError:
@@ -105,10 +119,12 @@ def digest(entries: dict[str, Entry]) -> str:
 class Fingerprint:
     roots: list[str]
     entries: dict[str, Entry]
-    skip: str | None = None  # the workspace, left out of roots that contain it
+    #: left out of the roots: the workspace, and for a sandboxed session the folders its runs cannot see
+    skip: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def digest(self) -> str:
+        # computed once: sorting and hashing ~50 000 entries costs ~0.1 s, and every run's check asks for it
         return digest(self.entries)
 
     def save(self, path: Path) -> None:
@@ -121,15 +137,16 @@ class Fingerprint:
     @classmethod
     def load(cls, path: Path) -> "Fingerprint":
         data = orjson.loads(gzip.decompress(path.read_bytes()))
+        skip = data.get("skip") or []
         return cls(roots=list(data["roots"]), entries={k: tuple(v) for k, v in data["entries"].items()},
-                   skip=data.get("skip"))
+                   skip=[skip] if isinstance(skip, str) else list(skip))  # one folder (the workspace) before hidden
 
 
-async def take(roots: list[str], *, workspace: Path) -> Fingerprint:
-    """Scan ``roots`` (a closure's fingerprinted roots, ``closure.py``), leaving the workspace out."""
-    ws = os.path.normpath(str(workspace))
-    entries = await anyio.to_thread.run_sync(lambda: scan(list(roots), ws))
-    return Fingerprint(roots=list(roots), entries=entries, skip=ws)
+def take_sync(roots: Iterable[str], *, workspace: Path, hidden: Iterable[str] = ()) -> Fingerprint:
+    """Scan ``roots`` (a closure's fingerprinted roots, ``closure.py``), leaving out the workspace and ``hidden``
+    (pass a closure's hidden folders only when its runs are sandboxed: unsandboxed, a run can read them)."""
+    skip = [os.path.normpath(str(workspace)), *(os.path.normpath(p) for p in hidden)]
+    return Fingerprint(roots=list(roots), entries=scan(roots, skip), skip=skip)
 
 
 class EnvironmentWatch:

@@ -12,6 +12,7 @@ reachable: the live workspace spelled ``/./ws``, a data file in ``/tmp``, a ``si
   ``/tmp`` and a fresh folder at the recorded ``HOME`` path;
 * the closure's read-only roots (:class:`Closure`: the interpreter, every root on the run's ``sys.path``, the
   recorded ``PATH`` folders, declared toolchain roots) and its device paths (NPU device nodes), each at its own path;
+  inside a root, the package folders the interpreter does not use (``Closure.hidden``) are empty;
 * the system, read-only: ``/usr`` and the merged-``/usr`` links (``/bin``, ``/lib*``, ``/sbin``), and exactly the
   ``/etc`` files :data:`ETC_FILES` names (chosen by tracing a SIM run: the dynamic loader's cache and the local time
   zone; the rest serve user-name lookups and CANN's install record);
@@ -80,14 +81,20 @@ class Closure:
     roots: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
     fingerprinted: tuple[str, ...] = ()
+    #: Package folders inside a root that the run's interpreter does not put on ``sys.path`` (a virtual
+    #: environment's base installation keeps its own site-packages: 51 000 entries here). The sandbox shows an empty
+    #: read-only folder in their place, so nothing in them can reach a run, and the fingerprint leaves them out.
+    hidden: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, list[str]]:
-        return {"roots": list(self.roots), "devices": list(self.devices), "fingerprinted": list(self.fingerprinted)}
+        return {"roots": list(self.roots), "devices": list(self.devices), "fingerprinted": list(self.fingerprinted),
+                "hidden": list(self.hidden)}
 
     @classmethod
     def from_json(cls, data: dict) -> "Closure":
+        # a closure recorded before ``hidden`` existed hides nothing: its runs see, and its scans cover, everything
         return cls(roots=tuple(data.get("roots", ())), devices=tuple(data.get("devices", ())),
-                   fingerprinted=tuple(data.get("fingerprinted", ())))
+                   fingerprinted=tuple(data.get("fingerprinted", ())), hidden=tuple(data.get("hidden", ())))
 
 
 @dataclass(frozen=True)
@@ -254,6 +261,10 @@ def command(bwrap: str, argv: list[str], *, layout: Layout, closure: Closure, ho
         if root in ("/", ws) or is_system_path(root) or under(root, [ws]):
             continue  # the system is mounted anyway; the workspace is the copy's, never a root's
         plan.append((depth(root), 1, ["--ro-bind-try", root, root]))
+    for folder in closure.hidden:
+        if under(folder, closure.roots) and not under(ws, [folder]):
+            # deeper than its root, so mounted after it: an empty tmpfs, then read-only
+            plan.append((depth(folder), 1, ["--tmpfs", folder, "--remount-ro", folder]))
     for dev in sorted(set(closure.devices)):
         plan.append((depth(dev), 1, ["--dev-bind-try", dev, dev]))
     plan.append((depth(ws), 2, ["--bind", str(layout.copy), ws]))
