@@ -449,3 +449,26 @@ def test_removing_an_option_entry_is_a_change_of_that_knob_back_to_its_default()
     assert (adm.change.knob_id, adm.change.before, adm.change.after) == (
         "softmax.py:softmax_kernel.runtime_options.stitch_function_max_num", 128, None)
     assert not adm.checked and not adm.unchecked
+
+
+@pytest.mark.parametrize(("value", "refusal"), [
+    ("0", ("legality", "stitch_function_max_num = 0 is not legal")),
+    ("2048", ("legality", "stitch_function_max_num = 2048 is not legal")),
+    ('len("abcd")', ("one-change", "is code, not data")),
+])
+def test_beside_a_kernel_rewrite_an_option_is_still_held_to_its_own_domain(value: str,
+                                                                           refusal: tuple[str, str]) -> None:
+    """Issue #16 (left open by the admission fix): a kernel rewrite moved an option outside its declared domain
+    (domain C, S-9: stitch_function_max_num 1–1024) through, because beside structural lines only "is it a tuning
+    knob" was asked. An option's domain does not depend on what the kernel computes, so the rewrite changes nothing
+    about it; a tile may take a new rank beside a reshape (the test above), an option may not leave its range."""
+    stitch = ('"stitch_function_max_num": 128', f'"stitch_function_max_num": {value}')
+    with pytest.raises(GateRefusal) as refused:
+        admit({F: SOFTMAX}, {F: _edit(_edit(SOFTMAX, *KERNEL_EDIT), *stitch)}, algorithm=True, allow_structural=True)
+    r = refused.value
+    assert (r.rule, refusal[1] in r.message) == (refusal[0], True), r.message
+    ok = admit({F: SOFTMAX}, {F: _edit(_edit(SOFTMAX, *KERNEL_EDIT), '"stitch_function_max_num": 128',
+                                       '"stitch_function_max_num": 256')}, algorithm=True, allow_structural=True)
+    assert ok.kind == "structural" and any(
+        c.startswith("softmax.py:softmax_kernel.runtime_options.stitch_function_max_num = 256 within its domain")
+        for c in ok.checked), ok.checked

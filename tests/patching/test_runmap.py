@@ -262,3 +262,18 @@ def test_a_comprehension_literal_that_also_sizes_data_is_not_a_knob():
     # the control case: the one that only tiles is a knob — refused here only because no run recorded what it feeds
     r = _refusal(sources, _change(sources, "[16 for _ in range(2)]", "[32 for _ in range(2)]"), None)
     assert r.rule == "legality" and "op.py:build.kernel.lanes[*]" in r.message and "run-time probe" in r.message
+
+
+def test_knobs_moved_together_are_each_checked_against_the_run(layernorm):
+    """Issue #16 (left open by the admission fix): a declared algorithm change of several knobs skipped the run-time
+    probe's part of the gate, so a dead site rode along with a live knob. Each knob is now checked as alone."""
+    sources, run = layernorm
+    stitch = ('"stitch_function_max_num": 128', '"stitch_function_max_num": 256')
+    dead = _change(_change(sources, "pypto.set_vec_tile_shapes(1, hidden)", "pypto.set_vec_tile_shapes(2, hidden)"),
+                   *stitch)
+    with pytest.raises(GateRefusal) as info:
+        admit(sources, dead, run=run, algorithm=True, allow_structural=True)
+    assert info.value.rule == "live-site" and "set_vec_tile_shapes#1" in info.value.message, info.value.message
+    live = _change(_change(sources, "vec_tile_shape=(1, 128))", "vec_tile_shape=(1, 512))"), *stitch)
+    adm = admit(sources, live, run=run, algorithm=True, allow_structural=True)
+    assert adm.kind == "structural" and len(adm.structural_lines) == 2, adm

@@ -357,10 +357,17 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                           "call); the harness, its inputs, tolerances and verdict stay as recorded")
     if structural_files:
         if algorithm and allow_structural:
+            own = []
             for c in delta:  # the rewrite may move tuning knobs, never a problem size, run_mode or a debug option
-                _tuning_knob(c, sites_a, sites_b)
+                knob = _tuning_knob(c, sites_a, sites_b)
+                if knob.kind in SHAPE_FREE_KINDS:
+                    # an option's domain (domain C) does not depend on the kernel's shapes, so a rewrite changes
+                    # nothing about it; tiles and blocks are judged on the rewritten kernel by _legal below
+                    _data(knob, c)
+                    own.append(_own_domain(knob, c.after, sites_b))
             report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
-            return Admission(kind="structural", formatting_files=formatting, checked=report.checked,
+            return Admission(kind="structural", formatting_files=formatting,
+                             checked=[o for o in own if o] + report.checked,
                              unchecked=report.unchecked, structural_lines=structural,
                              change=delta[0] if len(delta) == 1 else None)
         raise _refuse(
@@ -377,11 +384,16 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
         # R23: a declared algorithm-level change may move several knobs together (co-tuned knobs, S-8); it is
         # still one declared change, legal on every site it reaches. Nothing but knobs changed, so each knob is held
         # to what a change of it alone is held to: a tuning knob, a value that is data, inside its own domain.
+        # And each is checked against the run, as alone: none of them dead for this test, no tiling source without a
+        # record to derive from.
         own = []
+        runmap = _run_map(fb, context, sites_b, run)
         for c in delta:
             knob = _tuning_knob(c, sites_a, sites_b)
             _data(knob, c)
             own.append(_own_domain(knob, c.after, sites_b))
+            site = next((s for s in sites_b if s.knob.id == c.knob_id), None)
+            _check_run(knob, site, runmap, runmap.of(site) if site is not None else None, c)
         report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
         return Admission(kind="structural", formatting_files=formatting,
                          checked=[o for o in own if o] + report.checked,
@@ -404,6 +416,11 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                      formatting_files=formatting, checked=report.checked, unchecked=report.unchecked,
                      live=info.live if info else None, ran_with=list(info.effective) if info else [],
                      shared_with=list(info.shared_with) if info else [])
+
+
+#: Knob kinds whose legal domain is declared per option key, whatever the kernel computes: held to it beside a
+#: kernel rewrite too. (A tile's or a block's legality depends on the shapes the rewrite may change.)
+SHAPE_FREE_KINDS = frozenset({"jit_option", "pass_option"})
 
 
 def _tuning_knob(change: KnobChange, sites_a: list[Site], sites_b: list[Site]) -> Any:
