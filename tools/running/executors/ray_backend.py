@@ -11,9 +11,9 @@ run has its argv and environment rewritten to it), and starts one helper process
 and clean-up discipline holds and the private copy is verified the same way. (Why a process and not a thread:
 ``worker_run.py`` says.) The helper is a fresh interpreter on every run; it imports only the run's path, never the code
 model or the server (``tests/executors/test_worker_start_up.py``; measured ~0.2 s of CPU, of ~0.6 s that a run cost
-on Ray beyond the local pool: ``benchmarks/executor_overhead.py``), and that start-up is paid ahead: when a run ends,
-its worker process starts the helper for its next run (a *spare*, which holds no job until one arrives and exits
-when the worker process dies).
+on Ray beyond the local pool: ``benchmarks/executor_overhead.py``), and that start-up is paid ahead: when a run
+starts, its worker process starts the helper for its next run (a *spare*, which holds no job until one arrives and
+exits when the worker process dies; a cancelled run's worker kills it).
 The output folders ``run_isolated`` moved into the worker-local ``output/`` are packed into one ``tar.gz`` and
 streamed back in chunks; the driver unpacks them into a staging folder next to the session's
 copies and moves them into ``WORKSPACE/output/`` with ``adopt_outputs`` (same collision rule as local runs), where
@@ -440,10 +440,11 @@ class _HelperRun:
 
 
 # This Ray worker process's next helper. A helper's interpreter start-up (~0.2 s of CPU: the run's imports) used to
-# be paid inside each run, while the run held its slot; the spare is started when this worker's previous run ends,
-# so the start-up overlaps the gap between tasks instead. It is still a fresh interpreter for each run (a spare never
-# held a job) and holds nothing but its imports: it blocks reading its job from stdin and exits on end of file, which
-# it reads when this worker process dies.
+# be paid inside each run, while the run held its slot; the spare is started when this worker's current run starts,
+# so the start-up overlaps that run. (Started when a run ended, it overlapped only the gap between tasks, and in a
+# campaign, whose next task is queued already, there is hardly one: the next run waited for its imports.) It is still
+# a fresh interpreter for each run (a spare never held a job) and holds nothing but its imports: it blocks reading
+# its job from stdin and exits on end of file, which it reads when this worker process dies.
 _spare: subprocess.Popen[bytes] | None = None
 #: ``0`` in a worker's environment: no spare, every helper started inside its run (as before spares; for measuring)
 SPARE_ENV = "PYPTO_TUNE_RAY_SPARE"
@@ -474,6 +475,15 @@ def _prestart_helper() -> None:
     with _spare_lock:
         if _spare is None or _spare.poll() is not None:
             _spare = _start_helper()
+
+
+def _discard_spare() -> None:
+    global _spare
+    with _spare_lock:
+        proc, _spare = _spare, None
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _sweep_orphaned_roots() -> None:
@@ -533,6 +543,9 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
         helper = _HelperRun(WorkerJob(files=spec.files, argv=argv, env=env, workspace=str(worker_ws),
                                       timeout_s=spec.timeout_s, tag=spec.tag, parent_pid=os.getpid(),
                                       mount_at=spec.workspace, **spec.isolation()))
+        # the next run's helper imports while this run executes: started when this run ended, it was still
+        # importing when a queued task arrived at once (a campaign keeps its slots busy), and that task waited
+        _prestart_helper()
         final: tuple[Any, ...] | None = None
         while True:
             try:
@@ -582,8 +595,10 @@ def _remote_run(spec: RunSpec, driver_python: str, npu_resource: str):
         if helper is not None:
             helper.stop_uninterrupted()
         _remove_uninterrupted(root)
-        if not interrupted:  # a cancelled task leaves no process behind, not even a spare
-            _prestart_helper()
+        if interrupted:  # a cancelled task leaves no process behind, not even a spare
+            _discard_spare()
+        else:
+            _prestart_helper()  # the one started with the run, unless it died meanwhile
 
 
 def _local_interpreter(argv: list[str], env: dict[str, str], driver_python: str) -> tuple[list[str], dict[str, str]]:
