@@ -10,7 +10,6 @@ rule named, nothing written, and a legitimate rewrite still measured and recorde
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import anyio
@@ -18,7 +17,7 @@ import pytest
 
 from tests.admission.test_attack_gaps_over_stdio import _leave
 from tests.admission.test_attacks_over_stdio import _diff, _round
-from tests.conftest import OPERATORS, sim_command
+from tests.conftest import sim_command
 from tests.server.mcp_client import connect
 from tests.sessions import to_frontend
 
@@ -40,10 +39,8 @@ def _edit(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def test_an_algorithm_change_carries_no_problem_size_run_mode_or_knob_outside_its_domain(tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+def test_an_algorithm_change_carries_no_problem_size_run_mode_or_knob_outside_its_domain(softmax_ws: Path) -> None:
+    ws = softmax_ws
     op = ws / "softmax.py"
 
     async def scenario() -> None:
