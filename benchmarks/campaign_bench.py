@@ -122,7 +122,12 @@ def run_campaign(root: Path, names: list[str], args: argparse.Namespace, *, ray_
 
 
 RAY_WRAPPER = """
-import os, subprocess, sys, json, time
+import ctypes, os, signal, subprocess, sys, json, time
+# the bench killed → this wrapper ends too, and its finally stops the cluster (it went on running the whole campaign)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+if os.getppid() == 1:
+    sys.exit(143)
 sys.path.insert(0, {executors!r})
 from ray_scenarios import enter_loopback_namespace
 enter_loopback_namespace()
@@ -138,17 +143,20 @@ try:
     sys.stdout.write(r.stdout); sys.stderr.write(r.stderr)
 finally:
     # stop this cluster by its processes (they name our TMPDIR), never `ray stop` (it stops every Ray of the machine):
-    # SIGTERM, a few seconds, then SIGKILL what is left (the GCS server can outlive a SIGTERM)
+    # SIGTERM, a few seconds, then SIGKILL what is left (the GCS server can outlive a SIGTERM). The dashboard and
+    # runtime-env agents rename themselves (ray::DashboardAgent): their environment still names our TMPDIR.
     tmp = os.environ["TMPDIR"].encode()
     def ours():
         out = []
         for p in os.listdir("/proc"):
             if p.isdigit() and int(p) != os.getpid():
-                try:
-                    if tmp in open(f"/proc/{{p}}/cmdline", "rb").read():
-                        out.append(int(p))
-                except OSError:
-                    pass
+                for part in ("cmdline", "environ"):
+                    try:
+                        if tmp in open(f"/proc/{{p}}/{{part}}", "rb").read():
+                            out.append(int(p))
+                            break
+                    except OSError:
+                        pass
         return out
     for sig in (15, 9):
         for p in ours():
