@@ -354,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--executors: unknown {sorted(args.executors - {'local', 'ray'})} (local, ray)")
     names = [x for x in args.operators.split(",") if x] or grid_operators()
     names += [x for x in args.also.split(",") if x and x not in names]
-    parts = set(args.part.split(","))
+    parts = {"wall", "knowledge"} if args.part == "both" else set(args.part.split(","))
+    if not parts <= {"wall", "knowledge"}:
+        ap.error(f"--part takes wall, knowledge or both, got {args.part!r}")
     work = args.keep or Path(tempfile.mkdtemp(prefix="pypto-tune-campaign-bench-"))
     report: dict[str, Any] = {"operators": names, "date": time.strftime("%Y-%m-%d %H:%M"),
                               "command": " ".join(sys.argv)}
