@@ -216,7 +216,7 @@ def _masked_tree(pf: ParsedFile, sites: list[Site]) -> ast.Module:
 
 
 def _plain_tree(text: str) -> ast.Module:
-    return _strip_docstrings(pysource.parse(text[1:] if text.startswith("\ufeff") else text))  # type: ignore[return-value]
+    return _strip_docstrings(pysource.parse(text))  # type: ignore[return-value]
 
 
 def _statements(node: ast.AST) -> list[ast.AST]:

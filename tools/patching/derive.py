@@ -146,7 +146,7 @@ class _Deriver:
 def _sibling_keywords(text: str, line: int, col: int) -> dict[str, Any]:
     """The other literal keywords of the call whose keyword value sits at ``line:col``."""
     try:
-        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return {}
     for n in ast.walk(tree):
@@ -192,7 +192,7 @@ def _assignments(fn: ast.AST) -> dict[str, list[ast.AST]]:
 
 def _call_and_function(text: str, line: int, callee: str) -> tuple[ast.Call | None, ast.AST | None, str]:
     try:
-        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return None, None, roles.MODULE
     found: list[tuple[ast.Call, ast.AST | None, str]] = []

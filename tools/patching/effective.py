@@ -175,7 +175,7 @@ def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, Si
     out: dict[str, SiteValue] = {}
     for path, text in sources.items():
         try:
-            tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+            tree = pysource.parse(text)
         except SyntaxError:
             continue
         scopes = _scope_map(tree)

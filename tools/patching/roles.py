@@ -199,7 +199,7 @@ class _File:
 
     def __init__(self, path: str, text: str) -> None:
         self.path = path
-        self.tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+        self.tree = pysource.parse(text)
         self.parents: dict[int, ast.AST] = {}
         for parent in ast.walk(self.tree):
             for child in ast.iter_child_nodes(parent):

@@ -95,7 +95,7 @@ def _scope_of_qualname(qualname: str) -> str:
 def _decorators(text: str) -> dict[int, str]:
     """line of each decorator call → the dotted scope of the function it decorates."""
     try:
-        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return {}
     out: dict[int, str] = {}
@@ -122,7 +122,7 @@ def _decorated_scope(text: str, line: int) -> str | None:
 @functools.lru_cache(maxsize=64)
 def _statements(text: str) -> list[tuple[int, int]]:
     try:
-        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return []
     return sorted((n.lineno, n.end_lineno or n.lineno) for n in ast.walk(tree) if isinstance(n, ast.stmt))
@@ -132,7 +132,7 @@ def _statements(text: str) -> list[tuple[int, int]]:
 def _calls(text: str) -> dict[int, list[tuple[int, str]]]:
     """start line → [(end line, callee short name)] of every call in the file."""
     try:
-        tree = pysource.parse(text[1:] if text.startswith("\ufeff") else text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return {}
     out: dict[int, list[tuple[int, str]]] = {}

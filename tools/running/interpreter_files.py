@@ -43,7 +43,7 @@ from pypto_tune.tools.running.sandbox import outermost
 Entry = tuple[int, int, int]
 
 
-def scan(roots: Iterable[str], skip: Iterable[str] | str | None = None) -> dict[str, Entry]:
+def scan(roots: Iterable[str], skip: Iterable[str] = ()) -> dict[str, Entry]:
     """Every entry under ``roots`` (links not followed) with its ``(size, inode, ctime_ns)``; the folders in
     ``skip`` are left out with everything under them: the workspace, when a root contains it (the recorded tree
     covers it), and the package folders a sandboxed run cannot see (``Closure.hidden``).
@@ -51,7 +51,7 @@ def scan(roots: Iterable[str], skip: Iterable[str] | str | None = None) -> dict[
     A root inside another is walked once, as part of the outer one (a closure names the base installation and its
     standard library, the virtual environment and its site-packages: walking each would scan most entries twice).
     """
-    skipped = frozenset(os.path.normpath(p) for p in ([skip] if isinstance(skip, str) else (skip or ())))
+    skipped = frozenset(os.path.normpath(p) for p in skip)
     out: dict[str, Entry] = {}
 
     def walk(folder: str) -> None:
