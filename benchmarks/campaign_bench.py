@@ -268,10 +268,10 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
     per_op = {ws: len(kf.observations) for ws, kf in by_ws.items()}
     print(f"\n## Knowledge, leave one operator out: {len(full.observations)} observations from {len(spaces)} "
           f"workspaces in {ledgers} ({', '.join(f'{k} {v}' for k, v in sorted(per_op.items()))})")
-    print("| left out | N | grid × | store: observations (operators) | seed only: trials → 90 % / 99 % | "
-          "seed + store | store alone | neither | failed trials (seed / +store / alone / neither) | × after budget "
-          "(seed / +store / alone / neither) |")
-    print("|---|---:|---:|---|---|---|---|---|---|---|")
+    print("| left out | N | grid × | floor: trials → 90 % / 99 % | store: observations (operators) | "
+          "seed only: trials → 90 % / 99 % | seed + store | store alone | neither | failed trials (seed / +store / "
+          "alone / neither) | × after budget (seed / +store / alone / neither) |")
+    print("|---|---:|---:|---|---|---|---|---|---|---|---|")
     mg = so._load_measure_grid()
     cache = AdmissionCache(Path(args.cache))
     vec_cache = cache.entries.setdefault("__grid_vectors__", {})
@@ -307,9 +307,11 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
         def t(x: dict) -> str:
             return f"{x['trials_90'] or 'never'} / {x['trials_99'] or 'never'}"
         label = f"{name} (held out)" if so.held_out(name) else name
-        print(f"| {label} | {grid.n} | {grid.speedup:.2f} | {len(others.observations)} ({len(ops)}) | "
+        floor = " / ".join("never" if f is None else str(f) for f in (grid.floor(90), grid.floor(99)))
+        print(f"| {label} | {grid.n} | {grid.speedup:.2f} | {floor} | {len(others.observations)} ({len(ops)}) | "
               + " | ".join(t(x) for x in arms) + " | " + " / ".join(str(x["failed"]) for x in arms) + " | "
               + " / ".join(str(x["final"]) for x in arms) + " |")
+        res["floor"] = {"trials_90": grid.floor(90), "trials_99": grid.floor(99)}
         rows[name] = res
     for with_, without_, what in (("model+knowledge", "model", "seed + store against seed only"),
                                   ("knowledge-only", "neither", "store alone against neither")):
@@ -319,7 +321,15 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
             a = [(rows[n][with_]["trials_90"] or 99, rows[n][without_]["trials_90"] or 99) for n in subset]
             print(f"   {what}, {title}: trials to 90 % fewer on {sum(1 for x, y in a if x < y)}, equal on "
                   f"{sum(1 for x, y in a if x == y)}, more on {sum(1 for x, y in a if x > y)} of {len(a)}")
-    kept_failed = sum(r[k]["kept_failed"] for r in rows.values() for k in r)
+    # where the seed already needs no more trials than the floor, no prior can need fewer: only the other grids
+    # can show "fewer with the store than without it"
+    at_floor = [n for n in rows if rows[n]["floor"]["trials_90"] is not None
+                and rows[n]["model"]["trials_90"] == rows[n]["floor"]["trials_90"]]
+    above = [n for n in rows if rows[n]["floor"]["trials_90"] is not None and n not in at_floor]
+    print(f"   the seed alone reaches 90 % in the floor's number of trials on {len(at_floor)} of {len(rows)} grids; "
+          f"above it on {len(above)} ({', '.join(above) or 'none'}); no walk reaches 90 % on "
+          f"{sum(1 for n in rows if rows[n]['floor']['trials_90'] is None)}")
+    kept_failed = sum(r[k]["kept_failed"] for r in rows.values() for k in ARMS)
     print(f"   failed trials kept, any arm: {kept_failed}; simulator runs for probe records: {probes.runs}")
     shutil.rmtree(tmp, ignore_errors=True)
     return rows

@@ -131,7 +131,15 @@ class Grid:
             ok = bool(row.get("compiled")) and row.get("valid", True) and row.get("operator_time_us") is not None
             self.rows.append({"knobs": row["knobs"], "vec": vec, "time": row["operator_time_us"] if ok else None,
                               "shipped": row.get("shipped", False)})
-        self.index = {json.dumps(r["vec"], sort_keys=True): r for r in self.rows}
+        # Rows the server's knob vector cannot tell apart differ only in grid knobs the server cannot see (the
+        # attention grid's ``rows_per_tile``, a helper's default argument). No move of the search changes such a
+        # knob, so a neighbour keeps it where the kept row has it; keying rows by the vector alone sent a move to
+        # whichever of the colliding rows came last.
+        self.by_vec: dict[str, list[dict[str, Any]]] = {}
+        for r in self.rows:
+            self.by_vec.setdefault(json.dumps(r["vec"], sort_keys=True), []).append(r)
+        self.hidden = sorted({k for same in self.by_vec.values() if len(same) > 1 for k in same[0]["knobs"]
+                              if len({json.dumps(r["knobs"][k]) for r in same}) > 1})
         ship = next(r for r in self.rows if r["shipped"])
         self.ship = ship
         ok = [r for r in self.rows if r["time"] is not None]
@@ -139,11 +147,39 @@ class Grid:
         self.speedup = ship["time"] / self.best
         self.n = len(self.rows)
 
-    def lookup(self, vec: dict[str, str]) -> dict[str, Any] | None:
-        return self.index.get(json.dumps(vec, sort_keys=True))
+    def neighbour(self, row: dict[str, Any], knob_id: str, value: Any) -> dict[str, Any] | None:
+        """The row one move of the search leads to from ``row``: ``knob_id`` set to ``value``, the knobs the
+        server cannot see left as they are."""
+        same = self.by_vec.get(json.dumps({**row["vec"], knob_id: _vkey(value)}, sort_keys=True), [])
+        return next((r for r in same if all(r["knobs"][h] == row["knobs"][h] for h in self.hidden)), None)
 
-    def neighbour(self, vec: dict[str, str], knob_id: str, value: Any) -> dict[str, Any] | None:
-        return self.lookup({**vec, knob_id: _vkey(value)})
+    def _steps(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rows a one-knob move from ``row`` reaches with a strict gain (what a replay can keep)."""
+        out = []
+        for other in self.rows:
+            if other["time"] is None or other["time"] >= row["time"] or set(other["vec"]) != set(row["vec"]):
+                continue
+            if any(other["knobs"][h] != row["knobs"][h] for h in self.hidden):
+                continue
+            if sum(1 for k in row["vec"] if row["vec"][k] != other["vec"][k]) == 1:
+                out.append(other)
+        return out
+
+    def floor(self, pct: float) -> int | None:
+        """The fewest trials any ranking can need to reach ``pct`` % of the grid's speed-up: the shortest walk from
+        shipped by one-knob moves that each keep a strict gain (breadth first; stage exits ignored, so it is a lower
+        bound). None: no such walk reaches it."""
+        target = self.best / (pct / 100) * (1 + 1e-9)
+        depth = {id(self.ship): 0}
+        queue = [self.ship]
+        for row in queue:
+            if row["time"] <= target:
+                return depth[id(row)]
+            for other in self._steps(row):
+                if id(other) not in depth:
+                    depth[id(other)] = depth[id(row)] + 1
+                    queue.append(other)
+        return None
 
     def good(self, pct: float) -> int:
         return sum(1 for r in self.rows if r["time"] is not None and self.ship["time"] / r["time"]
@@ -154,20 +190,13 @@ class Grid:
 
     def reachable_best(self) -> float:
         """The best time a one-knob, keep-on-strict-gain walk can reach inside the grid (any order, any stage)."""
-        start = json.dumps(self.ship["vec"], sort_keys=True)
-        seen, stack, best = {start}, [self.ship], self.ship["time"]
+        seen, stack, best = {id(self.ship)}, [self.ship], self.ship["time"]
         while stack:
             r = stack.pop()
             best = min(best, r["time"])
-            for other in self.rows:
-                if other["time"] is None or other["time"] >= r["time"]:
-                    continue
-                diff = [k for k in r["vec"] if r["vec"][k] != other["vec"].get(k)]
-                if len(diff) != 1 or set(other["vec"]) != set(r["vec"]):
-                    continue
-                key = json.dumps(other["vec"], sort_keys=True)
-                if key not in seen:
-                    seen.add(key)
+            for other in self._steps(r):
+                if id(other) not in seen:
+                    seen.add(id(other))
                     stack.append(other)
         return best
 
@@ -312,10 +341,8 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
         # the stage's entry analysis: the baseline for FRONTEND, a fresh collection of the kept state otherwise
         analysis = analyses.get(grid, kept_row["knobs"]) if analyses is not None else None
         while len(trials) < budget:
-            vec = kept_row["vec"]
-
-            def on_grid(knob_id: str, value: Any, vec=vec) -> bool:
-                return grid.neighbour(vec, knob_id, value) is not None
+            def on_grid(knob_id: str, value: Any, row=kept_row) -> bool:
+                return grid.neighbour(row, knob_id, value) is not None
 
             kh = code_hash(kept)
             record = probes.get(grid, kept) if probes is not None else None
@@ -336,7 +363,7 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                 break  # every candidate of this stage tried: the stage is exhausted
             results = []
             for c in cands:
-                row = grid.neighbour(vec, c.knob, c.value)
+                row = grid.neighbour(kept_row, c.knob, c.value)
                 assert row is not None
                 results.append((c, row))
             winner = min((x for x in results if x[1]["time"] is not None and x[1]["time"] < kept_t),

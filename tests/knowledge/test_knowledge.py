@@ -194,3 +194,25 @@ def test_a_tile_the_test_builds_is_distilled_through_the_run_it_made() -> None:
     assert sit["b_waves"] == pytest.approx(math.log2(3), abs=1e-3) and sit["a_waves"] == 0.0
     assert sit["b_par"] == pytest.approx(math.log2(48), abs=1e-3) and sit["a_par"] == math.log2(8)
     assert sit["d_iters"] == 0.0  # no loop around the tiled work
+
+
+def test_a_config_field_set_in_the_test_is_classed_by_what_it_feeds() -> None:
+    """The upstream examples' style: the test builds a config dataclass and the kernel reads its fields. Read
+    from the fixtures' own code: upstream_layernorm's ``block_rows`` sets the ``LOOP_ROWS`` trip count and the
+    row slices, its ``vec_tile_shape`` is starred into ``set_vec_tile_shapes``; upstream_ffn's
+    ``cube_tile_shape`` is unpacked into ``set_cube_tile_shapes``. Such a field was once classed "other": the
+    store kept no situation for its moves and predicted nothing for them, on exactly the operators written the
+    way PyPTO's own examples are."""
+    from pypto_tune.tools.patching import extract_knobs
+
+    def classes(folder: str, name: str) -> dict[str, str]:
+        src = {name: (OPERATORS / folder / name).read_text()}
+        return {k.name: situation.change_class(k.kind, k.name, k.context.get("consumers"))
+                for k in extract_knobs(src, {}) if k.kind == "tile_source" and k.present}
+
+    ln = classes("upstream_layernorm", "layernorm_op.py")
+    assert {ln[n] for n in ln if n.endswith("block_rows")} == {"vector-work"}
+    assert {ln[n] for n in ln if n.endswith("vec_tile_shape")} == {"vector-work"}
+    ffn = classes("upstream_ffn", "ffn_module.py")
+    assert {ffn[n] for n in ffn if n.endswith("cube_tile_shape")} == {"cube-tile"}
+    assert {ffn[n] for n in ffn if n.endswith("block_m") or n.endswith("vec_tile_shape")} == {"vector-work"}

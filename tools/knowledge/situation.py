@@ -11,8 +11,9 @@ same way, here, and nothing else decides what "similar" means.
 
 Classes of change (only changes of one class are compared):
 
-* ``vector-work`` — a vector tile or a constant that sets a loop's block (what the vector tasks are);
-* ``cube-tile`` — a cube tile;
+* ``vector-work`` — a vector tile, or a named value (a constant, a config field set in the test) that sets a loop's
+  block or a vector tile (what the vector tasks are);
+* ``cube-tile`` — a cube tile, or a named value that feeds only cube tiles;
 * ``option:<name>`` — an option (``vec_nbuffer_setting``, ``cube_l1_reuse_setting``, ``unroll_list``...), whose
   situation is the kernel it reaches plus the option's number (N of a merge setting, the first unroll factor);
 * ``other`` — anything the model cannot see: no situation, never matched.
@@ -55,10 +56,14 @@ def change_class(kind: str, name: str, consumers: list[str] | set[str] | None = 
         return "vector-work"
     if kind == "cube_tile":
         return "cube-tile"
-    if kind in ("tile_constant", "local_constant"):
-        if uses & {"vec_tile"} and not uses & {"loop", "slice", "view"}:
+    if kind in ("tile_constant", "local_constant", "tile_source"):
+        # a named value is classed by what it feeds: a loop's block or a vector tile is vector work, a value that
+        # feeds only cube tiles is a cube tile. A tile_source is a literal the tiling flows from (a config field
+        # set in the test, a comprehension's element): until 2026-12-04 it was "other", so the store neither
+        # learnt from nor advised on the upstream examples' config-dataclass style
+        if uses & {"vec_tile", "loop", "slice", "view"}:
             return "vector-work"
-        return "vector-work" if uses & {"loop", "slice", "view"} else "other"
+        return "cube-tile" if uses & {"cube_tile"} else "other"
     if kind in ("jit_option", "pass_option", "loop_option"):
         return f"option:{name}"
     return "other"
