@@ -268,10 +268,11 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
     per_op = {ws: len(kf.observations) for ws, kf in by_ws.items()}
     print(f"\n## Knowledge, leave one operator out: {len(full.observations)} observations from {len(spaces)} "
           f"workspaces in {ledgers} ({', '.join(f'{k} {v}' for k, v in sorted(per_op.items()))})")
-    print("| left out | N | grid × | floor: trials → 90 % / 99 % | store: observations (operators) | "
+    print("| left out | N | grid × | floor: trials → 90 % / 99 % | first answer on the grid | "
+          "store: observations (operators) | "
           "seed only: trials → 90 % / 99 % | seed + store | store alone | neither | failed trials (seed / +store / "
           "alone / neither) | × after budget (seed / +store / alone / neither) |")
-    print("|---|---:|---:|---|---|---|---|---|---|---|---|")
+    print("|---|---:|---:|---|---:|---|---|---|---|---|---|---|")
     mg = so._load_measure_grid()
     cache = AdmissionCache(Path(args.cache))
     vec_cache = cache.entries.setdefault("__grid_vectors__", {})
@@ -308,10 +309,13 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
             return f"{x['trials_90'] or 'never'} / {x['trials_99'] or 'never'}"
         label = f"{name} (held out)" if so.held_out(name) else name
         floor = " / ".join("never" if f is None else str(f) for f in (grid.floor(90), grid.floor(99)))
-        print(f"| {label} | {grid.n} | {grid.speedup:.2f} | {floor} | {len(others.observations)} ({len(ops)}) | "
+        on, proposed = grid.on_grid_share(cache, probes.get(grid, grid.sources))
+        print(f"| {label} | {grid.n} | {grid.speedup:.2f} | {floor} | {on} of {proposed} | "
+              f"{len(others.observations)} ({len(ops)}) | "
               + " | ".join(t(x) for x in arms) + " | " + " / ".join(str(x["failed"]) for x in arms) + " | "
               + " / ".join(str(x["final"]) for x in arms) + " |")
         res["floor"] = {"trials_90": grid.floor(90), "trials_99": grid.floor(99)}
+        res["on_grid"] = {"on": on, "proposed": proposed}
         rows[name] = res
     for with_, without_, what in (("model+knowledge", "model", "seed + store against seed only"),
                                   ("knowledge-only", "neither", "store alone against neither")):

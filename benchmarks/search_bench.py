@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -80,13 +81,18 @@ async def _leave_stage(a: Agent, sid: str) -> bool:
 def scratch_workspace(name: str, prefix: str) -> tuple[Path, Path, Any]:
     """A scratch copy of a fixture operator (tmp folder, workspace) and the stdio parameters of a server on it."""
     from mcp import StdioServerParameters
+    from mcp.client.stdio import get_default_environment
 
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-{name}-"))
     ws = tmp / "ws"
     shutil.copytree(OPERATORS / name, ws, ignore=shutil.ignore_patterns("__pycache__", "output", ".pypto-tune"))
+    # the server gets the MCP client's default environment, which drops PYPTO_TUNE_KNOWLEDGE: pass it on, so
+    # that a run with a knowledge store (campaign_bench.py's live arm) ranks with it
+    store = os.environ.get("PYPTO_TUNE_KNOWLEDGE")
+    env = {**get_default_environment(), "PYPTO_TUNE_KNOWLEDGE": store} if store else None
     params = StdioServerParameters(command=sys.executable, args=["-m", "pypto_tune.server.cli", "serve",
                                                                  "--workspace", str(ws), "--log-level", "WARNING"],
-                                   cwd=str(ws))
+                                   cwd=str(ws), env=env)
     return tmp, ws, params
 
 

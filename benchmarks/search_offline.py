@@ -188,6 +188,17 @@ class Grid:
     def random_expected(self, pct: float) -> float:
         return (self.n + 1) / (self.good(pct) + 1)
 
+    def on_grid_share(self, cache: AdmissionCache, record: dict[str, Any] | None) -> tuple[int, int]:
+        """How many of the search's FRONTEND proposals from shipped (all of them, unfiltered) land on a row of this
+        grid: (on grid, proposed). A replay can follow only those; where the search mostly pins a call the grid
+        does not vary (a tile set from a dict or a NamedTuple field, pinned at the call), the replay measures
+        little of what a live session does, and ``search_live.py`` is the measure."""
+        prop = search(self.sources, stage="FRONTEND", context=self.context, history=[], priors=load_priors(),
+                      limit=None, ranking="model", cache=cache, kept_hash=code_hash(self.sources), run=record,
+                      budget_s=0.0)
+        cands = list(prop.candidates)
+        return sum(1 for c in cands if self.neighbour(self.ship, c.knob, c.value) is not None), len(cands)
+
     def reachable_best(self) -> float:
         """The best time a one-knob, keep-on-strict-gain walk can reach inside the grid (any order, any stage)."""
         seen, stack, best = {id(self.ship)}, [self.ship], self.ship["time"]

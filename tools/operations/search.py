@@ -302,9 +302,17 @@ class SearchOps(OperationsBase):
                     v, reason = "error", out.tamper_reason
                 elif v == "passed" and st.run_mode == "sim" and not dirs:
                     v, reason = "failed", "the test exited 0 but the simulator wrote no output folder"
+                    if out.rejected_outputs:  # as the baseline's check says it (operations/setup.py)
+                        reason = ("the test exited 0 but no output folder it left counts — not born in this run or "
+                                  f"not compiled from its recorded copy: {out.rejected_reason}")
                 t.verdict, t.reason = v, reason
                 t.device = out.device_id
                 result_type = None if v == "passed" else rules.classify_failure(v, verdict.key_output + "\n" + reason)
+                if v == "failed" and out.rejected_outputs and not out.tampered:
+                    # it compiled and ran; what it left cannot be used. Classified from its text, the SIM verdict's
+                    # own words ("compiled and simulated only") made it a compile failure, which the search's
+                    # history and the knowledge store then learn as a property of the candidate
+                    result_type = "runtime-error"
                 t.precision_id = h.ledger.insert(
                     "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
                     verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,

@@ -293,9 +293,13 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
                                             closure=clo, ro_binds=ro_binds, pythonpath_first=pythonpath_first,
                                             capture_env=capture_env)
             run_root, out_parent = inside, aux
+            # the server's own read-only folders are the run's too: PyPTO names an operation after the Python frame
+            # that made it, and the COPY_IN a ``pypto.view`` makes inside the probe hook's wrapper names the hook's
+            # file (upstream_rope pinned to a (2, 256) tile: a run that compiled was recorded as a compile failure)
+            given = [*clo.roots, *ro_binds, *pythonpath_first]
 
             def closure_file(path: str) -> bool:
-                return sandbox.under(path, clo.roots) or sandbox.is_system_path(path)
+                return sandbox.under(path, given) or sandbox.is_system_path(path)
         else:
             run_argv, run_env = rewrite_command(argv, env, workspace, copy)
             run_env = sandbox.run_env(run_env, pythonpath_first=pythonpath_first, capture_env=capture_env,
