@@ -40,6 +40,7 @@ weights themselves were chosen while looking at these grids; only new grids can 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -96,6 +97,20 @@ def held_out(name: str) -> bool:
     return spec.is_file() and bool(json.loads(spec.read_text()).get("held_out"))
 
 
+@functools.lru_cache(maxsize=1)
+def _extractor_version() -> str:
+    """A digest of the knob extractor's code (tools/patching): a cached knob vector is one this code computed (a
+    vector cached before the extractor learnt a new kind of knob would hide it from the replay)."""
+    import hashlib
+
+    import pypto_tune.tools.patching as patching
+
+    h = hashlib.sha256()
+    for f in sorted(Path(patching.__file__).parent.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _vkey(v: Any) -> str:
     return repr(canon(norm_value(v)))
 
@@ -123,7 +138,7 @@ class Grid:
             for name_, value in row["knobs"].items():
                 k = knobs[name_]
                 src[k["file"]] = src[k["file"]].replace(k["shipped"], mg.render(k, value), 1)
-            ck = "vec:" + state_key(src, self.context)
+            ck = f"vec:{_extractor_version()}:" + state_key(src, self.context)
             vec = cache.get(ck)
             if vec is None:
                 vec = {k.id: _vkey(k.value) for k in extract_knobs(src, self.context) if k.present and k.tunable}

@@ -277,3 +277,63 @@ def test_knobs_moved_together_are_each_checked_against_the_run(layernorm):
     live = _change(_change(sources, "vec_tile_shape=(1, 128))", "vec_tile_shape=(1, 512))"), *stitch)
     adm = admit(sources, live, run=run, algorithm=True, allow_structural=True)
     assert adm.kind == "structural" and len(adm.structural_lines) == 2, adm
+
+
+# ------------------------------------------------------------------------------------ a tiling dict, entry by entry
+# upstream_rope keeps its tiling in a module-level dict the kernel body reads entry by entry:
+#     ROPE_TILING = {"block_tokens": 2, "vec_tile": (2, 64)}
+#     block = ROPE_TILING["block_tokens"]  ...  pypto.set_vec_tile_shapes(*ROPE_TILING["vec_tile"])
+# over x [128, 256] (test_rope). The whole dict used to be one named constant with a dict value, for which the search
+# had no values: nothing it proposed could move the block.
+ROPE = "rope_op.py:"
+BLOCK_ENTRY = ROPE + 'ROPE_TILING["block_tokens"]'
+TILE_ENTRY = ROPE + 'ROPE_TILING["vec_tile"]'
+
+
+@pytest.fixture(scope="module")
+def rope() -> tuple[dict[str, str], dict[str, Any]]:
+    return _fixture("upstream_rope", "rope_op.py", "test_rope")
+
+
+def test_a_tiling_dict_read_entry_by_entry_is_one_knob_per_entry(rope):
+    sources, run = rope
+    rm = knob_map(sources, {}, run)
+    ids = {s.knob.id: s.knob for s in rm.sites}
+    assert ROPE + "ROPE_TILING" not in ids  # the whole dict: each entry's change would move two knobs
+    assert ids[BLOCK_ENTRY].tunable and set(ids[BLOCK_ENTRY].context["consumers"]) >= {"loop"}
+    assert ids[TILE_ENTRY].tunable and ids[TILE_ENTRY].context["consumers"] == ["vec_tile"]
+    assert _info(rm, BLOCK_ENTRY).effective == [2] and _info(rm, TILE_ENTRY).effective == [[2, 64]]
+    adm = admit(sources, _change(sources, '"block_tokens": 2,', '"block_tokens": 4,'), run=run)
+    assert adm.kind == "knob" and adm.change.knob_id == BLOCK_ENTRY and not adm.unchecked
+    assert any("axis 128" in c and "32 block(s) of 4" in c for c in adm.checked), adm.checked
+    adm = admit(sources, _change(sources, '"vec_tile": (2, 64)}', '"vec_tile": (2, 256)}'), run=run)
+    assert adm.change.knob_id == TILE_ENTRY and any("= [2, 256]" in c for c in adm.checked), adm.checked
+    # x is [128, 256]: 128 tokens in blocks of 3 leave 2 uncomputed; a tile 512 wide cannot fit
+    r = _refusal(sources, _change(sources, '"block_tokens": 2,', '"block_tokens": 3,'), run)
+    assert r.rule == "legality" and "not a multiple of 3" in r.message
+    r = _refusal(sources, _change(sources, '"vec_tile": (2, 64)}', '"vec_tile": (2, 512)}'), run)
+    assert r.rule == "legality" and "512" in r.message
+    # both entries at once are two knobs, never one change
+    both = _change(_change(sources, '"block_tokens": 2,', '"block_tokens": 4,'), '"vec_tile": (2, 64)}',
+                   '"vec_tile": (4, 64)}')
+    r = _refusal(sources, both, run)
+    assert r.rule == "one-change" and BLOCK_ENTRY in r.message and TILE_ENTRY in r.message, r.message
+
+
+@pytest.mark.parametrize("extra,why", [
+    ("\nTUNED = dict(**ROPE_TILING)\n", "the dict unpacked into another"),
+    ("\nfor _key in ROPE_TILING:\n    print(_key)\n", "the dict iterated"),
+    ('\nROPE_TILING["block_tokens"] = 8\n', "an entry written after it was bound"),
+    ('\nprint(ROPE_TILING.get("block_tokens"))\n', "the dict read another way"),
+    ('\nSIZES = torch.zeros(ROPE_TILING["block_tokens"])\n', "the entry also sizes data"),
+])
+def test_a_dict_read_any_other_way_is_not_a_set_of_knobs(rope, extra, why):
+    sources, _ = rope
+    (file, text), = sources.items()
+    tainted = {file: text + extra}
+    r = _refusal(tainted, _change(tainted, '"block_tokens": 2,', '"block_tokens": 4,'), None)
+    assert r.rule == "one-change" and "not a tuning knob" in r.message, (why, r.rule, r.message)
+    # the control: printed whole, the dict feeds nothing else — still a knob, refused only for want of a record
+    control = {file: text + "\nprint(ROPE_TILING)\n"}
+    r = _refusal(control, _change(control, '"block_tokens": 2,', '"block_tokens": 4,'), None)
+    assert r.rule == "legality" and "run-time probe" in r.message, r.message

@@ -89,6 +89,10 @@ class _Deriver:
                 else:
                     out.append(ev(el))
             return out
+        if isinstance(node, ast.Subscript) and src.kind == "entry" and isinstance(node.value, ast.Name) \
+                and node.value.id == src.owner and isinstance(node.slice, ast.Constant) \
+                and node.slice.value == src.field:
+            return self.value
         if isinstance(node, ast.Subscript):
             base = ev(node.value)
             if isinstance(base, Repeat):

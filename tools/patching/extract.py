@@ -155,7 +155,8 @@ def sites_of(sources: dict[str, str], context: dict[str, str] | None = None,
 
 def source_sites(pf: ParsedFile, program: roles.Program) -> list[Site]:
     """Knob sites (kind ``tile_source``) for the literals a tiling value flows from (tools/patching/flows.py): a
-    number inside a list comprehension, a literal keyword of a workspace class built in the test. Tunable only when
+    number inside a list comprehension, a literal keyword of a workspace class built in the test, a literal value
+    of a tiling dict read entry by entry. Tunable only when
     all they reach is tiling; the admission gate then derives what they give at each tiling call that ran."""
     out: list[Site] = []
     seen: dict[str, int] = {}
@@ -196,8 +197,11 @@ def binding_sites(pf: ParsedFile, program: roles.Program) -> list[Site]:
     out: list[Site] = []
     # a module dict passed as a jit option group is already listed entry by entry (``<file>:<VAR>.<key>``)
     group_vars = {v for j in pf.jits for v in j.group_var.values()}
+    # a tiling dict read entry by entry is listed entry by entry (source_sites, ``<file>:<VAR>["<key>"]``): the
+    # whole dict as a knob too would make every entry's change move two knobs
+    by_entry = {(s.file, s.scope, s.owner) for s in program.sources if s.kind == "entry"}
     for (path, scope, name), b in program.bindings.items():
-        if path != pf.path or (scope == roles.MODULE and name in group_vars):
+        if path != pf.path or (scope == roles.MODULE and name in group_vars) or (path, scope, name) in by_entry:
             continue
         nodes = pf.assigns.get((scope, name), [])
         if len(nodes) != 1:
@@ -434,6 +438,11 @@ class _Collector(cst.CSTVisitor):
 
     def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
         self._source_node(node.elt)
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        for el in node.elements:  # a tiling dict's entries (flows.py: entry sources)
+            if isinstance(el, cst.DictElement):
+                self._source_node(el.value)
 
     def visit_Call(self, node: cst.Call) -> None:
         for arg in node.args:

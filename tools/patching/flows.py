@@ -7,11 +7,14 @@ a config dataclass built in the test function (``Config(cube_tile_shape=(16, 32,
 arguments to literals) or at its **source**:
 
 * a number literal that is the element of a list comprehension (every element it yields is that literal);
-* a literal keyword argument of a call that constructs a class defined in the workspace (a dataclass field).
+* a literal keyword argument of a call that constructs a class defined in the workspace (a dataclass field);
+* a literal value of a dict bound once to a name and read only entry by entry with a constant key
+  (``TILING = {"block": 2, "vec_tile": (2, 64)}``, read as ``TILING["block"]``): each entry is its own source.
 
 A source is a knob only if everything it reaches is tuning (the role analysis's rule for names): every use of the
-comprehension's value, and every load of an attribute with the field's name anywhere in the workspace (any object:
-the analysis does not know types, so it is conservative), ends in a tiling consumer. Reflection that could read a
+comprehension's value, every load of an attribute with the field's name anywhere in the workspace (any object:
+the analysis does not know types, so it is conservative), and every read of the dict entry, ends in a tiling
+consumer. A dict used whole anywhere (passed on, ``**``-unpacked, iterated, ``.get``) makes every entry a problem. Reflection that could read a
 field by other means (``getattr``, ``vars``, ``dataclasses.asdict`` / ``astuple`` / ``fields`` / ``replace``,
 ``__dict__``) anywhere in the workspace makes every field a problem use.
 
@@ -32,7 +35,7 @@ MODULE = "<module>"
 # Names through which a field could be read without naming it (dotted forms as written).
 REFLECTION = {"getattr", "vars", "asdict", "astuple", "fields", "dataclasses.asdict", "dataclasses.astuple",
               "dataclasses.fields", "dataclasses.replace", "__dict__", "attrgetter", "operator.attrgetter"}
-SourceKind = Literal["comprehension", "field"]
+SourceKind = Literal["comprehension", "field", "entry"]
 
 
 @dataclass
@@ -47,7 +50,8 @@ class Source:
     value: Any
     label: str  # "tile_list[*]" (comprehension bound to tile_list) / "MatmulConfig.cube_tile_shape"
     cls: str | None = None  # field sources: the class constructed
-    field: str | None = None  # field sources: the keyword
+    field: str | None = None  # field sources: the keyword; entry sources: the dict's key
+    owner: str | None = None  # entry sources: the name the dict is bound to
     consumers: set[str] = dc_field(default_factory=set)
     consumer_sites: set[tuple[str, str, int]] = dc_field(default_factory=set)
     problems: list[str] = dc_field(default_factory=list)
@@ -187,6 +191,44 @@ def find_sources(a: "_Analysis") -> list[Source]:
                                       f"{cls[1]}.{kw.arg}", cls=cls[1], field=kw.arg,
                                       consumers={c[0] for c in consumers}, consumer_sites=set(consumers),
                                       problems=list(problems) + reflection[:3]))
+    return out + _dict_entries(a)
+
+
+def _dict_entries(a: "_Analysis") -> list[Source]:
+    """The entry sources of every dict bound once to a name, whose keys are all distinct string constants."""
+    out: list[Source] = []
+    for (path, sname, name) in a.bindings:
+        f = a.files[path]
+        sites = f.scopes[sname].bound.get(name, [])
+        node = a._assigned_value(f, sites[0]) if len(sites) == 1 else None
+        if not isinstance(node, ast.Dict) or None in node.keys:
+            continue
+        keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in node.keys]
+        if None in keys or len(set(keys)) != len(keys):
+            continue
+        uses: dict[str, tuple[set, list[str]]] = {k: (set(), []) for k in keys}  # type: ignore[misc]
+        whole: list[str] = []
+        for uf, use in a._uses((path, sname, name)):
+            parent = uf.parents.get(id(use))
+            if isinstance(parent, ast.Subscript) and parent.value is use and isinstance(parent.slice, ast.Constant) \
+                    and parent.slice.value in uses and isinstance(parent.ctx, ast.Load):
+                c, p = a._use(uf, parent)
+                uses[parent.slice.value][0].update(c)
+                uses[parent.slice.value][1].extend(p)
+            else:  # any other use that reaches anything (tiling or not) cannot be told apart by entry
+                c, p = a._use(uf, use)
+                if c or p:
+                    where = ast.unparse(parent)[:50] if parent is not None else name
+                    whole.append(f"{uf.path}:{getattr(use, 'lineno', '?')}: {name} is used whole or written "
+                                 f"({where!r})")
+        for key, value_node in zip(keys, node.values):
+            value = _number_literal(value_node)
+            consumers, problems = uses[key]  # type: ignore[index]
+            if value is None or not consumers:
+                continue
+            out.append(Source("entry", path, sname, value_node.lineno, value_node.col_offset, value,
+                              f'{name}["{key}"]', field=key, owner=name, consumers={c[0] for c in consumers},
+                              consumer_sites=set(consumers), problems=list(problems) + whole[:3]))
     return out
 
 

@@ -27,7 +27,8 @@ KnobKind = Literal[
     "cache_policy",  # <tensor>.set_cache_policy(pypto.CachePolicy.NONE_CACHEABLE, <bool>)
     "combine_axis",  # pypto.experimental.set_operation_options(combine_axis=...)
     "valid_shape",  # valid_shape=[...] of pypto.view / Tensor.view / pypto.reshape
-    "tile_source",  # a literal a tiling value flows from: a comprehension element, a config field set in the test
+    "tile_source",  # a literal a tiling value flows from: a comprehension element, a config field set in the test,
+    # an entry of a tiling dict read entry by entry
 ]
 
 # Element sizes of pypto dtypes (domain C: alignment and UB budget rules are in bytes).
