@@ -14,9 +14,10 @@ arguments to literals) or at its **source**:
 A source is a knob only if everything it reaches is tuning (the role analysis's rule for names): every use of the
 comprehension's value, every load of an attribute with the field's name anywhere in the workspace (any object:
 the analysis does not know types, so it is conservative), and every read of the dict entry, ends in a tiling
-consumer. A dict used whole anywhere (passed on, ``**``-unpacked, iterated, ``.get``) makes every entry a problem. Reflection that could read a
-field by other means (``getattr``, ``vars``, ``dataclasses.asdict`` / ``astuple`` / ``fields`` / ``replace``,
-``__dict__``) anywhere in the workspace makes every field a problem use.
+consumer. A dict used any other way that reaches anything (passed on, ``**``-unpacked, iterated, ``.get``, an entry
+written) makes every entry a problem; printing it whole does not. Reflection that could read a field by other
+means (``getattr``, ``vars``, ``dataclasses.asdict`` / ``astuple`` / ``fields`` / ``replace``, ``__dict__``)
+anywhere in the workspace makes every field a problem use.
 
 ``reach`` answers "which kernels and tests run this scope" statically: the nested defs and workspace functions a
 function calls, transitively.
