@@ -1,0 +1,90 @@
+"""A tiling dict read entry by entry (upstream_rope's ``ROPE_TILING``) over MCP stdio, with the real server, sandbox
+and simulator: each entry is one knob, moved and measured like any other; two entries in one diff are two knobs; and
+the same dict used another way in the agent's own code — here iterated in the test — is no knob at all, whatever
+the agent claims. Expected times: the fixture's measured grid (``benchmarks/grids/upstream_rope.json``)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.conftest import OPERATORS
+from tests.server.mcp_client import connect
+from tests.sessions import to_frontend
+
+pytestmark = pytest.mark.sim
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = 'rope_op.py:ROPE_TILING["block_tokens"]'
+TILE = 'rope_op.py:ROPE_TILING["vec_tile"]'
+SHIPPED = '{"block_tokens": 2, "vec_tile": (2, 64)}'
+CMD = [sys.executable, "rope_op.py", "rope_op.py::test_rope", "--run_mode", "sim"]
+
+
+def _grid_us(block: int, rows: int, cols: int) -> float:
+    grid = json.loads((ROOT / "benchmarks" / "grids" / "upstream_rope.json").read_text())
+    want = {"block_tokens": block, "vec_tile_rows": rows, "vec_tile_cols": cols}
+    return next(r["operator_time_us"] for r in grid["configs"] if r["knobs"] == want)
+
+
+def _diff(old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/rope_op.py", "b/rope_op.py"))
+
+
+def _ws(tmp_path: Path, extra: str = "") -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(OPERATORS / "upstream_rope", ws, ignore=shutil.ignore_patterns("grid.json", "__pycache__"))
+    if extra:
+        (ws / "rope_op.py").write_text((ws / "rope_op.py").read_text().replace(
+            "\n\ndef test_rope(", extra + "\n\ndef test_rope(", 1))
+    return ws
+
+
+def test_each_entry_of_a_tiling_dict_is_one_knob_and_two_are_two(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    op = ws / "rope_op.py"
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["rope_op.py"], CMD)
+            knobs = {k["id"] for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+            assert {BLOCK, TILE} <= knobs and "rope_op.py:ROPE_TILING" not in knobs
+            src = op.read_text()
+            both = src.replace(SHIPPED, '{"block_tokens": 4, "vec_tile": (4, 64)}')
+            msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff(src, both), catalog_id="F-10",
+                                  rationale="block and tile together")
+            assert "GATE one-change:" in msg and BLOCK in msg and TILE in msg, msg
+            assert op.read_text() == src, "a refused change must not touch the file"
+            await s.ok("apply_tuning_patch", session_id=sid, knob=TILE, value=[2, 256], catalog_id="F-10",
+                       rationale="whole rows per tile")
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
+            rec = await s.ok("record_round", session_id=sid)
+            assert rec["decision"] == "kept" and rec["after_us"] == pytest.approx(_grid_us(2, 2, 256), abs=2e-3)
+            assert '"vec_tile": (2, 256)' in op.read_text() or '"vec_tile": [2, 256]' in op.read_text()
+
+    anyio.run(scenario)
+
+
+def test_a_dict_the_agents_code_also_iterates_is_no_knob(tmp_path: Path) -> None:
+    ws = _ws(tmp_path, extra="\n\nfor _key in ROPE_TILING:  # the agent's own code reads the dict whole\n"
+                            "    print(_key)\n")
+    op = ws / "rope_op.py"
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["rope_op.py"], CMD)
+            src = op.read_text()
+            moved = src.replace(SHIPPED, '{"block_tokens": 4, "vec_tile": (2, 64)}')
+            msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff(src, moved), catalog_id="F-3",
+                                  rationale="a larger block")
+            assert "GATE one-change:" in msg and "not a tuning knob" in msg and "ROPE_TILING" in msg, msg
+            assert op.read_text() == src
+
+    anyio.run(scenario)
