@@ -308,13 +308,14 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
         def t(x: dict) -> str:
             return f"{x['trials_90'] or 'never'} / {x['trials_99'] or 'never'}"
         label = f"{name} (held out)" if so.held_out(name) else name
-        floor = " / ".join("never" if f is None else str(f) for f in (grid.floor(90), grid.floor(99)))
+        floors = {"trials_90": grid.floor(90), "trials_99": grid.floor(99)}
+        floor = " / ".join("never" if f is None else str(f) for f in floors.values())
         on, proposed = grid.on_grid_share(cache, probes.get(grid, grid.sources))
         print(f"| {label} | {grid.n} | {grid.speedup:.2f} | {floor} | {on} of {proposed} | "
               f"{len(others.observations)} ({len(ops)}) | "
               + " | ".join(t(x) for x in arms) + " | " + " / ".join(str(x["failed"]) for x in arms) + " | "
               + " / ".join(str(x["final"]) for x in arms) + " |")
-        res["floor"] = {"trials_90": grid.floor(90), "trials_99": grid.floor(99)}
+        res["floor"] = floors
         res["on_grid"] = {"on": on, "proposed": proposed}
         rows[name] = res
     for with_, without_, what in (("model+knowledge", "model", "seed + store against seed only"),

@@ -333,7 +333,13 @@ def test_a_dict_read_any_other_way_is_not_a_set_of_knobs(rope, extra, why):
     tainted = {file: text + extra}
     r = _refusal(tainted, _change(tainted, '"block_tokens": 2,', '"block_tokens": 4,'), None)
     assert r.rule == "one-change" and "not a tuning knob" in r.message, (why, r.rule, r.message)
-    # the control: printed whole, the dict feeds nothing else — still a knob, refused only for want of a record
+
+
+def test_a_dict_printed_whole_is_still_a_set_of_knobs(rope):
+    """The control of the attacks above: printed, the dict feeds nothing else — its entries stay knobs, refused here
+    only for want of a record of what they gave at the tile calls."""
+    sources, _ = rope
+    (file, text), = sources.items()
     control = {file: text + "\nprint(ROPE_TILING)\n"}
     r = _refusal(control, _change(control, '"block_tokens": 2,', '"block_tokens": 4,'), None)
     assert r.rule == "legality" and "run-time probe" in r.message, r.message

@@ -130,6 +130,12 @@ class RunOutcome:
         """Why output folders the run left did not count (not born in this run, or not its compiled code)."""
         return "; ".join(f"{name}: {', '.join(why)}" for name, why in sorted(self.rejected_outputs.items()))
 
+    @property
+    def rejected_verdict(self) -> str:
+        """The precision verdict's reason when the test exited 0 and every output folder it left was rejected."""
+        return ("the test exited 0 but no output folder it left counts — not born in this run or not compiled from "
+                f"its recorded copy: {self.rejected_reason}")
+
     def __iter__(self):  # (result, run_id, dirs), as callers unpack it
         return iter((self.result, self.run_id, self.dirs))
 

@@ -302,9 +302,8 @@ class SearchOps(OperationsBase):
                     v, reason = "error", out.tamper_reason
                 elif v == "passed" and st.run_mode == "sim" and not dirs:
                     v, reason = "failed", "the test exited 0 but the simulator wrote no output folder"
-                    if out.rejected_outputs:  # as the baseline's check says it (operations/setup.py)
-                        reason = ("the test exited 0 but no output folder it left counts — not born in this run or "
-                                  f"not compiled from its recorded copy: {out.rejected_reason}")
+                    if out.rejected_outputs:
+                        reason = out.rejected_verdict
                 t.verdict, t.reason = v, reason
                 t.device = out.device_id
                 result_type = None if v == "passed" else rules.classify_failure(v, verdict.key_output + "\n" + reason)

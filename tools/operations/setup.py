@@ -325,8 +325,7 @@ class SetupOps(RunWorldOps):
                 v, reason = "failed", "the test exited 0 but the simulator wrote no output folder: nothing was " \
                     "simulated (is the jit run_mode SIM and the test calling the kernel?)"
                 if out.rejected_outputs:
-                    reason = ("the test exited 0 but no output folder it left counts — not born in this run or not "
-                              f"compiled from its recorded copy: {out.rejected_reason}")
+                    reason = out.rejected_verdict
             command_problem = verdict.command_problem and v == "failed"
             result_type = None if v == "passed" else COMMAND_PROBLEM if command_problem else \
                 rules.classify_failure(v, key + "\n" + reason)
