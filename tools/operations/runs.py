@@ -36,6 +36,9 @@ from pypto_tune.tools.running.executors.base import RunSpec
 from pypto_tune.tools.running import probe
 from pypto_tune.tools.running.probe import store as probe_store
 from pypto_tune.tools.running.runner import RunResult
+from pypto_tune.tools.running.verdict import (
+    SIM_NOTE, VerdictResult, judge_precision,
+)
 from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
 
@@ -151,6 +154,52 @@ class RunOutcome:
                     "sees any write since); start a new session to tune against the changed environment")
         return ("files of the run's private copy changed while it ran (" + ", ".join(self.tampered[:5]) + "): the "
                 "run did not execute the recorded bytes and is discarded")
+
+
+@dataclass(frozen=True)
+class CheckedRun:
+    """A precision run judged as the ledger records it: the test's verdict (R4) amended by what the server saw of the
+    run, and the result type a failure is recorded as."""
+
+    verdict: str
+    reason: str
+    result_type: str | None  # None when passed
+    command_problem: bool  # exit 0 and no verdict line at all
+    judged: VerdictResult
+
+
+NO_SIM_FOLDER = ("the test exited 0 but the simulator wrote no output folder: nothing was simulated (is the jit "
+                 "run_mode SIM and the test calling the kernel?)")
+
+
+def check_run(out: RunOutcome, run_mode: str, **verdict_options: Any) -> CheckedRun:
+    """The one place a precision run's verdict and failure type are decided, for a manual round's check and a
+    search trial's alike. The failure type is read from what the run did and printed, never from the server's own
+    annotations: the SIM note ("compiled and simulated only") once made every SIM run without a usable output
+    folder a "compile failure", which the search's history and the knowledge store learn as a fact about the
+    candidate's value."""
+    judged = judge_precision(out.result, run_mode, **verdict_options)
+    v, reason = judged.verdict, judged.reason
+    if out.tampered:
+        # discarded: the run may not have executed the recorded code, so it says nothing about that code
+        return CheckedRun("error", out.tamper_reason, "runtime-error", False, judged)
+    if v == "passed" and run_mode == "sim" and not out.dirs:
+        # the test ran to its end and said it passed, but left nothing this run compiled from its recorded copy: a
+        # run that cannot be measured, not a candidate that failed to compile
+        if out.rejected_outputs:
+            return CheckedRun("failed", out.rejected_verdict, "runtime-error", False, judged)
+        # no folder at all: a compile error the test caught and printed past is still the candidate's, read from
+        # the run's error lines only (a pass line may well say "compiled and simulated", as our fixtures' do)
+        deciding = {f"L{d.line_no}: {d.text}" for d in judged.deciding_lines}
+        errors = [line for line in judged.key_output.splitlines() if line not in deciding and line != SIM_NOTE]
+        kind = rules.classify_failure("error", "\n".join(errors))
+        return CheckedRun("failed", NO_SIM_FOLDER, kind, False, judged)
+    if v == "passed":
+        return CheckedRun(v, reason, None, False, judged)
+    # a run without any verdict line is flagged for the caller: at the baseline it is the command's problem
+    # (COMMAND_PROBLEM, not counted under R5); for a change, the candidate's run stopped saying what the baseline's said
+    return CheckedRun(v, reason, rules.classify_failure(v, judged.key_output + "\n" + reason),
+                      judged.command_problem and v == "failed", judged)
 
 
 class RunOps(OperationsBase):

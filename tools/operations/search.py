@@ -33,7 +33,7 @@ from pypto_tune.tools.operations.base import (
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
 from pypto_tune.tools.session.state import SessionState
-from pypto_tune.tools.running.verdict import judge_precision
+from pypto_tune.tools.operations.runs import check_run
 
 log = logging.getLogger("pypto_tune.service")
 
@@ -294,24 +294,12 @@ class SearchOps(OperationsBase):
             while True:
                 out = await self._run(h, st, purpose="trial-precision", round_no=t.round_no, device_id=st.device,
                                       sources=t.sources, progress=None, batch=batch, pooled=True, avoid=avoid)
-                result, run_id, dirs = out
-                verdict = judge_precision(result, st.run_mode,
-                                          **self._verdict_options(st))  # type: ignore[attr-defined]
-                v, reason = verdict.verdict, verdict.reason
-                if out.tampered:
-                    v, reason = "error", out.tamper_reason
-                elif v == "passed" and st.run_mode == "sim" and not dirs:
-                    v, reason = "failed", "the test exited 0 but the simulator wrote no output folder"
-                    if out.rejected_outputs:
-                        reason = out.rejected_verdict
+                result, run_id = out.result, out.run_id
+                checked = check_run(out, st.run_mode, **self._verdict_options(st))  # type: ignore[attr-defined]
+                verdict = checked.judged
+                v, reason, result_type = checked.verdict, checked.reason, checked.result_type
                 t.verdict, t.reason = v, reason
                 t.device = out.device_id
-                result_type = None if v == "passed" else rules.classify_failure(v, verdict.key_output + "\n" + reason)
-                if v == "failed" and out.rejected_outputs and not out.tampered:
-                    # it compiled and ran; what it left cannot be used. Classified from its text, the SIM verdict's
-                    # own words ("compiled and simulated only") made it a compile failure, which the search's
-                    # history and the knowledge store then learn as a property of the candidate
-                    result_type = "runtime-error"
                 t.precision_id = h.ledger.insert(
                     "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
                     verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,

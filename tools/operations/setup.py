@@ -30,7 +30,6 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.running.runner import build_child_env, split_command
 from pypto_tune.tools.snapshot import EnvCheck
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
-from pypto_tune.tools.running.verdict import COMMAND_PROBLEM, judge_precision
 from pypto_tune.tools.code.workspace import relative_operator_files, resolve_workspace
 
 from pypto_tune.tools.running import recorded_env
@@ -38,6 +37,8 @@ from pypto_tune.tools.operations.base import (
     exclusive, INTERPRETER_CHECK, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 from pypto_tune.tools.operations.run_world import RunWorldOps
+from pypto_tune.tools.operations.runs import check_run
+from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
 
 
 log = logging.getLogger("pypto_tune.service")
@@ -316,19 +317,11 @@ class SetupOps(RunWorldOps):
 
             out = await self._run(h, st, purpose="precision", round_no=round_no, device_id=device,
                                   sources=sources, progress=run_progress)
-            result, run_id, dirs = out
-            verdict = judge_precision(result, st.run_mode, **self._verdict_options(st))
-            v, key, reason = verdict.verdict, verdict.key_output, verdict.reason
-            if out.tampered:
-                v, reason = "error", out.tamper_reason
-            elif v == "passed" and st.run_mode == "sim" and not dirs:
-                v, reason = "failed", "the test exited 0 but the simulator wrote no output folder: nothing was " \
-                    "simulated (is the jit run_mode SIM and the test calling the kernel?)"
-                if out.rejected_outputs:
-                    reason = out.rejected_verdict
-            command_problem = verdict.command_problem and v == "failed"
-            result_type = None if v == "passed" else COMMAND_PROBLEM if command_problem else \
-                rules.classify_failure(v, key + "\n" + reason)
+            result, run_id = out.result, out.run_id
+            checked = check_run(out, st.run_mode, **self._verdict_options(st))
+            verdict, key = checked.judged, checked.judged.key_output
+            v, reason, command_problem = checked.verdict, checked.reason, checked.command_problem
+            result_type = COMMAND_PROBLEM if command_problem else checked.result_type
             rec_id = h.ledger.insert(
                 "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
                 verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
