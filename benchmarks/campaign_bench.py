@@ -243,7 +243,6 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
     import search_offline as so
     from pypto_tune.tools.knowledge.distill import distill_workspace
     from pypto_tune.tools.knowledge.store import KnowledgeFile, write
-    from pypto_tune.tools.search import AdmissionCache
     from pypto_tune.tools.search import priors as priors_mod
 
     so.VARIANTS["model+knowledge"] = ("model", frozenset({"model", "history", "analysis", "knowledge"}))
@@ -274,7 +273,7 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
           "alone / neither) | × after budget (seed / +store / alone / neither) |")
     print("|---|---:|---:|---|---:|---|---|---|---|---|---|---|")
     mg = so._load_measure_grid()
-    cache = AdmissionCache(Path(args.cache))
+    cache = so.offline_cache(Path(args.cache))
     vec_cache = cache.entries.setdefault("__grid_vectors__", {})
     # every ranking starts from the kept state's probe record, as in a session (search_offline.Probes); without it
     # the upstream-style grids get no candidate at all

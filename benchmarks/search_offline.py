@@ -98,6 +98,34 @@ def held_out(name: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
+def offline_cache(path: str | Path) -> AdmissionCache:
+    """The replay's admission cache (a JSON file): its entries are answers of the server's admission, so they hold
+    only for the code that gave them. A cache written by other admission code is emptied first (its knob vectors,
+    keyed by the extractor's version, may stay): on 2026-12-05 a stale refusal ("the server cannot tell what
+    vec_rows = 64 gives there") outlived the derive fix that made it legal."""
+    cache = AdmissionCache(path)
+    version = _code_version()
+    if cache.entries.get("__code__") != {"version": version}:
+        vectors = cache.entries.get("__grid_vectors__", {})
+        cache.entries.clear()
+        cache.entries.update({"__code__": {"version": version}, "__grid_vectors__": vectors})
+    return cache
+
+
+def _code_version() -> str:
+    """A digest of the code an admission answer comes from: the knob map and derive (tools/patching), the admission
+    (tools/code) and the search's own checks (tools/search)."""
+    import hashlib
+
+    import pypto_tune.tools as tools
+
+    h = hashlib.sha256()
+    for sub in ("patching", "code", "search"):
+        for f in sorted((Path(tools.__file__).parent / sub).glob("*.py")):
+            h.update(f"{sub}/{f.name}".encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def _extractor_version() -> str:
     """A digest of the knob extractor's code (tools/patching): a cached knob vector is one this code computed (a
     vector cached before the extractor learnt a new kind of knob would hide it from the replay)."""
@@ -180,21 +208,62 @@ class Grid:
                 out.append(other)
         return out
 
-    def floor(self, pct: float) -> int | None:
+    def floor(self, pct: float, *, staged: bool = True) -> int | None:
         """The fewest trials any ranking can need to reach ``pct`` % of the grid's speed-up: the shortest walk from
-        shipped by one-knob moves that each keep a strict gain (breadth first; stage exits ignored, so it is a lower
-        bound). None: no such walk reaches it."""
+        shipped by one-knob moves that each keep a strict gain. None: no such walk reaches it.
+
+        ``staged`` (the default) follows the stage rules a replay and a session follow: a move is made in a stage
+        whose catalogue ids its knob serves, and a stage is left only after its exit — ``no_gain_threshold``
+        trials without gain, or every candidate of the stage tried — so leaving it costs at least the smaller of
+        the two (a lower bound: the trials that exit are counted, which they were not before 2026-12-05).
+        ``staged=False`` ignores stages: a breadth-first walk over the gains alone."""
         target = self.best / (pct / 100) * (1 + 1e-9)
-        depth = {id(self.ship): 0}
-        queue = [self.ship]
-        for row in queue:
+        if not staged:
+            depth = {id(self.ship): 0}
+            queue = [self.ship]
+            for row in queue:
+                if row["time"] <= target:
+                    return depth[id(row)]
+                for other in self._steps(row):
+                    if id(other) not in depth:
+                        depth[id(other)] = depth[id(row)] + 1
+                        queue.append(other)
+            return None
+        import heapq
+
+        prefixes = {k.id: {c[:2] for c in k.catalog_ids} for k in extract_knobs(self.sources, self.context)}
+        rows = {id(r): r for r in self.rows}
+        best_cost: dict[tuple[int, int], int] = {}
+        heap = [(0, 0, id(self.ship))]
+        while heap:
+            cost, si, rid = heapq.heappop(heap)
+            if best_cost.get((rid, si), cost + 1) <= cost:
+                continue
+            best_cost[(rid, si)] = cost
+            row = rows[rid]
             if row["time"] <= target:
-                return depth[id(row)]
-            for other in self._steps(row):
-                if id(other) not in depth:
-                    depth[id(other)] = depth[id(row)] + 1
-                    queue.append(other)
+                return cost
+            stage = STAGE_SEQUENCE[si]
+            in_stage = [(o, k) for o, k in self._moves(row) if stage.catalog_prefix in prefixes.get(k, set())]
+            for other, _ in in_stage:
+                if other["time"] is not None and other["time"] < row["time"]:
+                    heapq.heappush(heap, (cost + 1, si, id(other)))
+            if si + 1 < len(STAGE_SEQUENCE):
+                heapq.heappush(heap, (cost + min(stage.no_gain_threshold, len(in_stage)), si + 1, rid))
         return None
+
+    def _moves(self, row: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+        """Every row one knob away from ``row`` (failed ones too), with the knob that moved."""
+        out = []
+        for other in self.rows:
+            if other is row or set(other["vec"]) != set(row["vec"]):
+                continue
+            if any(other["knobs"][h] != row["knobs"][h] for h in self.hidden):
+                continue
+            diff = [k for k in row["vec"] if row["vec"][k] != other["vec"][k]]
+            if len(diff) == 1:
+                out.append((other, diff[0]))
+        return out
 
     def good(self, pct: float) -> int:
         return sum(1 for r in self.rows if r["time"] is not None and self.ship["time"] / r["time"]
@@ -499,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
                                  if args.include_held_out or not held_out(p.stem))
     batches = [int(x) for x in args.batch.split(",") if x]
     rankings = [x for x in args.rankings.split(",") if x]
-    cache = AdmissionCache(args.cache)
+    cache = offline_cache(args.cache)
     vec_cache: dict[str, Any] = cache.entries.setdefault("__grid_vectors__", {})  # type: ignore[assignment]
     mg = _load_measure_grid()
     analyses = Analyses(args.analyses_cache, mg, enabled="model+analysis" in rankings)

@@ -133,8 +133,8 @@ def test_a_divisor_the_server_cannot_evaluate_leaves_the_loop_listed_unchecked_n
                                                         ("loop", "pypto.loop", [0, 32, 1])]))  # two row counts ran
     assert not _loop_checks(adm)
     assert adm.unchecked == [f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} (n // max(BLOCK, 1)) ran {trips} "
-                             "iteration(s); the server cannot evaluate its block (Call), so whether the new block "
-                             "divides the axis it blocks was not checked" for trips in (24, 32)]
+                             "iteration(s); the server cannot evaluate its block (call of max()), so whether the new "
+                             "block divides the axis it blocks was not checked" for trips in (24, 32)]
 
 
 def test_every_record_of_a_loop_is_judged_on_its_own() -> None:

@@ -343,3 +343,160 @@ def test_a_dict_printed_whole_is_still_a_set_of_knobs(rope):
     control = {file: text + "\nprint(ROPE_TILING)\n"}
     r = _refusal(control, _change(control, '"block_tokens": 2,', '"block_tokens": 4,'), None)
     assert r.rule == "legality" and "run-time probe" in r.message, r.message
+
+
+# ------------------------------------------------------------------------ a kernel built inside a builder (closure)
+
+LB = "linear_bias_op.py:"
+VEC_ROWS = LB + "test_linear_bias.LinearTiling(vec_rows)"
+CUBE_K = LB + "test_linear_bias.LinearTiling(cube_k)"
+LB_CONFIG = "tiling = LinearTiling(m_block=16, cube_m=16, cube_k=32, cube_n=32, vec_rows=4)"
+
+
+@pytest.fixture(scope="module")
+def linear_bias() -> tuple[dict[str, str], dict[str, Any]]:
+    return _fixture("upstream_linear_bias", "linear_bias_op.py", "test_linear_bias")
+
+
+def test_a_field_beside_a_builders_local_is_derived_through_the_closure(linear_bias):
+    """upstream_linear_bias's kernel, defined inside ``build_linear_bias``, calls
+    ``set_vec_tile_shapes(t.vec_rows, out_dim)``; ``out_dim`` is the builder's (``in_dim, out_dim = IN_DIM, OUT_DIM``),
+    which the kernel reads as a closure. The record says the call ran with [4, 256]. Before 2026-12-05 the deriver
+    looked for ``out_dim`` in the kernel's own bindings only, so every change of ``vec_rows`` was refused ("the server
+    cannot tell what … gives there (out_dim)"), and the search had to pin the call instead."""
+    sources, run = linear_bias
+    adm = admit(sources, _change(sources, LB_CONFIG, LB_CONFIG.replace("vec_rows=4", "vec_rows=16")), run=run)
+    assert adm.kind == "knob" and adm.change.knob_id == VEC_ROWS and not adm.unchecked
+    assert any("= [16, 256]" in c for c in adm.checked), adm.checked
+    # the cube tile's fields, in the same call style, still derive the whole (m, k, n) tile
+    adm = admit(sources, _change(sources, LB_CONFIG, LB_CONFIG.replace("cube_k=32", "cube_k=128")), run=run)
+    assert adm.kind == "knob" and adm.change.knob_id == CUBE_K
+    assert any("[128, 128]" in c for c in adm.checked), adm.checked
+    # and the budget still holds on what it derives: 128 rows of 256 FP32 are 128 KB, over the 96 KB a tile may take
+    r = _refusal(sources, _change(sources, LB_CONFIG, LB_CONFIG.replace("vec_rows=4", "vec_rows=128")), run)
+    assert r.rule == "legality" and "128 KB" in r.message, r.message
+
+
+def test_a_parameter_hides_the_enclosing_functions_binding():
+    """Python's closure rule, as the deriver reads it: a name the inner function binds, or takes as a parameter, is
+    its own; only the others come from the enclosing function. A function nested deeper keeps its bindings."""
+    import ast
+
+    from pypto_tune.tools.patching.derive import _PARAM, _visible_assignments
+
+    tree = ast.parse(
+        "def build(cfg):\n"
+        "    width = 256\n"
+        "    rows = 8\n"
+        "    depth = 4\n"
+        "    def kernel(x, rows):\n"
+        "        width2 = width\n"
+        "        def helper():\n"
+        "            depth = 99\n"
+        "        return rows\n")
+    build = tree.body[0]
+    kernel = build.body[3]
+    seen = _visible_assignments([kernel, build])
+    assert seen["rows"] == [_PARAM] and seen["x"] == [_PARAM]  # the kernel's parameter, not the builder's 8
+    assert isinstance(seen["width"][0], ast.Constant) and seen["width"][0].value == 256  # the closure
+    assert isinstance(seen["depth"][0], ast.Constant) and seen["depth"][0].value == 4  # not the helper's 99
+    assert seen["cfg"] == [_PARAM]
+
+
+# ------------------------------------------------- a tiling dict the test builds and hands to a builder and a helper
+
+MP = "mean_pool_op.py:"
+MP_TILING = 'tiling = {"rows_per_block": 1, "seq_chunk": 8, "hidden_chunk": 64, "vec_nbuffer": 1}'
+SEQ = MP + 'test_mean_pool.tiling["seq_chunk"]'
+ROWS = MP + 'test_mean_pool.tiling["rows_per_block"]'
+NBUF = MP + 'test_mean_pool.tiling["vec_nbuffer"]'
+
+
+@pytest.fixture(scope="module")
+def mean_pool() -> tuple[dict[str, str], dict[str, Any]]:
+    return _fixture("upstream_mean_pool", "mean_pool_op.py", "test_mean_pool")
+
+
+def _entry(sources: dict[str, str], key: str, value: int) -> dict[str, str]:
+    old = next(part for part in MP_TILING.split("{")[1].rstrip("}").split(", ") if part.startswith(f'"{key}"'))
+    return _change(sources, MP_TILING, MP_TILING.replace(old, f'"{key}": {value}'))
+
+
+def test_a_dict_passed_to_the_builder_and_a_helper_is_one_knob_per_entry(mean_pool):
+    """upstream_mean_pool (held out) builds ``tiling = {…}`` in the test and hands it to ``build_mean_pool``, which
+    reads ``tiling["rows_per_block"]`` for its loop, hands it on to ``pool_vec_tile``, whose return value the kernel
+    sets as its tile (``set_vec_tile_shapes(*tile)``), and puts ``tiling["vec_nbuffer"]`` into the jit's
+    ``pass_options``; it also guards ``if batch % rows: raise ValueError(…)``. Before 2026-12-05 none of it was a
+    knob (a dict passed on, a value returned, a guard: each a problem), and the search had nothing in the author's
+    form to move. x is [32, 64, 256] and the reduction runs over the 64 tokens (the record)."""
+    sources, run = mean_pool
+    rm = knob_map(sources, {}, run)
+    ids = {s.knob.id: s.knob for s in rm.sites}
+    for k in (SEQ, ROWS, NBUF):
+        assert ids[k].tunable, (k, ids[k].legal)
+    assert set(ids[ROWS].context["consumers"]) >= {"loop", "vec_tile"} and ids[NBUF].context["consumers"] == [
+        "jit_options"]
+    adm = admit(sources, _entry(sources, "seq_chunk", 64), run=run)
+    assert adm.kind == "knob" and adm.change.knob_id == SEQ
+    assert any("= [1, 64, 64]" in c and "ran it with [1, 8, 64]" in c for c in adm.checked), adm.checked
+    adm = admit(sources, _entry(sources, "rows_per_block", 2), run=run)
+    assert adm.change.knob_id == ROWS and any("= [2, 8, 64]" in c for c in adm.checked), adm.checked
+    assert any("axis 32" in c and "16 block(s) of 2" in c for c in adm.checked), adm.checked
+    # what the run says still bounds it: 3 does not divide 32 rows; the tile cannot pass the 64 tokens
+    r = _refusal(sources, _entry(sources, "rows_per_block", 3), run)
+    assert r.rule == "legality" and "not a multiple of 3" in r.message, r.message
+    r = _refusal(sources, _entry(sources, "seq_chunk", 128), run)
+    assert r.rule == "legality" and "exceeds the tensor dim 64" in r.message, r.message
+
+
+HELPER = 'def pool_vec_tile(tiling: dict) -> tuple:'
+
+
+@pytest.mark.parametrize("patch,why", [
+    (("    return (tiling[\"rows_per_block\"], tiling[\"seq_chunk\"], tiling[\"hidden_chunk\"])",
+      "    tiling[\"seq_chunk\"] = 16\n    return (tiling[\"rows_per_block\"], tiling[\"seq_chunk\"], "
+      "tiling[\"hidden_chunk\"])"), "the helper writes an entry"),
+    (("    return (tiling[\"rows_per_block\"], tiling[\"seq_chunk\"], tiling[\"hidden_chunk\"])",
+      "    print(sorted(tiling.items()))\n    return (tiling[\"rows_per_block\"], tiling[\"seq_chunk\"], "
+      "tiling[\"hidden_chunk\"])"), "the helper reads it another way"),
+    (("    return (tiling[\"rows_per_block\"], tiling[\"seq_chunk\"], tiling[\"hidden_chunk\"])",
+      "    return tuple(tiling.values())[:3]"), "the helper reads it whole"),
+    (("    kernel = build_mean_pool((BATCH, SEQ, HIDDEN), tiling, run_mode)",
+      "    kernel = build_mean_pool((BATCH, SEQ, HIDDEN), dict(tiling), run_mode)"), "a copy is passed on"),
+    (("    kernel = build_mean_pool((BATCH, SEQ, HIDDEN), tiling, run_mode)",
+      "    kernel = build_mean_pool((BATCH, SEQ, HIDDEN), tiling, run_mode)\n    json.dumps(tiling)"),
+     "handed to code outside the workspace"),
+])
+def test_a_passed_dict_read_any_other_way_on_its_path_is_no_set_of_knobs(mean_pool, patch, why):
+    """The attacks on the path the dict takes: wherever it goes, one use of it whole (written, iterated, copied,
+    handed to code the server cannot read) makes every entry a problem — the gate refuses a change of one."""
+    sources, _ = mean_pool
+    (file, text), = sources.items()
+    old, new = patch
+    assert text.count(old) == 1, old
+    tainted = {file: text.replace(old, new)}
+    r = _refusal(tainted, _entry(tainted, "seq_chunk", 64), None)
+    # refused as a knob with a problem use, or — when no read of the entry is left that the server can follow —
+    # as no knob at all; either way the file is not changed and nothing runs
+    assert r.rule == "one-change" and ("not a tuning knob" in r.message or "not a knob change" in r.message), (
+        why, r.rule, r.message)
+
+
+def test_a_guard_on_a_tiling_value_is_no_use_of_it_but_a_branch_is():
+    """``if batch % rows: raise …`` and ``assert …`` only stop a run; ``if rows > 4: <other code>`` chooses what
+    runs. The first two leave ``ROWS`` a knob; the branch does not."""
+    from pypto_tune.tools.patching import extract_knobs
+
+    base = (OPERATORS / "upstream_mean_pool" / "mean_pool_op.py").read_text()
+
+    def rows_knob(text: str) -> Any:
+        return next(k for k in extract_knobs({"mean_pool_op.py": text}) if k.id == ROWS)
+
+    assert "    if batch % rows:\n        raise ValueError" in base
+    assert rows_knob(base).tunable
+    asserted = base.replace("    if batch % rows:\n        raise ValueError", "    assert batch % rows == 0\n"
+                            "    if False:\n        raise ValueError")
+    assert rows_knob(asserted).tunable
+    branch = base.replace("    if batch % rows:\n        raise ValueError(f\"rows_per_block {rows} does not divide "
+                          "the batch {batch}\")", "    if rows > 4:\n        print(\"large blocks\")")
+    assert branch != base and not rows_knob(branch).tunable

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from pypto_tune.tools.search import AdmissionCache
+from pypto_tune.tools.session import rules
 
 from tests.conftest import require_real
 
@@ -65,6 +66,24 @@ def test_rmsnorm_grid_replay_with_batches(tmp_path):
         assert s["trials_99"] < grid.random_expected(99)
 
 
+@pytest.mark.sim
+def test_rope_sets_the_linked_pairs_tile_first_and_reaches_its_grid_best_in_two_trials(tmp_path):
+    """upstream_rope keeps its block (2 tokens) and tile ((2, 64)) in a tiling dict. The best point needs a block of
+    4 and a (4, 256) tile. A block of 4 alone runs exactly as before (82.842 µs: the grid), so it can never be kept
+    first; (4, 256) set now is clipped to the 2 rows the block gives it and runs as (2, 256), 12.270 µs, and the
+    block of 4 then uncovers it: 5.060 µs. Before the order rule the search took (2, 256), after which neither single
+    step gained (6.75×, never 90 % of the grid's 16.37×). The replay ranks each kept state from its probe record, as
+    a session does (three SIM runs)."""
+    bench = _bench()
+    grid = _grid(bench, "upstream_rope")
+    run = bench.replay(grid, "model", batch=1, budget=2, cache=AdmissionCache(tmp_path / "c.json"),
+                       probes=bench.Probes(tmp_path / "p.json", bench._load_measure_grid(), enabled=True))
+    _check_rules(grid, run)
+    assert [(t["knob"], t["value"], t["outcome"]) for t in run["trials"]] == [
+        ('ROPE_TILING["vec_tile"]', [4, 256], "kept"), ('ROPE_TILING["block_tokens"]', 4, "kept")]
+    assert run["trials"][-1]["time_us"] == pytest.approx(min(r["time"] for r in grid.rows if r["time"]), abs=1e-3)
+
+
 def _measured(name):
     return json.loads((ROOT / "benchmarks" / "grids" / f"{name}.json").read_text())
 
@@ -120,6 +139,22 @@ def test_the_floor_is_the_shortest_keep_on_gain_walk():
                 break
             frontier = [o for r in frontier for o in steps(r)]
             depth += 1
-        assert grid.floor(90) == want, name
+        assert grid.floor(90, staged=False) == want, name
     # the figures this gives, for the reader: rmsnorm_grid 2 (block then tile), split_harness 1, attention never
     # (its best needs rows_per_tile, which no move of the search changes)
+
+
+def test_the_staged_floor_counts_the_trials_that_leave_a_stage():
+    """multi_stage's best needs ``vec_nbuffer_setting``, a knob of the swimlane stage (S-5), which a session reaches
+    only after the frontend's exit: 5 trials without gain (R14), none of its knobs left untried being fewer here.
+    By hand from its grid: the tile [16, 1024] (F-10, 15.254 µs) and the block 32 (12.356 µs) are the frontend's
+    two gains, then 5 trials to leave it, then the nbuffer (8.173 µs): 8 trials — against 3 when stages are
+    ignored. Elsewhere a staged floor is never below the unstaged one."""
+    bench = _bench()
+    grid = _grid(bench, "multi_stage")
+    assert grid.floor(90, staged=False) == 3
+    assert grid.floor(90) == 2 + rules.STAGES_BY_NAME["FRONTEND"].no_gain_threshold + 1 == 8
+    for name in ("rmsnorm_grid", "split_harness", "upstream_attention"):
+        g = _grid(bench, name)
+        staged, plain = g.floor(90), g.floor(90, staged=False)
+        assert (staged is None) == (plain is None) and (staged is None or staged >= plain), name

@@ -53,8 +53,11 @@ def test_a_value_the_admission_refuses_is_never_a_candidate(admission_cache):
     values = [c.value for c in prop.candidates]
     assert values and [64, 512] not in values
     assert all(v[1] >= 64 for v in values)  # never cuts the already split reduce axis finer
-    # ROWS_PER_BLOCK = 1: one loop iteration's view is [1, 512], and no tile is larger than the view it tiles
-    assert all(v[0] == 1 and v[1] <= 512 for v in values)
+    # ROWS_PER_BLOCK = 1: one loop iteration's view is [1, 512], and no tile is larger than the view it tiles but
+    # one: the linked pair's, set before the block that uncovers it (tools/search/linked.py)
+    beyond = [c for c in prop.candidates if not (c.value[0] == 1 and c.value[1] <= 512)]
+    (pair,) = beyond
+    assert pair.value[1] <= 512 and "the linked pair's tile, set first" in pair.why
     assert prop.exhausted is False
 
 

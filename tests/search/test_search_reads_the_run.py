@@ -8,7 +8,9 @@ fixture's own test). What is expected is read off the fixture's source, never of
 * ``test_layer_norm`` builds ``LayerNormConfig(block_rows=1, vec_tile_shape=(1, 128))`` over x[128, HIDDEN]: one
   loop iteration's view is [1, 512], so no tile may have more than 1 row or 512 columns; the activation kernel has
   no loop and tiles the whole [128, 1024] tensor;
-* a tile can use no more rows than the block gives it, so the best point needs the block raised first;
+* a tile can use no more rows than the block gives it, so the best point needs both knobs; each step must be kept
+  on its own and the block alone is predicted to gain little, so the pair's tile goes first, clipped to the one row
+  the block gives it now (the only tile larger than its view the search proposes), and the block then uncovers it;
 * ``attention_probs.py`` (a held-out operator: no ranking weight was chosen looking at it) multiplies a block of
   ``q_block = 8`` query rows by Kᵀ and takes a row softmax of the [8, KV_LEN] result: the vector tile tiles that
   matmul output, not the [8, HEAD_DIM] query view, so tiles up to [8, KV_LEN] are proposed and none beyond;
@@ -106,11 +108,15 @@ def _rows_cols(c) -> tuple[int, int] | None:
     return None
 
 
-def test_no_tile_is_larger_than_the_view_it_tiles(ln_all, cache):
+def test_no_tile_is_larger_than_the_view_it_tiles_but_the_linked_pairs_own(ln_all, cache):
     tiles = [(c, _rows_cols(c)) for c in ln_all.candidates if "vec_tile" in c.knob or "set_vec_tile_shapes" in c.knob]
     assert tiles
-    for c, rc in tiles:
-        assert rc is not None and rc[0] <= 1 and rc[1] <= 512, (c.knob, c.value)  # view [block_rows=1, 512]
+    beyond = [(c, rc) for c, rc in tiles if rc is None or rc[0] > 1 or rc[1] > 512]  # view [block_rows=1, 512]
+    (pair_tile, rc), = beyond  # one: the linked pair's tile, set first
+    assert pair_tile.knob == TILE_FIELD and rc[1] <= 512
+    best = pair_tile.evidence["model"]["linked_pair"]["best_point"]
+    assert best["LayerNormConfig.vec_tile_shape"] == pair_tile.value and best["LayerNormConfig.block_rows"] >= rc[0]
+    assert "clipped to the view" in pair_tile.why
     kept, rec = _load(ACT, ACT_FILE)
     prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0)
     tiles = [(c, _rows_cols(c)) for c in prop.candidates]
@@ -134,12 +140,20 @@ def test_a_vector_tile_after_a_matmul_tiles_the_matmuls_output(cache):
     assert all(r <= q_block and c <= consts["KV_LEN"] for r, c in tiles), tiles
 
 
-def test_the_block_that_opens_room_for_the_tile_comes_first_and_the_pair_is_named(ln_all):
+def test_the_linked_pairs_tile_comes_first_clipped_and_the_block_follows(ln_all):
+    """upstream_layernorm: block_rows 1, tile (1, 128) over rows of 512. The best point the model sees is a block of
+    4 with a [4, 512] tile. A block step alone is predicted to gain little (a kept step must gain on its own; on
+    rope and multi_stage such a block step ran exactly as before), while [4, 512] set now runs as [1, 512], the
+    best lone tile: so the tile goes first and the block uncovers it next."""
     first = ln_all.candidates[0]
-    assert first.knob == BLOCK and first.value > 1
-    assert "opens room" in first.why and first.evidence["model"]["linked_pair"]["tile_knob"] in (
-        TILE_FIELD, "layernorm_op.py:build_layer_norm.layer_norm_kernel.set_vec_tile_shapes#2")
-    assert any(n.startswith("linked pair") and "block_rows" in n for n in ln_all.notes)
+    pair = first.evidence["model"]["linked_pair"]
+    assert first.knob == TILE_FIELD and first.value == pair["best_point"]["LayerNormConfig.vec_tile_shape"]
+    assert first.value[0] > 1 and pair["block_knob"] == BLOCK and pair["order"].startswith("set ")
+    block_rank = min(c.rank for c in ln_all.candidates if c.knob == BLOCK)
+    assert block_rank > first.rank
+    assert not any("opens room" in c.why for c in ln_all.candidates)  # the block does not also claim the pair
+    assert any(n.startswith("linked pair") and "block_rows" in n and "goes first, clipped" in n
+               for n in ln_all.notes)
 
 
 def _rank(prop, knob, value) -> int:
@@ -263,3 +277,25 @@ def test_a_pinned_value_tried_before_a_source_only_it_reads_changed_is_not_propo
     values = [c.value for c in prop.candidates if c.knob == pin]
     assert values and [32, 512] not in values
     assert [64, 256] in values  # a value not tried yet is still proposed
+
+
+def test_a_config_field_that_is_one_number_of_a_tile_is_moved_in_the_authors_form(cache):
+    """upstream_linear_bias builds ``LinearTiling(m_block=16, cube_m=16, cube_k=32, cube_n=32, vec_rows=4)`` in the
+    test; the kernel sets ``set_cube_tile_shapes([t.cube_m, t.cube_m], [t.cube_k, t.cube_k], [t.cube_n, t.cube_n])``
+    and ``set_vec_tile_shapes(t.vec_rows, out_dim)``. Each field is one number of a tile. Before 2026-12-05 such a
+    field got no value (the generator knew a field holding a whole tile, or a comprehension's element), so the search
+    could only pin the calls — the author's knobs never moved, and an offline replay of the grid, which varies the
+    fields, could follow 2 of its 1 166 first proposals."""
+    probes = Path(__file__).resolve().parents[1] / "patching" / "data" / "probes"
+    file = "linear_bias_op.py"
+    kept = {file: (OPS / "upstream_linear_bias" / file).read_text()}
+    rec = json.loads((probes / "upstream_linear_bias__test_linear_bias.json").read_text())
+    vec_rows = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=None,
+                      knob=f"{file}:test_linear_bias.LinearTiling(vec_rows)")
+    rows = sorted(c.value for c in vec_rows.candidates)
+    # out_dim is 256 FP32: 64 rows are 64 KB, 128 rows 128 KB (over the 96 KB a tile may take, refused)
+    assert {1, 2, 8, 16, 32, 64} <= set(rows) and 128 not in rows, rows
+    cube_m = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0,
+                    knob=f"{file}:test_linear_bias.LinearTiling(cube_m)")
+    ms = sorted(c.value for c in cube_m.candidates)
+    assert {32, 64} <= set(ms) and all(m & (m - 1) == 0 and m <= 512 for m in ms), ms  # powers of two, ≤ 512

@@ -41,19 +41,23 @@ class _Deriver:
     """Evaluates a tile call's arguments with a tiling source set to a given value (see :func:`derive`)."""
 
     def __init__(self, files: dict[str, str], program: roles.Program, source: Any, value: Any,
-                 choice: dict[str, int] | None = None) -> None:
+                 choice: dict[str, int] | None = None, file: str | None = None) -> None:
         self.files = files
         self.program = program
         self.source = source  # flows.Source
         self.value = value
         self.choice = choice or {}  # name bound several times → which binding the run took
+        self.file = file  # the file of the call being derived: where a helper it calls is looked up
         self.siblings: dict[str, Any] = {}
         if source.kind == "field":
             self.siblings = _sibling_keywords(files.get(source.file, ""), source.line, source.col)
+        self.aliases = set(getattr(source, "aliases", None) or ()) | {getattr(source, "owner", None)} - {None}
 
     def eval(self, node: ast.AST, env: dict[str, Any], locals_: dict[str, list[ast.AST]], depth: int = 0) -> Any:
         if depth > 20:
             raise NoValue("too deep")
+        if isinstance(node, _Rebound):  # an inlined helper's return expression, under its own parameters
+            return self.eval(node.expr, env, node.bound, depth + 1)
         ev = functools.partial(self.eval, env=env, locals_=locals_, depth=depth + 1)
         src = self.source
         if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and src.kind == "comprehension" \
@@ -74,6 +78,8 @@ class _Deriver:
                 value_node = bound[self.choice.get(node.id, 0)] if len(bound) > 1 else bound[0]
                 if value_node is _OPAQUE:
                     raise NoValue(f"{node.id} is rebound in a loop")
+                if value_node is _PARAM:
+                    raise NoValue(f"{node.id} is a parameter")
                 return ev(value_node)
             if node.id in env:
                 return env[node.id]
@@ -90,9 +96,14 @@ class _Deriver:
                     out.append(ev(el))
             return out
         if isinstance(node, ast.Subscript) and src.kind == "entry" and isinstance(node.value, ast.Name) \
-                and node.value.id == src.owner and isinstance(node.slice, ast.Constant) \
-                and node.slice.value == src.field:
-            return self.value
+                and node.value.id in self.aliases and isinstance(node.slice, ast.Constant):
+            # the dict, read where it was bound or through a parameter it was passed to (flows._entry_uses)
+            if node.slice.value == src.field:
+                return self.value
+            if node.slice.value in src.siblings:
+                return _listify(src.siblings[node.slice.value])
+        if isinstance(node, _Value):
+            return node.v
         if isinstance(node, ast.Subscript):
             base = ev(node.value)
             if isinstance(base, Repeat):
@@ -114,7 +125,30 @@ class _Deriver:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("tuple", "list") \
                 and len(node.args) == 1:
             return ev(node.args[0])
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+            return ev(self._inlined(node, ev))
         raise NoValue(type(node).__name__)
+
+    def _inlined(self, call: ast.Call, ev: Any) -> ast.AST:
+        """A call of a helper of the same file whose body is one ``return <expr>`` (``pool_vec_tile(tiling)``):
+        the expression, its parameters bound to the arguments' values (a parameter whose argument has no value
+        here — the tiling dict itself, read through its alias — stays unknown). Anything else: no value."""
+        fn = _helper(self.files.get(self.file or "", ""), call.func.id)  # type: ignore[attr-defined]
+        if fn is None:
+            raise NoValue(f"call of {call.func.id}()")  # type: ignore[attr-defined]
+        body = [st for st in fn.body if not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))]
+        if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
+            raise NoValue(f"{fn.name}() is more than one return")
+        names = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+        if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > len(names) or fn.args.vararg:
+            raise NoValue(f"arguments of {fn.name}()")
+        bound: dict[str, list[ast.AST]] = {n: [_PARAM] for n in names}
+        for name, arg in zip(names, call.args):
+            try:
+                bound[name] = [_Value(ev(arg))]
+            except NoValue:
+                pass
+        return _Rebound(body[0].value, bound)
 
     def call_value(self, call: ast.Call, kind: str, env: dict[str, Any], locals_: dict[str, list[ast.AST]],
                    ran: Any) -> Any:
@@ -173,11 +207,50 @@ def _listify(v: Any) -> Any:
 _OPAQUE = ast.Constant(value=None)  # a binding the deriver cannot follow (loop target, augmented assignment)
 
 
-def _assignments(fn: ast.AST) -> dict[str, list[ast.AST]]:
+class _Value(ast.expr):
+    """A value already computed (an inlined helper's argument)."""
+
+    def __init__(self, v: Any) -> None:
+        super().__init__()
+        self.v = v
+
+
+class _Rebound(ast.expr):
+    """An expression to evaluate under other bindings (an inlined helper's return value under its parameters)."""
+
+    def __init__(self, expr: ast.AST, bound: dict[str, list[ast.AST]]) -> None:
+        super().__init__()
+        self.expr, self.bound = expr, bound
+
+
+def _helper(text: str, name: str) -> ast.FunctionDef | None:
+    """The one function of that name in the file (None: none, or several — which one runs is not known here)."""
+    try:
+        tree = pysource.parse(text)
+    except SyntaxError:
+        return None
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    return found[0] if len(found) == 1 else None
+_PARAM = ast.Constant(value=None)  # a function's parameter: its value is the caller's, unknown here
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of a function's body, without the bodies of the functions and classes defined inside it (a
+    nested function's parameters and bindings are its own; their names shadow the outer ones only inside it)."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(n))
+
+
+def _assignments(fn: ast.AST, *, own_only: bool = False) -> dict[str, list[ast.AST]]:
     """Every value a name is bound to in a function body (``t = config.cube_tile_shape``; ``a, b = cfg.shape``
-    binds ``a`` to ``cfg.shape[0]``); a branch may bind it twice (``if …: tiles = […] else: tiles = [4096]``)."""
+    binds ``a`` to ``cfg.shape[0]``); a branch may bind it twice (``if …: tiles = […] else: tiles = [4096]``).
+    ``own_only``: not the bindings of functions defined inside it (their names are theirs, not its)."""
     out: dict[str, list[ast.AST]] = {}
-    for n in ast.walk(fn):
+    for n in (_own_nodes(fn) if own_only else ast.walk(fn)):
         if isinstance(n, ast.Assign) and len(n.targets) == 1:
             t = n.targets[0]
             if isinstance(t, ast.Name):
@@ -194,25 +267,43 @@ def _assignments(fn: ast.AST) -> dict[str, list[ast.AST]]:
     return out
 
 
-def _call_and_function(text: str, line: int, callee: str) -> tuple[ast.Call | None, ast.AST | None, str]:
+def _call_and_function(text: str, line: int, callee: str) -> tuple[ast.Call | None, list[ast.AST], str]:
+    """The tile call at ``line``, the functions around it (innermost first: a jit kernel defined inside a builder
+    sees the builder's names as a closure) and its scope."""
     try:
         tree = pysource.parse(text)
     except SyntaxError:
-        return None, None, roles.MODULE
-    found: list[tuple[ast.Call, ast.AST | None, str]] = []
+        return None, [], roles.MODULE
+    found: list[tuple[ast.Call, list[ast.AST], str]] = []
 
-    def visit(node: ast.AST, fn: ast.AST | None, scope: str) -> None:
+    def visit(node: ast.AST, fns: list[ast.AST], scope: str) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                visit(child, child, child.name if scope == roles.MODULE else f"{scope}.{child.name}")
+                visit(child, [child, *fns], child.name if scope == roles.MODULE else f"{scope}.{child.name}")
                 continue
             if isinstance(child, ast.Call) and child.lineno == line and \
                     roles.dotted(child.func).rsplit(".", 1)[-1] == callee:
-                found.append((child, fn, scope))
-            visit(child, fn, scope)
+                found.append((child, fns, scope))
+            visit(child, fns, scope)
 
-    visit(tree, None, roles.MODULE)
-    return found[0] if found else (None, None, roles.MODULE)
+    visit(tree, [], roles.MODULE)
+    return found[0] if found else (None, [], roles.MODULE)
+
+
+def _visible_assignments(fns: list[ast.AST]) -> dict[str, list[ast.AST]]:
+    """The bindings the call's function sees: its own, then each enclosing function's for names it does not bind
+    itself (Python's closure rule). A kernel defined inside ``build_linear_bias`` reads ``out_dim`` from
+    ``in_dim, out_dim = IN_DIM, OUT_DIM`` in the builder: before 2026-12-05 that name was unknown here, so no
+    change of the tiling config's other field could be derived and the gate refused every one."""
+    seen: dict[str, list[ast.AST]] = {}
+    for fn in fns:
+        # a parameter is a binding too: it hides an outer name of the same spelling, and its value is the caller's
+        a = fn.args  # type: ignore[attr-defined]
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x)]:
+            seen.setdefault(arg.arg, [_PARAM])
+        for name, bound in _assignments(fn, own_only=True).items():
+            seen.setdefault(name, bound)
+    return seen
 
 
 def derive(files: dict[str, str], program: roles.Program, source: Any, site: Site, old: Any, new: Any,
@@ -223,24 +314,26 @@ def derive(files: dict[str, str], program: roles.Program, source: Any, site: Sit
     the run recorded), or the server's model of how the value flows is wrong and nothing is derived (raises
     ``NoValue``). Then with ``new``."""
     callee = "set_vec_tile_shapes" if site.knob.kind == "vec_tile" else "set_cube_tile_shapes"
-    call, fn, scope = _call_and_function(files.get(site.file, ""), site.knob.line, callee)
+    call, fns, scope = _call_and_function(files.get(site.file, ""), site.knob.line, callee)
     if call is None:
         raise NoValue("call not found")
     env = program.env(site.file, scope)
-    locals_ = _assignments(fn) if fn is not None else {}
+    locals_ = _visible_assignments(fns)
     several = sorted(n for n, b in locals_.items() if len(b) > 1)[:4]
     last: NoValue | None = None
     for picks in itertools.product(*(range(len(locals_[n])) for n in several)):
         choice = dict(zip(several, picks))
         try:
-            before = _Deriver(files, program, source, old, choice).call_value(call, site.knob.kind, env, locals_, ran)
+            before = _Deriver(files, program, source, old, choice, site.file).call_value(call, site.knob.kind, env,
+                                                                                      locals_, ran)
         except NoValue as exc:
             last = exc
             continue
         if _norm(before) != _norm(ran):
             last = NoValue(f"the server's reading gives {before!r} where the run had {ran!r}")
             continue
-        return _Deriver(files, program, source, new, choice).call_value(call, site.knob.kind, env, locals_, ran)
+        return _Deriver(files, program, source, new, choice, site.file).call_value(call, site.knob.kind, env,
+                                                                                   locals_, ran)
     raise last or NoValue("no reading reproduces what ran")
 
 

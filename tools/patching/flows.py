@@ -9,7 +9,9 @@ arguments to literals) or at its **source**:
 * a number literal that is the element of a list comprehension (every element it yields is that literal);
 * a literal keyword argument of a call that constructs a class defined in the workspace (a dataclass field);
 * a literal value of a dict bound once to a name and read only entry by entry with a constant key
-  (``TILING = {"block": 2, "vec_tile": (2, 64)}``, read as ``TILING["block"]``): each entry is its own source.
+  (``TILING = {"block": 2, "vec_tile": (2, 64)}``, read as ``TILING["block"]``), directly or after being passed
+  whole to a function of the workspace (``build(shape, tiling)`` reading ``tiling["block"]``): each entry is its
+  own source.
 
 A source is a knob only if everything it reaches is tuning (the role analysis's rule for names): every use of the
 comprehension's value, every load of an attribute with the field's name anywhere in the workspace (any object:
@@ -53,6 +55,8 @@ class Source:
     cls: str | None = None  # field sources: the class constructed
     field: str | None = None  # field sources: the keyword; entry sources: the dict's key
     owner: str | None = None  # entry sources: the name the dict is bound to
+    aliases: set[str] = dc_field(default_factory=set)  # entry sources: every name the dict is read through
+    siblings: dict[str, Any] = dc_field(default_factory=dict)  # entry sources: the other entries' literal values
     consumers: set[str] = dc_field(default_factory=set)
     consumer_sites: set[tuple[str, str, int]] = dc_field(default_factory=set)
     problems: list[str] = dc_field(default_factory=list)
@@ -207,30 +211,92 @@ def _dict_entries(a: "_Analysis") -> list[Source]:
         keys = [k.value if isinstance(k, ast.Constant) and isinstance(k.value, str) else None for k in node.keys]
         if None in keys or len(set(keys)) != len(keys):
             continue
-        uses: dict[str, tuple[set, list[str]]] = {k: (set(), []) for k in keys}  # type: ignore[misc]
-        whole: list[str] = []
-        for uf, use in a._uses((path, sname, name)):
-            parent = uf.parents.get(id(use))
-            if isinstance(parent, ast.Subscript) and parent.value is use and isinstance(parent.slice, ast.Constant) \
-                    and parent.slice.value in uses and isinstance(parent.ctx, ast.Load):
-                c, p = a._use(uf, parent)
-                uses[parent.slice.value][0].update(c)
-                uses[parent.slice.value][1].extend(p)
-            else:  # any other use that reaches anything (tiling or not) cannot be told apart by entry
-                c, p = a._use(uf, use)
-                if c or p:
-                    where = ast.unparse(parent)[:50] if parent is not None else name
-                    whole.append(f"{uf.path}:{getattr(use, 'lineno', '?')}: {name} is used whole or written "
-                                 f"({where!r})")
+        uses, whole, aliases = _entry_uses(a, (path, sname, name), set(keys))  # type: ignore[arg-type]
+        literals = {k: _number_literal(v) for k, v in zip(keys, node.values)}
         for key, value_node in zip(keys, node.values):
-            value = _number_literal(value_node)
+            value = literals[key]
             consumers, problems = uses[key]  # type: ignore[index]
             if value is None or not consumers:
                 continue
             out.append(Source("entry", path, sname, value_node.lineno, value_node.col_offset, value,
                               f'{name}["{key}"]', field=key, owner=name, consumers={c[0] for c in consumers},
-                              consumer_sites=set(consumers), problems=list(problems) + whole[:3]))
+                              consumer_sites=set(consumers), problems=list(problems) + whole[:3],
+                              aliases=aliases, siblings={k: v for k, v in literals.items()  # type: ignore[misc]
+                                                         if k != key and v is not None}))
     return out
+
+
+#: how many workspace functions deep a dict passed whole is followed (test → builder → helper is 2)
+PASS_DEPTH = 4
+
+
+def _entry_uses(a: "_Analysis", key: tuple[str, str, str], keys: set[str], depth: int = 0,
+                seen: set[tuple[str, str, str]] | None = None
+                ) -> tuple[dict[str, tuple[set, list[str]]], list[str], set[str]]:
+    """How each entry of the dict bound at ``key`` is used, and the dict's whole uses that are problems.
+
+    A constant-key read (``tiling["seq_chunk"]``) is that entry's use. The dict passed whole, as a plain argument,
+    to a function of the workspace is followed into that parameter, whose uses count the same way (upstream
+    examples build the tiling in the test and hand it to a kernel builder and a helper: issue #19's blind
+    ``upstream_mean_pool``). Any other use that reaches anything (``**``, iteration, ``.get``, an entry written, an
+    argument of a function outside the workspace or as ``*args``) makes every entry a problem. Returns the uses per
+    key, the problems of whole uses, and every name the dict is read through (its own and the parameters')."""
+    seen = seen if seen is not None else set()
+    seen.add(key)
+    uses: dict[str, tuple[set, list[str]]] = {k: (set(), []) for k in keys}
+    whole: list[str] = []
+    aliases = {key[2]}
+    for uf, use in a._uses(key):
+        parent = uf.parents.get(id(use))
+        if isinstance(parent, ast.Subscript) and parent.value is use and isinstance(parent.slice, ast.Constant) \
+                and parent.slice.value in uses and isinstance(parent.ctx, ast.Load):
+            c, p = a._use(uf, parent)
+            uses[parent.slice.value][0].update(c)
+            uses[parent.slice.value][1].extend(p)
+            continue
+        target = _passed_to(a, uf, use, parent)
+        if target is not None and depth < PASS_DEPTH:
+            if target in seen:
+                continue  # a recursive call: the parameter's uses are being counted already
+            sub, sub_whole, sub_aliases = _entry_uses(a, target, keys, depth + 1, seen)
+            for k, (c, p) in sub.items():
+                uses[k][0].update(c)
+                uses[k][1].extend(p)
+            whole.extend(sub_whole)
+            aliases |= sub_aliases
+            continue
+        # any other use that reaches anything (tiling or not) cannot be told apart by entry
+        c, p = a._use(uf, use)
+        if c or p:
+            where = ast.unparse(parent)[:50] if parent is not None else key[2]
+            whole.append(f"{uf.path}:{getattr(use, 'lineno', '?')}: {key[2]} is used whole or written ({where!r})")
+    return uses, whole, aliases
+
+
+def _passed_to(a: "_Analysis", f: "_File", use: ast.AST, parent: ast.AST | None) -> tuple[str, str, str] | None:
+    """(file, function, parameter) when ``use`` is a plain argument of a call to a workspace function whose
+    parameter it binds, and that parameter is never rebound there; else None."""
+    kw = parent if isinstance(parent, ast.keyword) else None
+    call = f.parents.get(id(parent)) if kw is not None else parent
+    if not isinstance(call, ast.Call) or call.func is use:
+        return None
+    scope = f.scope_of.get(id(call))
+    target = a.callee(f, scope, call.func) if scope is not None else None
+    if target is None:
+        return None
+    fn = a.files[target[0]].functions[target[1]]
+    if kw is not None:
+        param = kw.arg
+    else:
+        pos = next((i for i, x in enumerate(call.args) if x is use), None)
+        if pos is None or any(isinstance(x, ast.Starred) for x in call.args[:pos + 1]):
+            return None
+        names = [x.arg for x in [*fn.args.posonlyargs, *fn.args.args]]
+        param = names[pos] if pos < len(names) else None
+    callee_scope = a.files[target[0]].scopes.get(target[1])
+    if param is None or callee_scope is None or len(callee_scope.bound.get(param, [])) != 1:
+        return None  # *args / **kwargs, or the parameter is rebound inside: what it holds is not the dict
+    return (target[0], target[1], param)
 
 
 def _field_uses(a: "_Analysis", name: str) -> tuple[set["Consumer"], list[str]]:

@@ -325,6 +325,8 @@ class _Analysis:
         self.reach: dict[tuple[str, str], set[tuple[str, str]]] = {}  # jit → what it runs (find_kernels)
         self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
         self._active: set[tuple[str, str, str]] = set()
+        self._returning: set[tuple[str, str]] = set()  # functions whose return value is being followed
+        self._calls: dict[tuple[str, str], list[tuple[_File, ast.Call]]] | None = None
 
     # ---- candidates
     def collect_bindings(self) -> None:
@@ -570,6 +572,11 @@ class _Analysis:
     def _use(self, f: _File, node: ast.AST) -> tuple[set[Consumer], list[str]]:
         """Follow one use upwards to what consumes it."""
         where = f"{f.path}:{getattr(node, 'lineno', '?')}"
+        if _in_raise(f, node) or _in_guard_test(f, node):
+            # it only words an error the run stops with, or decides whether the run stops (``if batch % rows:
+            # raise ValueError(…)``, ``assert batch % rows == 0``): a value a guard rejects stops the run, one it
+            # accepts changes nothing, so neither can change what a run computes
+            return set(), []
         child, parent = node, f.parents.get(id(node))
         while parent is not None:
             if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Starred)):
@@ -610,8 +617,49 @@ class _Analysis:
                 continue
             if isinstance(parent, ast.Expr):
                 return set(), []  # evaluated and dropped
+            if isinstance(parent, ast.Return) and parent.value is child:
+                return self._return_use(f, parent, where)
             return set(), [f"{where}: {type(parent).__name__.lower()} {ast.unparse(parent)[:60]!r}"]
         return set(), [f"{where}: unknown use"]
+
+    def _return_use(self, f: _File, ret: ast.Return, where: str) -> tuple[set[Consumer], list[str]]:
+        """A value a workspace function returns flows on at every call of that function: a helper that builds the
+        tile from the config (``def pool_vec_tile(tiling): return (tiling["rows"], …)``, called by the kernel's
+        builder) hands it to ``set_vec_tile_shapes(*tile)``. Until 2026-12-05 a return ended the flow as a problem.
+        A function the workspace never calls returns to code the server cannot see: a problem."""
+        scope = f.scope_of.get(id(ret))
+        if scope is None or scope.name == MODULE or scope.name not in f.functions:
+            return set(), [f"{where}: returned"]
+        key = (f.path, scope.name)
+        if key in self._returning:
+            return set(), []  # a recursive call: its uses are being counted already
+        sites = self._call_sites().get(key, [])
+        if not sites:
+            return set(), [f"{where}: returned from {scope.name}(), which nothing in the workspace calls"]
+        self._returning.add(key)
+        try:
+            consumers: set[Consumer] = set()
+            problems: list[str] = []
+            for cf, call in sites:
+                c, p = self._use(cf, call)
+                consumers |= c
+                problems.extend(p)
+            return consumers, problems
+        finally:
+            self._returning.discard(key)
+
+    def _call_sites(self) -> dict[tuple[str, str], list[tuple[_File, ast.Call]]]:
+        """Every call of a workspace function, by (file, function): computed once per analysis."""
+        if self._calls is None:
+            self._calls = {}
+            for f in self.files.values():
+                for n in ast.walk(f.tree):
+                    if isinstance(n, ast.Call):
+                        scope = f.scope_of.get(id(n)) or f.scopes[MODULE]
+                        target = self.callee(f, scope, n.func)
+                        if target is not None:
+                            self._calls.setdefault(target, []).append((f, n))
+        return self._calls
 
     @staticmethod
     def _in_class_body(f: _File, stmt: ast.AST) -> bool:
@@ -689,6 +737,36 @@ class _Analysis:
             consumers |= c
             problems.extend(p)
         return consumers, problems
+
+
+def _in_raise(f: _File, node: ast.AST) -> bool:
+    """``node`` is part of a ``raise`` statement (the exception and its message)."""
+    p = f.parents.get(id(node))
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        if isinstance(p, ast.Raise):
+            return True
+        if isinstance(p, ast.stmt):
+            return False
+        p = f.parents.get(id(p))
+    return False
+
+
+def _in_guard_test(f: _File, node: ast.AST) -> bool:
+    """``node`` is part of the test of a guard: an ``assert``, or an ``if`` that only raises (:func:`_only_raises`).
+    The test itself may only compute (no call, no walrus): what it evaluates must not do anything else."""
+    child, p = node, f.parents.get(id(node))
+    while p is not None and not isinstance(p, ast.stmt):
+        if isinstance(p, (ast.Call, ast.NamedExpr, ast.Lambda, ast.comprehension)):
+            return False
+        child, p = p, f.parents.get(id(p))
+    return isinstance(p, (ast.If, ast.Assert)) and p.test is child and _only_raises(p)
+
+
+def _only_raises(stmt: ast.If | ast.Assert) -> bool:
+    """An ``assert``, or an ``if`` whose body only raises and which has no ``else``: a guard, not a branch."""
+    if isinstance(stmt, ast.Assert):
+        return True
+    return not stmt.orelse and all(isinstance(st, ast.Raise) for st in stmt.body)
 
 
 @functools.lru_cache(maxsize=32)

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import KnobValueError
 from . import roles
-from .derive import NoValue, _assignments, _call_and_function, _Deriver, derive, feeder
+from .derive import NoValue, _call_and_function, _Deriver, _visible_assignments, derive, feeder
 from .effective import UNKNOWN, SiteValue
 from .extract import Site
 from .runmap import RunMap
@@ -112,7 +112,7 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
         if kind != "loop":
             continue
         for rec in run.calls_at(file, line, {"loop", "loop_unroll"}):
-            call, fn, scope = _call_and_function(files_before.get(file, ""), line, rec["api"])
+            call, fns, scope = _call_and_function(files_before.get(file, ""), line, rec["api"])
             if call is None:
                 continue
             pos = [a for a in call.args if not isinstance(a, ast.Starred)]
@@ -124,12 +124,12 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
                 continue
             where = f"the loop at {file}:{line} ({ast.unparse(stop_node)})"
             env = program_before.env(file, scope)
-            locals_ = _assignments(fn) if fn is not None else {}
+            locals_ = _visible_assignments(fns)
             try:
-                b_old = _Deriver(files_before, program_before, feed, change.before).eval(stop_node.right, env,
-                                                                                         locals_)
-                b_new = _Deriver(files_before, program_before, feed, change.after).eval(stop_node.right, env,
-                                                                                        locals_)
+                b_old = _Deriver(files_before, program_before, feed, change.before, file=file).eval(
+                    stop_node.right, env, locals_)
+                b_new = _Deriver(files_before, program_before, feed, change.after, file=file).eval(
+                    stop_node.right, env, locals_)
             except NoValue as exc:
                 # a divisor the server cannot evaluate (``n // max(BLOCK, 1)``) may still be the changed block: say
                 # the loop was not checked rather than pass it in silence

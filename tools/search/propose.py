@@ -56,7 +56,7 @@ from pypto_tune.tools.search.models import (
     norm_value,
 )
 from pypto_tune.tools.search.priors import Priors, load_priors
-from pypto_tune.tools.search.values import values_for
+from pypto_tune.tools.search.values import Value, values_for
 
 Ranking = Literal["model", "plain"]
 ALL_SIGNALS = frozenset({"model", "history", "analysis", "knowledge"})
@@ -503,14 +503,34 @@ def _pair_plans(ctx: _Context, knobs: list[Knob]) -> dict[str, linked.PairPlan]:
     return out
 
 
+def _as_option(ctx: _Context, k: Knob) -> Knob:
+    """A config number that only a jit option takes (``pass_options={"vec_nbuffer_setting": {-2: 1, -1:
+    tiling["vec_nbuffer"]}}``) serves that option's catalogue ids: the knob as the option it feeds, for the choice
+    of id; any other knob as it is."""
+    if k.kind != "tile_source" or set(k.context.get("consumers", [])) != {"jit_options"}:
+        return k
+    fed = [o for o in ctx.knobs if o.kind == "jit_option" and o.file == k.file and k.name in str(o.value)]
+    return k.model_copy(update={"name": fed[0].name, "kind": fed[0].kind}) if len(fed) == 1 else k
+
+
+def _pair_first_tiles(plans: dict[str, linked.PairPlan], k: Knob) -> list[Value]:
+    """The one tile larger than its view the search proposes: a linked pair's best tile, when the pair goes tile
+    first (``PairPlan.tile_first``). Otherwise a tile beyond its view is never proposed (values.py): clipped, it
+    only looks like a change."""
+    return [Value(pl.best_tile, note=f"the linked pair's tile, clipped to {pl.view_now} until "
+                  f"{pl.link.block.name} grows") for pl in plans.values()
+            if pl.tile_first and pl.link.tile.id == k.id]
+
+
 def _pair_terms(plans: dict[str, linked.PairPlan], k: Knob, value: Any, terms: list[R.Term],
                 info: dict[str, Any]) -> list[R.Term]:
-    """A block step that opens room for a linked tile scores the best point reachable through it (discounted); a
-    tile step of such a pair says what caps it. Nothing when the pair buys nothing over single steps, and nothing
-    for a block direction this session already saw fail or regress (the plan assumed the step would be kept)."""
+    """The linked pair's terms (``linked``): its first step scores the best point reachable through it (discounted)
+    — the pair's tile, clipped to the view of now, when the pair goes tile first; else a block step that opens room
+    — and its other tile steps say what caps them. Nothing when the pair buys nothing over single steps, and nothing
+    for a direction this session already saw fail or regress (the plan assumed the step would be kept)."""
     out: list[R.Term] = []
     pl = plans.get(k.id)
-    if pl is not None and pl.needs_pair:
+    if pl is not None and pl.needs_pair and not pl.tile_first:
         key = value_key(value)
         through = pl.through.get(key)
         own = sum(t.score for t in terms)
@@ -526,9 +546,27 @@ def _pair_terms(plans: dict[str, linked.PairPlan], k: Knob, value: Any, terms: l
                               {"linked_pair": pl.summary(), "two_step_score": round(through, 3)}))
             info["linked_pair"] = pl.summary()
     for pl in plans.values():
-        if pl.needs_pair and pl.link.tile.id == k.id:
-            b = pl.link.block
-            info["linked_pair"] = pl.summary()
+        if not pl.needs_pair or pl.link.tile.id != k.id:
+            continue
+        b = pl.link.block
+        info["linked_pair"] = pl.summary()
+        own = sum(t.score for t in terms)
+        stopped = any(t.source == "history" and t.score <= -1.0 for t in terms)
+        if pl.tile_first and norm_value(value) == norm_value(pl.best_tile):
+            if not stopped and linked.LOOKAHEAD_DISCOUNT * pl.best_score > own:
+                out.append(R.Term("model", "pair-tile-first", linked.LOOKAHEAD_DISCOUNT * pl.best_score - own,
+                                  f"the linked pair's tile, set first: clipped to the view {b.name} = {b.value!r} "
+                                  f"gives it now ({pl.view_now}), it runs as the tile that fills that view "
+                                  f"(predicted {pl.clipped_now:+.2f} alone), and {b.name} = {pl.best_block!r} then "
+                                  f"uncovers it (predicted {pl.best_score:+.2f} in two steps; a block step alone is "
+                                  f"predicted only {pl.block_alone_for.get(value_key(pl.best_block), 0.0):+.2f}, "
+                                  "and each step must be kept on its own)",
+                                  {"linked_pair": pl.summary(), "two_step_score": round(pl.best_score, 3)}))
+        elif pl.tile_first:
+            out.append(R.Term("model", "pair-tile-elsewhere", 0.0,
+                              f"the linked pair with {b.name} wants {k.name} = {pl.best_tile!r} (set first, "
+                              f"clipped now), then {b.name} = {pl.best_block!r}", {"linked_pair": pl.summary()}))
+        else:
             out.append(R.Term("model", "capped-by-block", 0.0,
                               f"capped by {b.name} = {b.value!r} (the view it tiles); the best point it can see "
                               f"needs {b.name} = {pl.best_block!r} first", {"linked_pair": pl.summary()}))
@@ -666,6 +704,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     knobs = [k for k in ctx.knobs if k.tunable]
     dead = [k.id for k in knobs if ctx.live(k) is False]
     knobs = [k for k in knobs if k.id not in set(dead)]  # a site this test never runs is never proposed
+    live = knobs  # a linked pair is planned over every live knob, also when only one of them is asked for
     if knob is not None:
         chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
         if not chosen:
@@ -673,16 +712,16 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                              hint="list_knobs shows every knob; pass its id or name")
         knobs = chosen
 
-    plans = _pair_plans(ctx, knobs) if ranking == "model" and "model" in signals else {}
+    plans = _pair_plans(ctx, live) if ranking == "model" and "model" in signals else {}
     kept_us = _kept_us(ctx)
     raws: list[_Raw] = []
     considered = 0
     for k in knobs:
         k = ctx.as_ran(k)
         kernel = ctx.kernel_of(k)
-        for v in _knob_values(ctx, k, kernel):
+        for v in _knob_values(ctx, k, kernel) + _pair_first_tiles(plans, k):
             considered += 1
-            cid = choose_catalog_id(k, group, v.value, kernel, ctx.facts)
+            cid = choose_catalog_id(_as_option(ctx, k), group, v.value, kernel, ctx.facts)
             if cid is None:
                 excluded["not-this-stage"] = excluded.get("not-this-stage", 0) + 1
                 continue
@@ -767,10 +806,13 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     for pl in plans.values():
         if pl.needs_pair:
             b, t = pl.link.block, pl.link.tile
+            order = (f"{t.name} = {pl.best_tile!r} goes first, clipped to the view it has now, and {b.name} follows "
+                     "to uncover it (a block step alone is predicted to gain less, and each step must be kept)"
+                     if pl.tile_first else f"{b.name} goes first and {t.name} follows once its view has room")
             notes.append(f"linked pair: the best point the model can see needs {b.name} = {pl.best_block!r} and "
                          f"{t.name} = {pl.best_tile!r} together (predicted {pl.best_score:+.2f}, against "
                          f"{max(pl.tile_alone, pl.block_alone):+.2f} for either alone): {pl.link.describe()}, so "
-                         f"{b.name} goes first and {t.name} follows once its view has room")
+                         + order)
     flat = ranking == "model" and _flat(out)
     if flat:
         n = sum(1 for c in out if abs(c.score - out[0].score) <= FLAT_SCORE)

@@ -54,8 +54,9 @@ def vec_tile_values(current: list[int], dims: list[int | None] | None, reduce_ax
     """Vector tiles of the same rank: per dim the powers of two up to the view the tile covers (``dims``: the data
     one loop iteration tiles, or the tensor when there is no loop), that view dim itself and the current value —
     never a tile larger than the view it tiles (issue #17: a larger one is clipped to it and only looks like a
-    change); a reduce axis only whole or at its current size or larger (splitting it is never proposed, F-10);
-    at most ``max_bytes`` per tile (F-10's 16–64 KB: every measured grid failed to compile above 64 KB)."""
+    change; the one exception, a linked pair's tile set before its block, is added by ``propose``); a reduce axis
+    only whole or at its current size or larger (splitting it is never proposed, F-10); at most ``max_bytes`` per
+    tile (F-10's 16–64 KB: every measured grid failed to compile above 64 KB)."""
     rank = len(current)
     opts: list[list[int]] = []
     for i in range(rank):
@@ -253,6 +254,20 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
     if "vec_tile" in consumers and isinstance(cur, list) and all(_is_int(x) for x in cur):
         dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
         return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+    if consumers & {"vec_tile", "cube_tile"} and _is_int(cur) and knob.context.get("source") != "comprehension":
+        # one number of a tile, named in the author's form (a config field ``cfg.vec_rows``, a dict entry): powers of
+        # two up to the longest axis it could size; the kernel picture under each value (the model) and the
+        # admission then judge the tile it makes. Until 2026-12-05 such a field got no value at all, so the search
+        # pinned the call instead (upstream_linear_bias, upstream_bmm_scale: the author's knobs never moved)
+        if "cube_tile" in consumers:
+            mkn = [a for a in ((kernel or {}).get("cube") or {}).get("mkn") or [] if a]
+            half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", [])) or _elem(kernel) == 2
+            lo, hi = (16 if half else 8), min(max(mkn, default=512), 512)
+        else:
+            dims = [d for d in (view or []) if d] or next((d for d in (kernel or {}).get("tensor_dims", []) if d), None)
+            lo, hi = 1, max(dims) if dims else MAX_DIM
+        return [Value(v, note="one number of the tile, in the form the author wrote it")
+                for v in sorted(set(_pow2_upto(hi)) | {hi}) if v >= lo and v != cur]
     if "vec_tile" in consumers and _is_int(cur):
         # the element of [v for _ in range(rank)]: the tile is v on every axis of the view it covers
         dims = [d for d in (view or []) if d] or None
@@ -282,6 +297,11 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
     if consumers & {"loop", "slice", "view"} and _is_int(cur):
         axis = (kernel or {}).get("_axis_for_block")
         return block_values(cur, axis)
+    if consumers == {"jit_options"} and _is_int(cur) and cur >= 1:
+        # a number the jit's options take from the config (``{-1: tiling["vec_nbuffer"]}``): the merge / buffer
+        # counts the catalogue's options use, in the author's form (the admission judges the option it makes)
+        return [Value(v, note="a jit option's number, in the form the author wrote it")
+                for v in sorted({1, 2, 4, 8, 16, cur * 2} - {cur})]
     return []
 
 
