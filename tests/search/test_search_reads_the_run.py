@@ -299,3 +299,36 @@ def test_a_config_field_that_is_one_number_of_a_tile_is_moved_in_the_authors_for
                     knob=f"{file}:test_linear_bias.LinearTiling(cube_m)")
     ms = sorted(c.value for c in cube_m.candidates)
     assert {32, 64} <= set(ms) and all(m & (m - 1) == 0 and m <= 512 for m in ms), ms  # powers of two, ≤ 512
+
+
+def test_a_tile_whose_every_change_regressed_here_no_longer_rides_on_the_model(cache):
+    """upstream_bmm_scale (held out): its vector-task priors predict a gain for every larger epilogue tile, but the
+    kernel's cube side dominates — on the measured grid each larger tile from the shipped state is slower (173.125 →
+    219.776 µs and worse). Live, both arms of 2026-12-05 spent all 12 trials on that tile and never touched the cube
+    tile (the grid's best needs it). After three regressions of one tile from the same kept state — through the pinned
+    call or the config field that feeds it — the model's prediction for that tile is cancelled, and the cube tile
+    leads."""
+    from pypto_tune.tools.search.hashing import code_hash
+
+    probes = Path(__file__).resolve().parents[1] / "patching" / "data" / "probes"
+    file = "bmm_scale_op.py"
+    kept = {file: (OPS / "upstream_bmm_scale" / file).read_text()}
+    rec = json.loads((probes / "upstream_bmm_scale__test_bmm_scale.json").read_text())
+    pin = f"{file}:build_bmm_scale.bmm_scale_kernel.set_vec_tile_shapes#1"
+    rows = f"{file}:test_bmm_scale.BmmTilingConfig(vec_rows)"
+    before = search(kept, stage="frontend", limit=4, cache=cache, run=rec, budget_s=0.0)
+    assert before.candidates[0].knob in (pin, rows)  # the model's first choice: a larger epilogue tile
+    here = code_hash(kept)
+    tried = [TriedChange(knob_id=pin, value=[1, 128, 128], before_value=[1, 8, 64], from_kept_hash=here,
+                         outcome="regression", before_us=173.125, after_us=219.776, round=1),
+             TriedChange(knob_id=pin, value=[1, 64, 256], before_value=[1, 8, 64], from_kept_hash=here,
+                         outcome="regression", before_us=173.125, after_us=219.776, round=2)]
+    after_two = search(kept, stage="frontend", limit=4, cache=cache, run=rec, budget_s=0.0, history=tried)
+    assert after_two.candidates[0].knob in (pin, rows)  # two are not yet enough to overrule the model
+    tried.append(TriedChange(knob_id=rows, value=64, before_value=8, from_kept_hash=here, outcome="regression",
+                             before_us=173.125, after_us=221.282, round=3))
+    after = search(kept, stage="frontend", limit=4, cache=cache, run=rec, budget_s=0.0, history=tried)
+    first = after.candidates[0]
+    assert first.knob not in (pin, rows), [(c.knob, c.value, c.score) for c in after.candidates]
+    tile_cands = [c for c in after.candidates if c.knob in (pin, rows)]
+    assert all("its prediction is not counted here" in c.why for c in tile_cands)

@@ -503,6 +503,44 @@ def _pair_plans(ctx: _Context, knobs: list[Knob]) -> dict[str, linked.PairPlan]:
     return out
 
 
+#: How many changes of one tile, tried from the kept state, must all have regressed before the model's prediction
+#: for that tile is no longer counted there (upstream_bmm_scale, 2026-12-05: the vector-task priors predicted a gain
+#: for every larger epilogue tile of a kernel whose cube side dominates; all 12 trials regressed, and the session
+#: never moved the cube tile)
+CONTRADICTED_AFTER = 3
+
+
+def _tile_sites(k: Knob) -> set[tuple[str, int]]:
+    """The tile calls a knob sets: a tile call's own line, or the calls a tiling source feeds."""
+    if k.kind in ("vec_tile", "cube_tile"):
+        return {(k.file, k.line)}
+    if k.kind == "tile_source" and set(k.context.get("consumers", [])) & {"vec_tile", "cube_tile"}:
+        return {(f, int(line)) for f, _, line in (str(x).rpartition(":") for x in k.context.get("feeds", []))
+                if line.isdigit()}
+    return set()
+
+
+def _contradicted(ctx: _Context, k: Knob, terms: list[R.Term]) -> list[R.Term]:
+    """When every change of this knob's tile tried from the kept state regressed (at least ``CONTRADICTED_AFTER``,
+    through whichever knob set it: the call pinned, or the config field that feeds it), the model's prediction for
+    that tile is not counted here: its positive model terms are cancelled. The measurements outrank the model."""
+    sites = _tile_sites(k)
+    model = sum(t.score for t in terms if t.source == "model")
+    if not sites or model <= 0:
+        return []
+    by_id = {x.id: x for x in ctx.knobs}
+    here = [t for t in ctx.history if t.from_kept_hash == ctx.kept_hash and t.knob_id in by_id
+            and _tile_sites(by_id[t.knob_id]) & sites]
+    if len(here) < CONTRADICTED_AFTER or any(t.outcome != "regression" for t in here):
+        return []
+    worst = ", ".join(f"{t.knob_id.split(':', 1)[-1]} = {t.value!r}" for t in here[:3])
+    return [R.Term("history", "model-contradicted", -model,
+                   f"the model predicted gains for this tile, and all {len(here)} changes of it tried from this state "
+                   f"regressed ({worst}{', …' if len(here) > 3 else ''}): its prediction is not counted here",
+                   {"regressions": [{"knob": t.knob_id, "value": t.value, "round": t.round,
+                                     "after_us": t.after_us} for t in here[:6]]})]
+
+
 def _as_option(ctx: _Context, k: Knob) -> Knob:
     """A config number that only a jit option takes (``pass_options={"vec_nbuffer_setting": {-2: 1, -1:
     tiling["vec_nbuffer"]}}``) serves that option's catalogue ids: the knob as the option it feeds, for the choice
@@ -752,6 +790,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                 if "history" in signals:
                     for s in history_signals(k.id, k.value, value, hist, kept_us=kept_us):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
+                    terms += _contradicted(ctx, k, terms)
                 terms += _pair_terms(plans, k, value, terms, info)
                 if "analysis" in signals:
                     merges = k.name == "vec_nbuffer_setting" or k.name == "cube_nbuffer_setting"
