@@ -326,7 +326,7 @@ class _Analysis:
         self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
         self._active: set[tuple[str, str, str]] = set()
         self._returning: set[tuple[str, str]] = set()  # functions whose return value is being followed
-        self._calls: dict[tuple[str, str], list[tuple[_File, ast.Call]]] | None = None
+        self._calls: dict[tuple[str, str], list[tuple[_File, _Scope, ast.Call]]] | None = None
 
     # ---- candidates
     def collect_bindings(self) -> None:
@@ -364,15 +364,8 @@ class _Analysis:
         ``tile_b`` that leaves rows uncomputed was measured and kept as a gain (red team, issue #10). Tuple
         unpacking of such a parameter (``batch, seq, dim = shape``) binds its parts. Repeated so a chain of
         factories (main → test → build) resolves."""
+        calls = self._call_sites()
         for _ in range(4):
-            calls: dict[tuple[str, str], list[tuple[_File, _Scope, ast.Call]]] = {}
-            for f in self.files.values():
-                for n in ast.walk(f.tree):
-                    if isinstance(n, ast.Call):
-                        scope = f.scope_of.get(id(n)) or f.scopes[MODULE]
-                        target = self.callee(f, scope, n.func)
-                        if target is not None:
-                            calls.setdefault(target, []).append((f, scope, n))
             changed = False
             for (path, fname), sites in calls.items():
                 if len(sites) != 1 or path not in self.files:
@@ -640,7 +633,7 @@ class _Analysis:
         try:
             consumers: set[Consumer] = set()
             problems: list[str] = []
-            for cf, call in sites:
+            for cf, _, call in sites:
                 c, p = self._use(cf, call)
                 consumers |= c
                 problems.extend(p)
@@ -648,8 +641,9 @@ class _Analysis:
         finally:
             self._returning.discard(key)
 
-    def _call_sites(self) -> dict[tuple[str, str], list[tuple[_File, ast.Call]]]:
-        """Every call of a workspace function, by (file, function): computed once per analysis."""
+    def _call_sites(self) -> dict[tuple[str, str], list[tuple[_File, _Scope, ast.Call]]]:
+        """Every call of a workspace function, by (file, function), with the caller's file and scope: computed once
+        per analysis (which function a call names does not depend on what the analysis learns)."""
         if self._calls is None:
             self._calls = {}
             for f in self.files.values():
@@ -658,7 +652,7 @@ class _Analysis:
                         scope = f.scope_of.get(id(n)) or f.scopes[MODULE]
                         target = self.callee(f, scope, n.func)
                         if target is not None:
-                            self._calls.setdefault(target, []).append((f, n))
+                            self._calls.setdefault(target, []).append((f, scope, n))
         return self._calls
 
     @staticmethod
