@@ -97,14 +97,13 @@ def held_out(name: str) -> bool:
     return spec.is_file() and bool(json.loads(spec.read_text()).get("held_out"))
 
 
-@functools.lru_cache(maxsize=1)
 def offline_cache(path: str | Path) -> AdmissionCache:
     """The replay's admission cache (a JSON file): its entries are answers of the server's admission, so they hold
     only for the code that gave them. A cache written by other admission code is emptied first (its knob vectors,
     keyed by the extractor's version, may stay): on 2026-12-05 a stale refusal ("the server cannot tell what
     vec_rows = 64 gives there") outlived the derive fix that made it legal."""
     cache = AdmissionCache(path)
-    version = _code_version()
+    version = _code_digest("patching", "code", "search")
     if cache.entries.get("__code__") != {"version": version}:
         vectors = cache.entries.get("__grid_vectors__", {})
         cache.entries.clear()
@@ -112,31 +111,25 @@ def offline_cache(path: str | Path) -> AdmissionCache:
     return cache
 
 
-def _code_version() -> str:
-    """A digest of the code an admission answer comes from: the knob map and derive (tools/patching), the admission
-    (tools/code) and the search's own checks (tools/search)."""
+@functools.lru_cache(maxsize=8)
+def _code_digest(*packages: str) -> str:
+    """A digest of the code of these ``pypto_tune.tools`` packages, computed once per process. The admission's
+    answers come from the knob map and derive (patching), the admission (code) and the search's own checks (search);
+    a grid's knob vectors from the extractor alone (patching): a vector cached before the extractor learnt a new kind
+    of knob would hide it from the replay."""
     import hashlib
 
     import pypto_tune.tools as tools
 
     h = hashlib.sha256()
-    for sub in ("patching", "code", "search"):
+    for sub in packages:
         for f in sorted((Path(tools.__file__).parent / sub).glob("*.py")):
             h.update(f"{sub}/{f.name}".encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]
 
 
 def _extractor_version() -> str:
-    """A digest of the knob extractor's code (tools/patching): a cached knob vector is one this code computed (a
-    vector cached before the extractor learnt a new kind of knob would hide it from the replay)."""
-    import hashlib
-
-    import pypto_tune.tools.patching as patching
-
-    h = hashlib.sha256()
-    for f in sorted(Path(patching.__file__).parent.glob("*.py")):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:12]
+    return _code_digest("patching")
 
 
 def _vkey(v: Any) -> str:

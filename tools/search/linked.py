@@ -123,7 +123,8 @@ def _is_block(k: Knob) -> bool:
             and not isinstance(k.value, bool) and bool(set(k.context.get("consumers", [])) & {"loop", "slice", "view"}))
 
 
-def _feeds(k: Knob) -> set[tuple[str, int]]:
+def feeds(k: Knob) -> set[tuple[str, int]]:
+    """The (file, line) of every call a tiling source feeds (its ``feeds`` context)."""
     out = set()
     for x in k.context.get("feeds", []):
         f, _, line = str(x).rpartition(":")
@@ -136,7 +137,7 @@ def _tile_of(knobs: list[Knob], f: dict[str, Any], kind: str, entry: dict[str, A
     """The knob that sets this tile: a tiling source that feeds it (the form the author wrote), else the call's
     own knob (pinning)."""
     for k in knobs:
-        if k.tunable and k.kind == "tile_source" and (f["file"], entry.get("line")) in _feeds(k):
+        if k.tunable and k.kind == "tile_source" and (f["file"], entry.get("line")) in feeds(k):
             return k
     for k in knobs:
         if k.tunable and k.kind == ("vec_tile" if kind == "vec" else "cube_tile") and k.file == f["file"] \
@@ -192,7 +193,7 @@ def _view(link: Link, kernel: dict[str, Any]) -> Any:
     """The tile's view in a kernel picture: the shape it tiles (vec), or the matmul's M, K, N (cube)."""
     if link.kind == "cube":
         return (kernel.get("cube") or {}).get("mkn")
-    lines = {link.tile.line} | {line for _, line in _feeds(link.tile)}
+    lines = {link.tile.line} | {line for _, line in feeds(link.tile)}
     entry = next((e for e in kernel.get("vec", []) if e.get("line") in lines), None)
     return entry.get("block") if entry else None
 

@@ -515,8 +515,7 @@ def _tile_sites(k: Knob) -> set[tuple[str, int]]:
     if k.kind in ("vec_tile", "cube_tile"):
         return {(k.file, k.line)}
     if k.kind == "tile_source" and set(k.context.get("consumers", [])) & {"vec_tile", "cube_tile"}:
-        return {(f, int(line)) for f, _, line in (str(x).rpartition(":") for x in k.context.get("feeds", []))
-                if line.isdigit()}
+        return linked.feeds(k)
     return set()
 
 
