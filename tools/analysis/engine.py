@@ -66,8 +66,13 @@ def validate_run(run_dir: Path, run_mode: str) -> list[str]:
         return [f"run folder does not exist: {run_dir}"]
     f = locate(run_dir)
     reasons = []
+    too_long = sim_swimlane_skipped(f) if mode == "sim" and f.log is None and f.trace is None else None
+    if too_long:
+        reasons.append(too_long)
     for label, p in (("bubble_analysis.log", f.log), ("merged_swimlane.json", f.trace), ("dyn_topo.txt", f.topo),
                      ("program.json", f.program)):
+        if too_long and label in ("bubble_analysis.log", "merged_swimlane.json"):
+            continue
         if p is None:
             where = f.swim_dir if label in ("bubble_analysis.log", "merged_swimlane.json") else f.run_dir
             reasons.append(f"{label} is missing in {where}")
@@ -79,6 +84,36 @@ def validate_run(run_dir: Path, run_mode: str) -> list[str]:
         else:
             reasons.extend(log_reasons(log, mode))
     return reasons
+
+
+SIM_LIMIT_NAME = "drawPngThresholdCycle"
+_THRESHOLD_RE = re.compile(rf"^\s*{SIM_LIMIT_NAME}\s*=\s*(\d+)", re.M)
+
+
+def sim_swimlane_skipped(f: RunFiles) -> str | None:
+    """Why a SIM run left no swimlane files, when the simulator says so itself: its cost model writes
+    ``_simulate.swim.json`` always, but runs the script that turns it into ``merged_swimlane.json`` and
+    ``bubble_analysis.log`` only while the simulated time stays within ``drawPngThresholdCycle`` (500 000 cycles
+    in pypto 0.2.0, written to the run's own ``_simulate.config.ini``). A run above it passes and looks like a
+    collection that went wrong; the user needs the limit named, not "file missing". None when that is not the
+    cause (or the run's own files cannot tell)."""
+    config = f.swim_dir / "_simulate.config.ini"
+    _, total_us = _sim_stat(f.sim_stat)
+    try:
+        m = _THRESHOLD_RE.search(config.read_text(errors="replace"))
+    except OSError:
+        return None
+    if m is None or total_us is None:
+        return None
+    limit = int(m.group(1))
+    cycles = round(total_us * SIM_DENOMINATOR)
+    if cycles <= limit:
+        return None
+    return (f"the simulated run took {cycles} cycles ({total_us:.1f} µs), above the simulator's swimlane limit "
+            f"{SIM_LIMIT_NAME} = {limit} ({limit / SIM_DENOMINATOR:.1f} µs, {config.name}): above it PyPTO's SIM "
+            "writes _simulate.swim.json but neither merged_swimlane.json nor bubble_analysis.log, so there is "
+            "nothing to measure. Tune a smaller case of the operator in SIM (fewer loop iterations or smaller "
+            "shapes in the test, the same tiling), or measure it on an NPU")
 
 
 _STAT_RE = {"AIC": re.compile(r"\|--Cube Count\.*:\s*(\d+)"), "AIV": re.compile(r"\|--Vector Count\.*:\s*(\d+)"),
@@ -108,6 +143,10 @@ class _Dir:
         self.files = files
         self.mode = mode or files.layout
         if files.trace is None:
+            too_long = sim_swimlane_skipped(files) if files.log is None else None
+            if too_long:
+                raise ArtifactError(too_long, path=str(files.swim_dir / "merged_swimlane.json"),
+                                    expected="a simulated run within the simulator's swimlane limit")
             raise ArtifactError("merged_swimlane.json is missing", path=str(files.swim_dir / "merged_swimlane.json"),
                                 expected="the swimlane trace written with runtime_debug_mode 1",
                                 hint="collect again with runtime_debug_mode 1 (in SIM keep stitch_function_max_num "

@@ -16,6 +16,7 @@ import anyio
 
 from pypto_tune.tools.session import gates, rules
 from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run, write_report
+from pypto_tune.tools.analysis.engine import SIM_LIMIT_NAME
 from pypto_tune.tools.running.artifacts import archive_run_dirs
 from pypto_tune.tools.errors import GateRefusal, InputError
 from pypto_tune.tools.session.ledger import LEDGER_DIR, now_iso
@@ -418,9 +419,10 @@ class RunOps(OperationsBase):
             mid = self._record_measurement(h, st, m, round_no=round_no, code=st.current_hash, label=label)
             st2 = self._state(h, session_id)
             if not m.valid:
+                named = any(SIM_LIMIT_NAME in r for r in m.invalid)  # the simulator's own limit: its own advice
                 msg = ("the measurement is INVALID and was not used: " + "; ".join(m.invalid)
                        + (" — in SIM keep stitch_function_max_num ≥ the number of loop iterations (domain B.9.3)"
-                          if st.run_mode == "sim" else ""))
+                          if st.run_mode == "sim" and not named else ""))
                 if st.open_round is None:
                     raise self._refuse(h, st.id, "collect_swimlane", GateRefusal(
                         "measure-first", msg, allowed=gates.allowed_actions(st2),
