@@ -479,7 +479,8 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                 if t is not None:
                     best = min(best, t)
                 trials.append({"stage": sdef.name, "knob": c.knob.split(":", 1)[-1], "value": c.value,
-                               "time_us": t, "outcome": outcome, "from_kept": kept_version})
+                               "time_us": t, "outcome": outcome, "from_kept": kept_version, "score": c.score,
+                               "why": c.why})
                 best_after.append(best)
             if winner is not None:
                 c, row = winner

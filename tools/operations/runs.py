@@ -115,6 +115,29 @@ class Measured:
             self.analysis = other.analysis
 
 
+def _kernel_calls(dirs: list[Path]) -> list[str] | None:
+    """The kernel calls of one run, in call order (None: a folder's kernel could not be named)."""
+    from pypto_tune.tools.analysis.kernel_name import label_kernel_runs
+    from pypto_tune.tools.errors import ArtifactError
+
+    try:
+        return [r.label for r in label_kernel_runs(dirs)]
+    except ArtifactError:
+        return None
+
+
+def _kept_work(st: SessionState) -> tuple[list[str] | None, int | None]:
+    """The kernel calls and output folders of one run of the kept state, from its latest valid measurement (None,
+    None before the baseline was measured). What rule same-work compares every later run with."""
+    kept = [m for m in st.rows["measurements"] if m["valid"] and m["code_hash"] == st.kept_hash]
+    if not kept:
+        return None, None
+    last = kept[-1]
+    calls = list(last.get("per_kernel") or {}) or None
+    folders = len((last.get("analysis") or {}).get("run_dirs") or []) or None
+    return calls, folders
+
+
 @dataclass
 class RunOutcome:
     """One recorded run: what the command did, its ledger row, its output folders (now in WORKSPACE/output/), and
@@ -340,6 +363,10 @@ class RunOps(OperationsBase):
             if analysis.invalid_reasons:
                 m.invalid.extend(f"{label} {i + 1}: {r}" for r in analysis.invalid_reasons)
                 break
+            changed = rules.work_changed(*_kept_work(st), _kernel_calls(dirs), len(dirs))
+            if changed:
+                m.invalid.append(f"{label} {i + 1}: {changed}")
+                break
             m.samples.append(float(analysis.operator_time_us))
             m.e2es.append(float(analysis.e2e_us))
             m.analysis = analysis.model_dump(mode="json")
@@ -419,10 +446,12 @@ class RunOps(OperationsBase):
             mid = self._record_measurement(h, st, m, round_no=round_no, code=st.current_hash, label=label)
             st2 = self._state(h, session_id)
             if not m.valid:
-                named = any(SIM_LIMIT_NAME in r for r in m.invalid)  # the simulator's own limit: its own advice
+                # the stitch advice is for what B.9.3 describes (split device tasks, missing swimlane files), not
+                # for a cause already named with its own way out (the simulator's limit, rule same-work...)
+                stitch = any("B.9.3" in r or (" is missing in " in r and SIM_LIMIT_NAME not in r) for r in m.invalid)
                 msg = ("the measurement is INVALID and was not used: " + "; ".join(m.invalid)
                        + (" — in SIM keep stitch_function_max_num ≥ the number of loop iterations (domain B.9.3)"
-                          if st.run_mode == "sim" and not named else ""))
+                          if st.run_mode == "sim" and stitch else ""))
                 if st.open_round is None:
                     raise self._refuse(h, st.id, "collect_swimlane", GateRefusal(
                         "measure-first", msg, allowed=gates.allowed_actions(st2),

@@ -120,6 +120,11 @@ RULES: list[Rule] = [
          "with the differences named, unless a person accepts it as the session's new baseline.",
          text_zh="运行所用的环境（环境变量、解释器及其根目录、沙箱）在会话开始时记录；环境不同的服务器恢复会话会被拒绝并列出差异，"
          "除非由用户本人确认将其作为会话的新基准。"),
+    Rule(id="same-work", source="B.10", text_en="A measured run calls the same jit kernels, as often, as the kept "
+         "state's runs did; a change after which the test skips or adds a kernel call (a guard, a caught exception or "
+         "a branch on the tiling deciding what runs) measures other work, and its time is not compared.",
+         text_zh="被测运行调用的 jit 内核及次数必须与保留状态的运行相同；修改后测试跳过或新增了内核调用（由分块取值上的"
+         "检查、被捕获的异常或分支决定运行内容），测得的是另一份工作，其时间不参与比较。"),
 ]
 RULES_BY_ID = {r.id: r for r in RULES}
 
@@ -267,3 +272,36 @@ def classify_failure(verdict: str, key_output: str) -> Literal[
     if verdict == "failed":
         return "precision-failure"
     return "runtime-error"
+
+
+def _per_kernel(calls: list[str]) -> dict[str, int]:
+    """How often each kernel was called: ``pool#1``, ``pool#2`` → {pool: 2} (the numbering is per run)."""
+    out: dict[str, int] = {}
+    for c in calls:
+        name = c.rsplit("#", 1)[0] if c.rsplit("#", 1)[-1].isdigit() else c
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def work_changed(kept_calls: list[str] | None, kept_folders: int | None, calls: list[str] | None,
+                 folders: int) -> str | None:
+    """Why a run's time cannot be compared with the kept state's (rule ``same-work``), or None.
+
+    The session metric sums the work time over a run's output folders, one per jit kernel call (B.10): a run that
+    calls fewer kernels is faster without any kernel being faster. ``kept_calls`` / ``calls``: the kernel calls of
+    one run (``softmax_kernel``, ``pool#1``, ``pool#2``), None where they could not be named, in which case the
+    number of output folders decides. Nothing known of the kept state (the baseline itself): None."""
+    if kept_calls is not None and calls is not None:
+        before, now = _per_kernel(kept_calls), _per_kernel(calls)
+        if before == now:
+            return None
+        diffs = [f"{k} {now.get(k, 0)} time(s) now, {before.get(k, 0)} in the kept state's runs"
+                 for k in sorted(set(before) | set(now)) if before.get(k, 0) != now.get(k, 0)]
+        return (f"the run called other kernels than the kept state's runs ({'; '.join(diffs)}): with this change "
+                "the test runs other work (a guard, a caught exception or a branch on the tiling decides what runs), "
+                "so its time is not comparable with the kept time (rule same-work)")
+    if kept_folders is not None and kept_folders != folders:
+        return (f"the run wrote {folders} output folder(s), one per kernel call, the kept state's runs "
+                f"{kept_folders}: with this change the test runs other work, so its time is not comparable with the "
+                "kept time (rule same-work)")
+    return None
