@@ -316,19 +316,50 @@ def test_a_tile_whose_every_change_regressed_here_no_longer_rides_on_the_model(c
     rec = json.loads((probes / "upstream_bmm_scale__test_bmm_scale.json").read_text())
     pin = f"{file}:build_bmm_scale.bmm_scale_kernel.set_vec_tile_shapes#1"
     rows = f"{file}:test_bmm_scale.BmmTilingConfig(vec_rows)"
-    before = search(kept, stage="frontend", limit=4, cache=cache, run=rec, budget_s=0.0)
-    assert before.candidates[0].knob in (pin, rows)  # the model's first choice: a larger epilogue tile
     here = code_hash(kept)
     tried = [TriedChange(knob_id=pin, value=[1, 128, 128], before_value=[1, 8, 64], from_kept_hash=here,
                          outcome="regression", before_us=173.125, after_us=219.776, round=1),
              TriedChange(knob_id=pin, value=[1, 64, 256], before_value=[1, 8, 64], from_kept_hash=here,
                          outcome="regression", before_us=173.125, after_us=219.776, round=2)]
-    after_two = search(kept, stage="frontend", limit=4, cache=cache, run=rec, budget_s=0.0, history=tried)
-    assert after_two.candidates[0].knob in (pin, rows)  # two are not yet enough to overrule the model
+    after_two = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=tried)
+    # two are not yet enough to overrule the model
+    assert all("its prediction is not counted here" not in c.why for c in after_two.candidates if c.knob == rows)
     tried.append(TriedChange(knob_id=rows, value=64, before_value=8, from_kept_hash=here, outcome="regression",
                              before_us=173.125, after_us=221.282, round=3))
-    after = search(kept, stage="frontend", limit=4, cache=cache, run=rec, budget_s=0.0, history=tried)
-    first = after.candidates[0]
-    assert first.knob not in (pin, rows), [(c.knob, c.value, c.score) for c in after.candidates]
+    after = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=tried)
     tile_cands = [c for c in after.candidates if c.knob in (pin, rows)]
-    assert all("its prediction is not counted here" in c.why for c in tile_cands)
+    cancelled = [c for c in tile_cands if "its prediction is not counted here" in c.why]
+    assert cancelled and all(c in cancelled or c.score <= 0 for c in tile_cands)
+    # with the tile's prediction cancelled, every tile candidate ranks below every cube-tile candidate the model scores
+    cube = [c for c in after.candidates if c.knob.endswith(("set_cube_tile_shapes#1", "(tile_m)", "(tile_n)"))
+            and c.score > 0]
+    assert cube and max(c.score for c in tile_cands) < min(c.score for c in cube)
+
+
+def test_a_batched_matmul_is_read_from_its_views():
+    """upstream_bmm_scale (held out) multiplies [bb, 128, 128] @ [bb, 128, 256] per loop iteration. The probe records
+    the views, not the matmul's operands, and until 2026-12-05 only 2-D views were read as a matmul's: the batched
+    one had no M, K, N, so every cube-tile candidate scored 0 and the live search stopped at 1.95× (the grid's best,
+    11.43×, needs the cube tile). Read now: the pair of views with the same batch dims where A's last dim is B's
+    second-to-last gives M, K, N = 128, 128, 256 and the batch; each batch entry has its own cube tasks."""
+    from pypto_tune.tools.search.hashing import code_hash
+    from pypto_tune.tools.search.priors import load_priors
+    from pypto_tune.tools.search.propose import _Context, change_view
+
+    probes = Path(__file__).resolve().parents[1] / "patching" / "data" / "probes"
+    file = "bmm_scale_op.py"
+    kept = {file: (OPS / "upstream_bmm_scale" / file).read_text()}
+    rec = json.loads((probes / "upstream_bmm_scale__test_bmm_scale.json").read_text())
+    ctx = _Context(kept, None, "frontend", None, [], load_priors(), code_hash(kept), rec)
+    (kernel,) = ctx.base
+    cube = kernel["cube"]
+    # shipped cube tile m 16, n 32: 128 / 16 × 256 / 32 = 64 tasks for the one batch entry of an iteration
+    assert (tuple(cube["mkn"]), cube["batch"], cube["tasks_per_iter"]) == ((128, 128, 256), 1, 64), cube
+    view = change_view(kept, f"{file}:test_bmm_scale.BmmTilingConfig(batch_block)", 2, run=rec)
+    assert view is not None and view.after is not None
+    (after,) = view.after
+    assert after["iterations"] == 4 and after["cube"]["batch"] == 2 and after["cube"]["tasks_per_iter"] == 128
+    # and the cube tile is predicted to gain: the search's first answer is no longer a zero-scored guess
+    first = search(kept, stage="frontend", limit=1, run=rec, budget_s=0.0,
+                   knob=f"{file}:build_bmm_scale.bmm_scale_kernel.set_cube_tile_shapes#1").candidates[0]
+    assert first.score > 0 and "cube" in first.why

@@ -85,13 +85,18 @@ def observation(*, operator: str, session_id: str, round_no: int, stage: str, ca
     is the situation the ranking asks about when it meets a similar change: a tile set from a test-built list or
     config is seen only through the record. ``after_sources`` is kept for the signature; what the change did is
     the view's prediction at the measured value, as for a candidate."""
+    from pypto_tune.tools.search.priors import parse_priors, seed_data
     from pypto_tune.tools.search.propose import change_view
 
     try:
-        view = change_view(before_sources, knob_id, after_value, context=context, run=record)
+        # the seed's own prediction of the change, so that what it measured can correct the model where the model
+        # is wrong on changes like it (match.experience_score), not replace it where it is right
+        view = change_view(before_sources, knob_id, after_value, context=context, run=record,
+                           priors=parse_priors(seed_data()), stage=stage)
     except (PyptoTuneError, SyntaxError, ValueError, RecursionError):
         return None
-    knob, base, after, reached = view if view is not None else (None, [], None, None)
+    knob, base, after, reached = (view.knob, view.base, view.after, view.reached) if view is not None \
+        else (None, [], None, None)
     kind = knob.kind if knob else "unknown"
     name = knob.name if knob else knob_id.rsplit(".", 1)[-1].rsplit(":", 1)[-1]
     cls = S.change_class(kind, name, knob.context.get("consumers") if knob else None)
@@ -108,6 +113,7 @@ def observation(*, operator: str, session_id: str, round_no: int, stage: str, ca
         change_class=cls, knob=name, knob_kind=kind, before=before_value, after=after_value, before_us=before_us,
         after_us=None if outcome == "failed" else after_us, gain_log2=gain, outcome=outcome,  # type: ignore[arg-type]
         failure_type=failure_type if outcome == "failed" else None, situation=sit,
+        model_log2=None if view is None or view.model_score is None else round(view.model_score, 5),
         tensors=[list(d) if d else [] for d in (fb or {}).get("tensor_dims", [])],
         elem_bytes=(fb or {}).get("elem_bytes"), run_mode=run_mode, pypto=pypto)
 

@@ -10,10 +10,16 @@ observation weighs ``exp(-d²/2σ²)`` for a weighted Euclidean distance ``d`` i
 The prediction is the weighted mean of the measured gains (log2 of before/after; a regression counts negative, no
 gain zero) and the weighted share of failures (compile failure, runtime error...), with a confidence
 ``n_eff / (n_eff + PRIOR_COUNT)`` where ``n_eff`` is the neighbours' total weight (an exact match counts one, a
-distant one a fraction: six distant observations do not make a confident prediction). The ranker turns it into one term that
-moves the candidate's score from the hand-written model's prediction toward the measured one, as far as the
-confidence goes (:func:`experience_score`): the seed rules rank a kernel nobody has seen, the observations take over
-where similar changes were measured.
+distant one a fraction: six distant observations do not make a confident prediction).
+
+The ranker turns it into one term (:func:`experience_score`). Where the hand-written model ranks too, the term is the
+model's *error* on the neighbours — each one's measured gain minus what the model predicted for it when it was
+distilled (``Observation.model_log2``) — so the store corrects the model where it was wrong on changes like this one
+and leaves its order alone where it was right. Until 2026-12-05 the term moved the score toward the neighbours' mean
+gain whatever the model said: with a confident store the model's own reading of *this* kernel was replaced by how
+similar moves did on other kernels, and on multi_stage, bmm_scale and mean_pool (leave-one-out) the seed alone had
+needed fewer trials than seed and store together. Without the model (the store alone ranks), or for a neighbour
+distilled before the model's prediction was kept, the term is the measured gain itself, as before.
 """
 
 from __future__ import annotations
@@ -49,6 +55,17 @@ class Prediction:
     n_eff: float
     confidence: float
     neighbours: list[tuple[float, Observation]] = field(default_factory=list)  # (weight, obs), heaviest first
+
+    def model_error(self, model_score: float) -> float | None:
+        """The weighted mean over the measured neighbours of (measured gain − the model's prediction for it), a
+        neighbour without a stored prediction compared with ``model_score`` (the model's score here); None when
+        no neighbour was measured."""
+        measured = [(w, o) for w, o in self.neighbours if o.gain_log2 is not None]
+        if not measured:
+            return None
+        total = sum(w for w, _ in measured)
+        return sum(w * (float(o.gain_log2) - (model_score if o.model_log2 is None else o.model_log2))
+                   for w, o in measured) / total
 
     @property
     def operators(self) -> list[str]:
@@ -102,27 +119,39 @@ def predict(observations: Iterable[Observation], *, change_class: str, kernel_ki
                       confidence=n_eff / (n_eff + PRIOR_COUNT), neighbours=scored)
 
 
-def experience_score(pred: Prediction, model_score: float) -> float:
-    """How far the measured outcome moves the candidate's score: ``confidence × (expected − model_score)``, where
-    the expected score is the mean measured gain, or ``FAIL_SCORE`` in proportion to the neighbours that failed."""
-    expected = (1.0 - pred.p_fail) * (pred.gain_log2 or 0.0) + pred.p_fail * FAIL_SCORE
-    return pred.confidence * (expected - model_score)
+def experience_score(pred: Prediction, model_score: float, *, with_model: bool = True) -> float:
+    """How far the measured outcome moves the candidate's score, as far as the confidence goes: with the model
+    ranking too, by the model's mean error on the measured neighbours (:meth:`Prediction.model_error`); without it,
+    to the mean measured gain (``model_score`` is then 0). Failed neighbours pull toward ``FAIL_SCORE`` in
+    proportion to their weight, in both cases."""
+    if with_model:
+        error = pred.model_error(model_score)
+        measured = 0.0 if error is None else error
+    else:
+        measured = (pred.gain_log2 or 0.0) - model_score
+    return pred.confidence * ((1.0 - pred.p_fail) * measured + pred.p_fail * (FAIL_SCORE - model_score))
 
 
-def describe(pred: Prediction, model_score: float, score: float) -> tuple[str, dict[str, Any]]:
+def describe(pred: Prediction, model_score: float, score: float, *, with_model: bool = True,
+             ) -> tuple[str, dict[str, Any]]:
     """The ``why`` text and the evidence of a knowledge term: the neighbours are named, with their numbers."""
     ops = ", ".join(pred.operators[:4]) + (f" +{len(pred.operators) - 4}" if len(pred.operators) > 4 else "")
     gain = "all failed" if pred.gain_log2 is None else f"{pred.gain_log2:+.2f} log2 measured"
     fail = f", {pred.p_fail * 100:.0f} % failed" if pred.p_fail > 0 else ""
+    error = pred.model_error(model_score) if with_model else None
+    against = (f"the model's error on them {error:+.2f}, model here {model_score:+.2f}" if error is not None
+               else f"model {model_score:+.2f}")
     first = pred.neighbours[0][1].cite()
-    text = (f"{pred.n} similar change(s) on {ops}: {gain}{fail} (model {model_score:+.2f}, confidence "
+    text = (f"{pred.n} similar change(s) on {ops}: {gain}{fail} ({against}, confidence "
             f"{pred.confidence:.2f}); e.g. {first}")
     evidence = {"kind": "knowledge (other sessions' measurements, not this operator's)",
                 "predicted_gain_log2": None if pred.gain_log2 is None else round(pred.gain_log2, 4),
+                "model_error_log2": None if error is None else round(error, 4),
                 "failed_share": round(pred.p_fail, 4), "neighbours": pred.n, "effective_neighbours":
                 round(pred.n_eff, 3), "confidence": round(pred.confidence, 4), "model_score": round(model_score, 4),
                 "supported_by": [{"weight": round(w, 3), "measured": o.cite(), "operator": o.operator,
                                   "session": o.session_id, "round": o.round, "outcome": o.outcome,
-                                  "gain_log2": None if o.gain_log2 is None else round(o.gain_log2, 4)}
+                                  "gain_log2": None if o.gain_log2 is None else round(o.gain_log2, 4),
+                                  "model_log2": o.model_log2}
                                  for w, o in pred.neighbours[:5]]}
     return text, evidence

@@ -61,6 +61,9 @@ class Observation(BaseModel):
     outcome: Outcome
     failure_type: str | None = None
     situation: dict[str, float] = Field(default_factory=dict)
+    model_log2: float | None = Field(None, description="the seed model's score of this change, computed when it was "
+                                     "distilled: what the measured gain corrects (None: a file from before 2026-12-05 "
+                                     "or a change the model cannot score)")
     tensors: list[list[int | None]] = Field(default_factory=list, description="the kernel's tensor shapes")
     elem_bytes: int | None = None
     run_mode: str = "sim"

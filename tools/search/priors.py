@@ -69,12 +69,14 @@ class Priors(BaseModel):
     knowledge_source: str = Field("", description="where the observations came from")
 
     def experience(self, knob: Any, value: Any, base: list[dict[str, Any]], after: list[dict[str, Any]] | None,
-                   stage: str, model_score: float, reached: dict[str, Any] | None = None) -> list[Experience]:
+                   stage: str, model_score: float, reached: dict[str, Any] | None = None,
+                   with_model: bool = True) -> list[Experience]:
         """What the store's observations say about changing ``knob`` (a patching ``Knob``) to ``value``: at most
         one term, moving the score from ``model_score`` (the model's and the seed rules' prediction) toward the
         measured outcome of similar changes (tools/knowledge/match.py). ``base`` / ``after``: the shape model's
         features of every kernel before and with the change (``after`` None for options); ``reached``: the
-        kernel the knob reaches; ``stage``: frontend / swimlane / incore. Empty without observations."""
+        kernel the knob reaches; ``stage``: frontend / swimlane / incore; ``with_model``: the model family ranks
+        too (the term corrects it), else the store ranks alone. Empty without observations."""
         if not self.knowledge:
             return []
         from pypto_tune.tools.knowledge import match, situation
@@ -86,8 +88,8 @@ class Priors(BaseModel):
                              situation=sit)
         if pred is None:
             return []
-        score = match.experience_score(pred, model_score)
-        text, evidence = match.describe(pred, model_score, score)
+        score = match.experience_score(pred, model_score, with_model=with_model)
+        text, evidence = match.describe(pred, model_score, score, with_model=with_model)
         evidence["store"] = self.knowledge_source
         return [Experience("similar-changes", score, text, evidence)]
 

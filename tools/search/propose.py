@@ -785,7 +785,8 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                     terms, info = _model_terms(ctx, k, value)
                 if "knowledge" in signals and priors.knowledge:  # the store's measured moves (tools/knowledge)
                     terms += [R.Term("knowledge", e.name, e.score, e.text, e.evidence) for e in priors.experience(
-                        k, value, ctx.base, ctx.after(k, value), group, sum(t.score for t in terms), reached=kernel)]
+                        k, value, ctx.base, ctx.after(k, value), group, sum(t.score for t in terms), reached=kernel,
+                        with_model="model" in signals)]
                 if "history" in signals:
                     for s in history_signals(k.id, k.value, value, hist, kept_us=kept_us):
                         terms.append(R.Term("history", s.name, s.score, s.text, s.evidence))
@@ -944,21 +945,39 @@ def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict
     return entry
 
 
+@dataclass
+class ChangeView:
+    """What the ranking sees of one knob change (:func:`change_view`)."""
+
+    knob: Knob
+    base: list[dict[str, Any]]
+    after: list[dict[str, Any]] | None
+    reached: dict[str, Any] | None
+    model_score: float | None = None  # the model's and the seed rules' score, when priors were given
+
+
 def change_view(kept: dict[str, str], knob_id: str, value: Any, *, context: dict[str, str] | None = None,
-                run: dict[str, Any] | None = None,
-                ) -> tuple[Knob, list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None] | None:
+                run: dict[str, Any] | None = None, priors: Priors | None = None, stage: str = "frontend",
+                ) -> ChangeView | None:
     """What the ranking sees of one knob change from ``kept``: the knob (an expression-valued tile with the value it
     ran with), every kernel's features before and with the change (None: the model cannot see it), and the kernel
     the knob reaches — from the probe record's picture when ``run`` reported, else the static shape model. The
     knowledge store distils its observations through this same view (``tools/knowledge/distill.py``), so that a
-    stored situation and a ranked candidate's are computed alike. None when ``knob_id`` is not a knob of ``kept``."""
-    # no priors (the features do not read them) and no history: only the kernels' picture is asked for
-    ctx = _Context(kept, context, "frontend", None, [], Priors(), code_hash(kept), run)
+    stored situation and a ranked candidate's are computed alike. With ``priors``, also the score the ranking's
+    model family gives the change (the shape model's terms and the seed rules', without an analysis, as in a
+    session's first ranking): what the change's measured gain is later compared with. None when ``knob_id`` is not
+    a knob of ``kept``."""
+    # no history: only the kernels' picture (and, with priors, the model's score) is asked for
+    group: StageGroup = next((g for g in ("frontend", "swimlane", "incore") if stage.lower().startswith(g)),
+                             "frontend")  # an ALGORITHM round's change is scored as a first ranking would
+    ctx = _Context(kept, context, group, None, [], priors or Priors(), code_hash(kept), run)
     knob = next((k for k in ctx.knobs if k.id == knob_id), None)
     if knob is None:
         return None
     knob = ctx.as_ran(knob)
-    return knob, ctx.base, ctx.after(knob, norm_value(value)), ctx.kernel_of(knob)
+    value = norm_value(value)
+    score = sum(t.score for t in _model_terms(ctx, knob, value)[0]) if priors is not None else None
+    return ChangeView(knob, ctx.base, ctx.after(knob, value), ctx.kernel_of(knob), score)
 
 
 def propose(kept: dict[str, str], **kwargs: Any) -> list[Candidate]:

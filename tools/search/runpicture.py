@@ -247,10 +247,12 @@ class _Trial:
         blocks = [list(v) for v in views] if k.loops else []
         if blocks and (k.matmuls or any(t.kind == "cube" for t in k.tiles)):
             # a matmul's output of one iteration is data too: the vector work after it (a softmax, an activation)
-            # tiles [M, N], which no view shows — the views are the matmul's operands ([M, K] of a query block)
+            # tiles [M, N] ([batch…, M, N] for a batched one), which no view shows — the views are the matmul's
+            # operands ([M, K] of a query block)
             mkn = self._mkn(views)
             if mkn and isinstance(mkn[0], int) and isinstance(mkn[2], int):
-                blocks.append([mkn[0], mkn[2]])
+                lead = self._batched(views)
+                blocks.append([*(lead[0] if lead else []), mkn[0], mkn[2]])
         feats: dict[str, Any] = {"scope": k.scope, "file": k.file, "kernel_key": k.key, "trips": trips,
                                  "iterations": iterations, "elem_bytes": elem, "source": "run",
                                  "tensor_dims": [d for d, _ in k.tensors],
@@ -273,11 +275,16 @@ class _Trial:
         f: dict[str, Any] = {"tile": tile}
         mkn = self._mkn(views)
         f["mkn"] = mkn
+        lead = self._batched(views)
+        batch = math.prod(lead[0]) if lead else 1
+        if lead:
+            f["batch"] = batch
         if isinstance(tile, dict) and mkn and all(isinstance(tile.get(a), list) for a in ("m", "n")):
             M, _, N = mkn
             m, n = tile["m"], tile["n"]
             if m and n and m[-1] and n[-1]:
-                f["tasks_per_iter"] = -(-M // min(m[-1], M)) * -(-N // min(n[-1], N))
+                # a batched matmul is one [M, N] product per batch entry: each entry has its own cube tasks
+                f["tasks_per_iter"] = batch * -(-M // min(m[-1], M)) * -(-N // min(n[-1], N))
                 f["l0c_bytes"] = m[0] * n[0] * 4  # the FP32 accumulator of one L0 tile (see priors.json)
                 f["eff_out_elems"] = min(m[0], M) * min(n[0], N)
         return f
@@ -295,6 +302,9 @@ class _Trial:
                 kw = mm.get("kwargs") or {}
                 kdim = (a[-2] if kw.get("a_trans") else a[-1]) if len(a) >= 2 else None
                 return (res[-2], kdim, res[-1]) if kdim else None
+        lead = self._batched(views)
+        if lead is not None:
+            return lead[1]
         two_d = [v for v in views if len(v) == 2] if k.loops else []
         tens = [d for d, _ in k.tensors if len(d) == 2]
         a = max(two_d, key=lambda v: v[0] * v[1]) if two_d else (tens[0] if tens else None)
@@ -307,6 +317,23 @@ class _Trial:
         b = others[0]
         n = b[1] if b[0] == kdim else b[0]
         return (a[0], kdim, n)
+
+
+    def _batched(self, views: list[list[int]]) -> tuple[list[int], tuple[int, int, int]] | None:
+        """The batch dims and M, K, N of a batched matmul read from one iteration's views: the one pair of views of
+        three or more dims with the same leading (batch) dims where A's last dim is B's second-to-last (K), as
+        ``pypto.matmul`` takes [b, M, K] @ [b, K, N] (upstream_bmm_scale). None when the kernel has no loop, no such
+        pair, or several (the probe does not record the matmul's own operands, so an ambiguous pair is not
+        guessed); 2-D matmuls are read by :meth:`_mkn` as before."""
+        if not self.kern.loops:
+            return None
+        nd = [v for v in views if len(v) >= 3 and all(isinstance(x, int) for x in v)]
+        pairs = {(tuple(a[:-2]), (a[-2], a[-1], b[-1])) for a in nd for b in nd
+                 if a is not b and a[:-2] == b[:-2] and a[-1] == b[-2]}
+        if len(pairs) != 1:
+            return None
+        lead, mkn = next(iter(pairs))
+        return list(lead), mkn
 
 
 def build(sources: dict[str, str], context: dict[str, str] | None, record: dict[str, Any] | None
