@@ -76,3 +76,18 @@ def test_a_distilled_observation_carries_the_models_prediction(tmp_path: Path) -
     assert obs[0].model_log2 is not None and obs[0].model_log2 > 0
     assert obs[0].gain_log2 == pytest.approx(math.log2(36.405 / 21.031), abs=1e-3)
     assert all(o.model_log2 is not None for o in obs if o.change_class == "vector-work")
+
+
+def test_an_operator_counts_once_however_often_its_session_tried_the_move() -> None:
+    # twelve regressions of one operator and one gain of another: two operators' experience, weighed alike
+    many = [_obs(1, -1.0, 1.0).model_copy(update={"key": f"r{i}", "round": i}) for i in range(12)]
+    pred = _pred_n(many + [_obs(2, 0.6, 1.0)])
+    assert pred.n == 13 and pred.n_eff == pytest.approx(2.0) and pred.confidence == pytest.approx(0.5)
+    assert pred.gain_log2 == pytest.approx((-1.0 + 0.6) / 2)  # not (12 × −1.0 + 0.6) / 13
+    assert pred.model_error(1.0) == pytest.approx(((-1.0 - 1.0) + (0.6 - 1.0)) / 2)
+
+
+def _pred_n(obs: list[Observation]) -> match.Prediction:
+    pred = match.predict(obs, change_class="vector-work", kernel_kind="vector", group="frontend", situation=dict(SIT))
+    assert pred is not None
+    return pred

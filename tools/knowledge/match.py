@@ -10,7 +10,9 @@ observation weighs ``exp(-d²/2σ²)`` for a weighted Euclidean distance ``d`` i
 The prediction is the weighted mean of the measured gains (log2 of before/after; a regression counts negative, no
 gain zero) and the weighted share of failures (compile failure, runtime error...), with a confidence
 ``n_eff / (n_eff + PRIOR_COUNT)`` where ``n_eff`` is the neighbours' total weight (an exact match counts one, a
-distant one a fraction: six distant observations do not make a confident prediction).
+distant one a fraction: six distant observations do not make a confident prediction). An operator counts once: its
+neighbours share the weight of its closest one (:func:`_per_operator`), so confidence grows with the number of
+operators that measured a move, not with how often one session tried it.
 
 The ranker turns it into one term (:func:`experience_score`). Where the hand-written model ranks too, the term is the
 model's *error* on the neighbours — each one's measured gain minus what the model predicted for it when it was
@@ -91,6 +93,20 @@ def distance(q: dict[str, float], o: dict[str, float]) -> float:
     return math.sqrt(total)
 
 
+def _per_operator(scored: list[tuple[float, Observation]]) -> list[tuple[float, Observation]]:
+    """Each operator's neighbours share the weight of its closest one: twelve rounds of one operator are one
+    operator's experience, not twelve. Without this, a session that spent its trials on one kind of move (on
+    2026-12-05, upstream_bmm_scale's 12 regressions of an epilogue tile on a kernel the cube side dominates) outweighed
+    every other operator's measurements of that move, and its mean became the store's word for vector tiles on pure
+    vector kernels. Within an operator the weights keep their proportions."""
+    total: dict[str, float] = {}
+    best: dict[str, float] = {}
+    for w, o in scored:
+        total[o.operator] = total.get(o.operator, 0.0) + w
+        best[o.operator] = max(best.get(o.operator, 0.0), w)
+    return [(w * best[o.operator] / total[o.operator], o) for w, o in scored]
+
+
 def predict(observations: Iterable[Observation], *, change_class: str, kernel_kind: str, group: str,
             situation: dict[str, float], exclude_operator: str | None = None) -> Prediction | None:
     if not situation or change_class == "other":
@@ -109,6 +125,7 @@ def predict(observations: Iterable[Observation], *, change_class: str, kernel_ki
             scored.append((w, o))
     if not scored:
         return None
+    scored = _per_operator(scored)
     scored.sort(key=lambda x: (-x[0], x[1].key))
     total = sum(w for w, _ in scored)
     n_eff = total  # the neighbours' weight: an exact match counts one, a distant one a fraction
