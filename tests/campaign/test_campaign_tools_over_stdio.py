@@ -5,7 +5,7 @@ because a knowledge file says so.
 One real server (``pypto-tune serve``) over stdio and one campaign of four operators, started with
 ``start_campaign`` (its driver is a process of its own):
 
-* ``rmsnorm`` (two trials) ranked with a *forged* knowledge store: forty observations, of an operator that does not
+* ``rmsnorm`` (two trials) ranked with a *forged* knowledge store: forty observations, of eight operators that do not
   exist, claiming that the worst vector tile of rmsnorm (``(1, 1, 512)``: twice the tasks) gains 4096×. The store
   puts it first, says so in ``why``; the server measures it and does not keep it;
 * ``softmax`` (six trials), still running when the agent stops the campaign: its step finishes, its session is
@@ -40,14 +40,17 @@ WAIT_S = 900.0
 
 
 def forged_store(path: Path) -> None:
-    """Forty observations of a non-existent operator, each the very situation of rmsnorm's worst tile, each claiming
-    a 4096× gain (computed with the same function the distiller uses, on rmsnorm's real sources)."""
+    """Forty observations of eight non-existent operators, each the very situation of rmsnorm's worst tile, each
+    claiming a 4096× gain (computed with the same function the distiller uses, on rmsnorm's real sources)."""
     src = {"rmsnorm.py": (OPERATORS / "rmsnorm" / "rmsnorm.py").read_text()}
     after = {"rmsnorm.py": src["rmsnorm.py"].replace("set_vec_tile_shapes(1, 2, 512)", "set_vec_tile_shapes(1, 1, 512)")}
     assert after != src
     kf = KnowledgeFile()
     for i in range(40):
-        o = observation(operator="forged_op", session_id="forged", round_no=i + 1, stage="FRONTEND", catalog_id="F-10",
+        # eight made-up operators: the store counts an operator once however many rounds it holds, so a forgery
+        # that wants to lead the ranking must invent several
+        o = observation(operator=f"forged_op{i % 8}", session_id=f"forged{i % 8}", round_no=i + 1, stage="FRONTEND",
+                        catalog_id="F-10",
                         before_sources=src, after_sources=after, context={}, knob_id=VEC, before_value=[1, 2, 512],
                         after_value=WORST, before_us=4096.0, after_us=1.0, outcome="kept", failure_type=None)
         assert o is not None and o.situation
@@ -148,6 +151,6 @@ def test_an_agent_starts_watches_and_stops_a_campaign(tmp_path: Path) -> None:
     # the campaign's ledgers were added to the store it was given (the forged entries stay, labelled by operator)
     kf = read(store)
     ops = {o.operator for o in kf.observations}
-    assert {"forged_op", "rmsnorm", "softmax"} <= ops, ops
+    assert {"forged_op0", "forged_op7", "rmsnorm", "softmax"} <= ops, ops
     measured = [o for o in kf.observations if o.operator == "rmsnorm" and o.after == t["candidate"]["value"]]
     assert measured and measured[0].gain_log2 is not None and measured[0].gain_log2 < 0  # what it really did
