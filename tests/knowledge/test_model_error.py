@@ -91,3 +91,19 @@ def _pred_n(obs: list[Observation]) -> match.Prediction:
     pred = match.predict(obs, change_class="vector-work", kernel_kind="vector", group="frontend", situation=dict(SIT))
     assert pred is not None
     return pred
+
+
+def test_the_model_is_calibrated_per_class_over_the_whole_store_each_operator_weighing_one() -> None:
+    # op1 measured half of what the model said, twice; op2 once: fitted 0.5, shrunk toward 1 by two operators' worth
+    obs = [_obs(1, 1.0, 2.0), _obs(1, 2.0, 4.0).model_copy(update={"key": "k1b", "round": 2}), _obs(2, 1.0, 2.0)]
+    cal = match.calibrate(obs, "vector-work")
+    assert (cal.operators, cal.observations) == (2, 3)
+    assert cal.scale == pytest.approx((2 * 0.5 + match.PRIOR_COUNT) / (2 + match.PRIOR_COUNT))
+    assert match.calibrate(obs, "cube-tile").scale == 1.0  # nothing measured in that class: the model as it is
+    # a candidate nobody measured anything like is rescaled all the same, so the measured ones are not singled out
+    assert match.experience_score(None, 2.0, scale=cal.scale) == pytest.approx((cal.scale - 1.0) * 2.0)
+    assert match.experience_score(None, 2.0, with_model=False, scale=cal.scale) == 0.0
+    # with neighbours: the rescaled model, corrected by its (rescaled) error on them
+    pred = _pred([_obs(3, 0.6, 1.0), _obs(4, 0.6, 1.0)])
+    want = (cal.scale - 1.0) * 2.0 + pred.confidence * (0.6 - cal.scale * 1.0)
+    assert match.experience_score(pred, 2.0, scale=cal.scale) == pytest.approx(want)

@@ -38,6 +38,7 @@ SIGMA = 1.5  # log2 steps: two changes 1.5 steps apart weigh 0.61, 3 steps 0.14
 PRIOR_COUNT = 2.0  # pseudo-observations: one exact neighbour gives confidence 1/3, four give 2/3
 KIND_PENALTY = 1.0
 STAGE_PENALTY = 0.5
+MIN_SCALE = 0.05  # a calibration never turns the model's predictions around, nor to nothing
 FAIL_SCORE = -3.0  # the score of a predicted failure (priors.json: cube-l0c-budget, a predicted compile failure)
 #: how much each quantity counts in the distance: what the change does (d_), the option's number (n_) and how far a
 #: task overshoots the buffers (a_over, a_l0c_over) fully; the regime around it (waves, parallel tasks, tiles per
@@ -58,15 +59,15 @@ class Prediction:
     confidence: float
     neighbours: list[tuple[float, Observation]] = field(default_factory=list)  # (weight, obs), heaviest first
 
-    def model_error(self, model_score: float) -> float | None:
-        """The weighted mean over the measured neighbours of (measured gain − the model's prediction for it), a
-        neighbour without a stored prediction compared with ``model_score`` (the model's score here); None when
-        no neighbour was measured."""
+    def model_error(self, model_score: float, scale: float = 1.0) -> float | None:
+        """The weighted mean over the measured neighbours of (measured gain − the model's prediction for it, scaled
+        by the class's calibration ``scale``), a neighbour without a stored prediction compared with
+        ``model_score`` (the model's score here, scaled alike); None when no neighbour was measured."""
         measured = [(w, o) for w, o in self.neighbours if o.gain_log2 is not None]
         if not measured:
             return None
         total = sum(w for w, _ in measured)
-        return sum(w * (float(o.gain_log2) - (model_score if o.model_log2 is None else o.model_log2))
+        return sum(w * (float(o.gain_log2) - scale * (model_score if o.model_log2 is None else o.model_log2))
                    for w, o in measured) / total
 
     @property
@@ -136,27 +137,76 @@ def predict(observations: Iterable[Observation], *, change_class: str, kernel_ki
                       confidence=n_eff / (n_eff + PRIOR_COUNT), neighbours=scored)
 
 
-def experience_score(pred: Prediction, model_score: float, *, with_model: bool = True) -> float:
-    """How far the measured outcome moves the candidate's score, as far as the confidence goes: with the model
-    ranking too, by the model's mean error on the measured neighbours (:meth:`Prediction.model_error`); without it,
-    to the mean measured gain (``model_score`` is then 0). Failed neighbours pull toward ``FAIL_SCORE`` in
-    proportion to their weight, in both cases."""
+@dataclass
+class Calibration:
+    """How the model's scores of one class of change compare with what such changes measured, over the whole
+    store: ``measured ≈ scale × model``, fitted through the origin, each operator weighing one, shrunk toward 1 by
+    ``PRIOR_COUNT`` operators' worth (a store of one operator barely moves it)."""
+
+    scale: float = 1.0
+    operators: int = 0
+    observations: int = 0
+
+
+def calibrate(observations: Iterable[Observation], change_class: str) -> Calibration:
+    """The model's scale for ``change_class`` (see :class:`Calibration`); 1 where nothing was measured."""
+    by_op: dict[str, list[Observation]] = {}
+    for o in observations:
+        if o.change_class == change_class and o.gain_log2 is not None and o.model_log2 is not None:
+            by_op.setdefault(o.operator, []).append(o)
+    num = den = 0.0
+    for obs in by_op.values():
+        w = 1.0 / len(obs)
+        num += sum(w * float(o.model_log2) * float(o.gain_log2) for o in obs)  # type: ignore[arg-type]
+        den += sum(w * float(o.model_log2) ** 2 for o in obs)  # type: ignore[arg-type]
+    if not by_op or den <= 0:
+        return Calibration()
+    n = len(by_op)
+    fitted = max(num / den, MIN_SCALE)
+    return Calibration(scale=(n * fitted + PRIOR_COUNT) / (n + PRIOR_COUNT), operators=n,
+                       observations=sum(len(v) for v in by_op.values()))
+
+
+def experience_score(pred: Prediction | None, model_score: float, *, with_model: bool = True,
+                     scale: float = 1.0) -> float:
+    """How far the store moves the candidate's score. With the model ranking too: the model's score rescaled by
+    the class's calibration ``scale`` (every candidate of the class alike, neighbours or not — a correction only
+    where neighbours happen to exist would favour the moves nobody measured), then, as far as the confidence goes,
+    by the model's mean error on the measured neighbours (:meth:`Prediction.model_error`). Without the model: to the
+    mean measured gain (``model_score`` is then 0). Failed neighbours pull toward ``FAIL_SCORE`` in proportion to
+    their weight, in both cases."""
+    base = (scale - 1.0) * model_score if with_model else 0.0
+    if pred is None:
+        return base
+    here = scale * model_score if with_model else model_score
     if with_model:
-        error = pred.model_error(model_score)
+        error = pred.model_error(model_score, scale)
         measured = 0.0 if error is None else error
     else:
         measured = (pred.gain_log2 or 0.0) - model_score
-    return pred.confidence * ((1.0 - pred.p_fail) * measured + pred.p_fail * (FAIL_SCORE - model_score))
+    return base + pred.confidence * ((1.0 - pred.p_fail) * measured + pred.p_fail * (FAIL_SCORE - here))
+
+
+def describe_calibration(cal: Calibration, change_class: str, model_score: float) -> tuple[str, dict[str, Any]]:
+    """The ``why`` text and evidence of the calibration alone (a candidate without measured neighbours)."""
+    text = (f"the store's {cal.observations} measured {change_class} change(s) on {cal.operators} operator(s) gained "
+            f"{cal.scale:.2f}× what the model predicted for them: its {model_score:+.2f} here counts "
+            f"{cal.scale * model_score:+.2f}")
+    return text, {"kind": "knowledge (other sessions' measurements, not this operator's)",
+                  "calibration": {"class": change_class, "scale": round(cal.scale, 4), "operators": cal.operators,
+                                  "observations": cal.observations}, "model_score": round(model_score, 4)}
 
 
 def describe(pred: Prediction, model_score: float, score: float, *, with_model: bool = True,
-             ) -> tuple[str, dict[str, Any]]:
+             cal: Calibration | None = None) -> tuple[str, dict[str, Any]]:
     """The ``why`` text and the evidence of a knowledge term: the neighbours are named, with their numbers."""
+    scale = cal.scale if cal is not None and with_model else 1.0
     ops = ", ".join(pred.operators[:4]) + (f" +{len(pred.operators) - 4}" if len(pred.operators) > 4 else "")
     gain = "all failed" if pred.gain_log2 is None else f"{pred.gain_log2:+.2f} log2 measured"
     fail = f", {pred.p_fail * 100:.0f} % failed" if pred.p_fail > 0 else ""
-    error = pred.model_error(model_score) if with_model else None
-    against = (f"the model's error on them {error:+.2f}, model here {model_score:+.2f}" if error is not None
+    error = pred.model_error(model_score, scale) if with_model else None
+    scaled = f" × {scale:.2f} calibration" if scale != 1.0 else ""
+    against = (f"the model's error on them {error:+.2f}, model here {model_score:+.2f}{scaled}" if error is not None
                else f"model {model_score:+.2f}")
     first = pred.neighbours[0][1].cite()
     text = (f"{pred.n} similar change(s) on {ops}: {gain}{fail} ({against}, confidence "
@@ -164,6 +214,8 @@ def describe(pred: Prediction, model_score: float, score: float, *, with_model: 
     evidence = {"kind": "knowledge (other sessions' measurements, not this operator's)",
                 "predicted_gain_log2": None if pred.gain_log2 is None else round(pred.gain_log2, 4),
                 "model_error_log2": None if error is None else round(error, 4),
+                "calibration": None if cal is None or not with_model else {
+                    "scale": round(cal.scale, 4), "operators": cal.operators, "observations": cal.observations},
                 "failed_share": round(pred.p_fail, 4), "neighbours": pred.n, "effective_neighbours":
                 round(pred.n_eff, 3), "confidence": round(pred.confidence, 4), "model_score": round(model_score, 4),
                 "supported_by": [{"weight": round(w, 3), "measured": o.cite(), "operator": o.operator,

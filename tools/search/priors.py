@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 from pypto_tune.tools.errors import ArtifactError
 
 
@@ -67,6 +67,7 @@ class Priors(BaseModel):
     knowledge: list[Any] = Field(default_factory=list, exclude=True,
                                  description="observations of the knowledge store (tools/knowledge/store.Observation)")
     knowledge_source: str = Field("", description="where the observations came from")
+    _calibrations: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def experience(self, knob: Any, value: Any, base: list[dict[str, Any]], after: list[dict[str, Any]] | None,
                    stage: str, model_score: float, reached: dict[str, Any] | None = None,
@@ -86,12 +87,25 @@ class Priors(BaseModel):
         sit = situation.describe(cls, fb, fa, knob.value, value)
         pred = match.predict(self.knowledge, change_class=cls, kernel_kind=situation.kernel_kind(fb), group=stage,
                              situation=sit)
+        cal = self._calibration(cls) if with_model and cls != "other" else match.Calibration()
+        score = match.experience_score(pred, model_score, with_model=with_model, scale=cal.scale)
         if pred is None:
-            return []
-        score = match.experience_score(pred, model_score, with_model=with_model)
-        text, evidence = match.describe(pred, model_score, score, with_model=with_model)
+            if not score:
+                return []
+            text, evidence = match.describe_calibration(cal, cls, model_score)
+            evidence["store"] = self.knowledge_source
+            return [Experience("calibration", score, text, evidence)]
+        text, evidence = match.describe(pred, model_score, score, with_model=with_model, cal=cal)
         evidence["store"] = self.knowledge_source
         return [Experience("similar-changes", score, text, evidence)]
+
+    def _calibration(self, change_class: str) -> Any:
+        """The store's calibration of the model for one class of change, computed once per priors object."""
+        from pypto_tune.tools.knowledge import match
+
+        if change_class not in self._calibrations:
+            self._calibrations[change_class] = match.calibrate(self.knowledge, change_class)
+        return self._calibrations[change_class]
 
     def weight(self, rule_id: str) -> float:
         """The rule's weight, 0 when the rule is absent (held out): its term simply drops out of the score."""
