@@ -75,17 +75,13 @@ class Measured:
     def valid(self) -> bool:
         return not self.invalid and bool(self.samples)
 
-    def add_kernels(self, dirs: list[Path], analysis: Any) -> None:
+    def add_kernels(self, calls: "KernelCalls", analysis: Any) -> None:
         """Per-kernel figures of one run: each output folder named after its jit (``softmax_kernel#2`` for a
         second call), so a test that runs several kernels shows which one moved (issue #11)."""
-        from pypto_tune.tools.analysis.kernel_name import label_kernel_runs
-        from pypto_tune.tools.errors import ArtifactError
-
-        try:
-            labels = {r.run_dir: r.label for r in label_kernel_runs(dirs)}
-        except ArtifactError as exc:
-            self.notes.append(f"kernels not named: {exc.message}")
+        if calls.error:
+            self.notes.append(f"kernels not named: {calls.error}")
             return
+        labels = calls.by_dir
         for d in analysis.per_dir:
             label = labels.get(str(d.run_dir)) or labels.get(str(Path(d.run_dir)))
             if label is None:
@@ -115,15 +111,27 @@ class Measured:
             self.analysis = other.analysis
 
 
-def _kernel_calls(dirs: list[Path]) -> list[str] | None:
-    """The kernel calls of one run, in call order (None: a folder's kernel could not be named)."""
+@dataclass
+class KernelCalls:
+    """The kernel each output folder of one run belongs to, read once from the folders' ``program.json`` for both
+    its uses: the per-kernel figures and rule same-work."""
+
+    by_dir: dict[str, str] = field(default_factory=dict)  # str(run folder) → label, in call order
+    error: str = ""  # why a folder's kernel could not be named ("" when all were)
+
+    @property
+    def labels(self) -> list[str] | None:
+        return None if self.error else list(self.by_dir.values())
+
+
+def _kernel_calls(dirs: list[Path]) -> KernelCalls:
     from pypto_tune.tools.analysis.kernel_name import label_kernel_runs
     from pypto_tune.tools.errors import ArtifactError
 
     try:
-        return [r.label for r in label_kernel_runs(dirs)]
-    except ArtifactError:
-        return None
+        return KernelCalls({r.run_dir: r.label for r in label_kernel_runs(dirs)})
+    except ArtifactError as exc:
+        return KernelCalls(error=exc.message)
 
 
 def _kept_work(st: SessionState) -> tuple[list[str] | None, int | None]:
@@ -363,7 +371,8 @@ class RunOps(OperationsBase):
             if analysis.invalid_reasons:
                 m.invalid.extend(f"{label} {i + 1}: {r}" for r in analysis.invalid_reasons)
                 break
-            changed = rules.work_changed(*_kept_work(st), _kernel_calls(dirs), len(dirs))
+            calls = _kernel_calls(dirs)
+            changed = rules.work_changed(*_kept_work(st), calls.labels, len(dirs))
             if changed:
                 m.invalid.append(f"{label} {i + 1}: {changed}")
                 break
@@ -372,7 +381,7 @@ class RunOps(OperationsBase):
             m.analysis = analysis.model_dump(mode="json")
             for entry in m.analysis.get("per_dir", []):
                 entry["sources"] = out.output_sources.get(str(entry.get("run_dir")), [])
-            m.add_kernels(dirs, analysis)
+            m.add_kernels(calls, analysis)
             i += 1
         return m
 

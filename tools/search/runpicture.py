@@ -245,18 +245,19 @@ class _Trial:
         views = [self.views.get(id(v), v.shape) for v in k.views]
         # the data one iteration tiles: the views the kernel built inside its loops (the whole tensors without one)
         blocks = [list(v) for v in views] if k.loops else []
-        if blocks and (k.matmuls or any(t.kind == "cube" for t in k.tiles)):
+        has_cube = any(t.kind == "cube" for t in k.tiles) or bool(k.matmuls)
+        # the matmul's shape, read once for the vector blocks and the cube features alike
+        lead = self._batched(views) if has_cube else None
+        mkn = self._mkn(views, lead) if has_cube else None
+        if blocks and has_cube:
             # a matmul's output of one iteration is data too: the vector work after it (a softmax, an activation)
             # tiles [M, N] ([batch…, M, N] for a batched one), which no view shows — the views are the matmul's
             # operands ([M, K] of a query block)
-            mkn = self._mkn(views)
             if mkn and isinstance(mkn[0], int) and isinstance(mkn[2], int):
-                lead = self._batched(views)
                 blocks.append([*(lead[0] if lead else []), mkn[0], mkn[2]])
         feats: dict[str, Any] = {"scope": k.scope, "file": k.file, "kernel_key": k.key, "trips": trips,
                                  "iterations": iterations, "elem_bytes": elem, "source": "run",
-                                 "tensor_dims": [d for d, _ in k.tensors],
-                                 "has_cube": any(t.kind == "cube" for t in k.tiles) or bool(k.matmuls)}
+                                 "tensor_dims": [d for d, _ in k.tensors], "has_cube": has_cube}
         vec = []
         cube = None
         for t in k.tiles:
@@ -267,15 +268,15 @@ class _Trial:
                 cube = (t.line, value)
         feats["vec"] = vec
         if cube is not None:
-            feats["cube"] = self._cube(cube[1], views, elem)
+            feats["cube"] = self._cube(cube[1], mkn, lead)
             feats["cube"]["line"] = cube[0]
         return feats
 
-    def _cube(self, tile: Any, views: list[list[int]], elem: int) -> dict[str, Any]:
+    @staticmethod
+    def _cube(tile: Any, mkn: tuple[int, int, int] | None,
+              lead: tuple[list[int], tuple[int, int, int]] | None) -> dict[str, Any]:
         f: dict[str, Any] = {"tile": tile}
-        mkn = self._mkn(views)
         f["mkn"] = mkn
-        lead = self._batched(views)
         batch = math.prod(lead[0]) if lead else 1
         if lead:
             f["batch"] = batch
@@ -289,10 +290,12 @@ class _Trial:
                 f["eff_out_elems"] = min(m[0], M) * min(n[0], N)
         return f
 
-    def _mkn(self, views: list[list[int]]) -> tuple[int, int, int] | None:
-        """M, K, N of the kernel's (first) matmul: recorded when the probe has it; else read from the views and
-        inputs — the rows of the largest 2-D view inside the loop (one iteration's A), K its last dim, N the other
-        input's dim that is not K. A guess, said so in the features ('mkn_source')."""
+    def _mkn(self, views: list[list[int]], lead: tuple[list[int], tuple[int, int, int]] | None
+             ) -> tuple[int, int, int] | None:
+        """M, K, N of the kernel's (first) matmul: recorded when the probe has it; else a batched matmul's
+        (``lead``, :meth:`_batched`); else read from the views and inputs — the rows of the largest 2-D view inside
+        the loop (one iteration's A), K its last dim, N the other input's dim that is not K. A guess, said so in the
+        features ('mkn_source')."""
         k = self.kern
         for mm in k.matmuls:
             args = [a for a in mm.get("args") or [] if isinstance(a, dict) and "$tensor" in a]
@@ -302,7 +305,6 @@ class _Trial:
                 kw = mm.get("kwargs") or {}
                 kdim = (a[-2] if kw.get("a_trans") else a[-1]) if len(a) >= 2 else None
                 return (res[-2], kdim, res[-1]) if kdim else None
-        lead = self._batched(views)
         if lead is not None:
             return lead[1]
         two_d = [v for v in views if len(v) == 2] if k.loops else []
@@ -317,7 +319,6 @@ class _Trial:
         b = others[0]
         n = b[1] if b[0] == kdim else b[0]
         return (a[0], kdim, n)
-
 
     def _batched(self, views: list[list[int]]) -> tuple[list[int], tuple[int, int, int]] | None:
         """The batch dims and M, K, N of a batched matmul read from one iteration's views: the one pair of views of
