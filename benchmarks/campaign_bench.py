@@ -318,7 +318,8 @@ def knowledge_part(args: argparse.Namespace, ledgers: Path, names: list[str]) ->
         res["on_grid"] = {"on": on, "proposed": proposed}
         rows[name] = res
     for with_, without_, what in (("model+knowledge", "model", "seed + store against seed only"),
-                                  ("knowledge-only", "neither", "store alone against neither")):
+                                  ("knowledge-only", "neither", "store alone against neither"),
+                                  ("model+knowledge", "neither", "seed + store against no store at all")):
         for subset, title in ((list(rows), "every grid"), ([n for n in rows if so.held_out(n)], "held-out grids")):
             if not subset:
                 continue

@@ -60,6 +60,7 @@ class Link:
 @dataclass
 class PairPlan:
     link: Link
+    by: Literal["model", "knowledge"] = "model"  # who scored the points: the shape model, or the store alone
     through: dict[str, float] = field(default_factory=dict)  # value_key(block value) -> best joint score through it
     tile_for: dict[str, Any] = field(default_factory=dict)  # value_key(block value) -> the tile of that best
     view_for: dict[str, Any] = field(default_factory=dict)  # value_key(block value) -> the tile's view there
@@ -89,12 +90,29 @@ class PairPlan:
         return False
 
     @property
+    def free_first(self) -> bool:
+        """The pair's tile set now, clipped to the current view, is predicted to gain, and as much as the best tile
+        alone: going the pair's way costs nothing now. Typically it *is* the best lone tile, clipped (upstream_layernorm's
+        [4, 512] under a one-row view runs as [1, 512]), and only the pair's tile leaves the block step something to
+        uncover: once [1, 512] is kept, the pair's tile set later is the same run and cannot be kept."""
+        return self.clipped_now is not None and self.clipped_now > 0.0 and self.clipped_now >= self.tile_alone - 1e-9
+
+    @property
     def needs_pair(self) -> bool:
-        """The best point the model sees changes both knobs, needs the block first (the tile it wants does not fit
-        the current view) and beats every single step by a clear margin."""
+        """The best point the predictor sees changes both knobs, needs the block first (the tile it wants does not
+        fit the current view) and beats every single step by a clear margin — or by any margin when its first step
+        is free (:attr:`free_first`): then the pair risks nothing the best single step does not."""
+        single = max(self.tile_alone, self.block_alone, 0.0)
         return (self.best_block is not None and norm_value(self.best_block) != norm_value(self.link.block.value)
                 and norm_value(self.best_tile) != norm_value(self.link.tile.value) and self.needs_room
-                and self.best_score > max(self.tile_alone, self.block_alone, 0.0) + MIN_PAIR_ADVANTAGE)
+                and (self.best_score > single + MIN_PAIR_ADVANTAGE or (self.free_first and self.best_score > single)))
+
+    @property
+    def tile_first_worth(self) -> float:
+        """What the pair's tile, set first, is worth now: its own step as predicted, and the block step after it
+        discounted by ``LOOKAHEAD_DISCOUNT`` (not measured yet, and it builds on the first step being kept)."""
+        first = self.clipped_now or 0.0
+        return first + LOOKAHEAD_DISCOUNT * (self.best_score - first)
 
     @property
     def tile_first(self) -> bool:
@@ -115,7 +133,8 @@ class PairPlan:
                  if self.tile_first else f"raise {b.name} first, then {t.name}")
         return {"block_knob": b.id, "tile_knob": t.id, "best_point": {b.name: self.best_block, t.name: self.best_tile},
                 "predicted_score": round(self.best_score, 3), "tile_alone": round(self.tile_alone, 3),
-                "block_alone": round(self.block_alone, 3), "order": order, "why": self.link.describe()}
+                "block_alone": round(self.block_alone, 3), "order": order, "why": self.link.describe(),
+                "predicted_by": self.by}
 
 
 def _is_block(k: Knob) -> bool:
@@ -213,14 +232,23 @@ def _free_part(link: Link, value: Any) -> Any:
 
 
 def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Features], float],
-         block_values: list[Any], tile_values: Callable[[dict[str, Any]], list[Any]]) -> PairPlan:
+         block_values: list[Any], tile_values: Callable[[dict[str, Any]], list[Any]],
+         by: Literal["model", "knowledge"] = "model",
+         step: Callable[[Features, Features], float] | None = None) -> PairPlan:
     """Evaluate the pair: the tile alone, the block alone, and for every block value the best tile its view allows.
 
     ``tile_values(kernel_features)`` generates the tile's candidate values for a kernel picture (the same generator
     the search uses: within the view, within the buffer budget); only values whose uncapped part equals the current
     tile's or the best lone tile's are tried at each block (a pair changes the capped dims).
+
+    ``score`` rates a point against ``base`` in one go (the shape model adds up what the point does to every
+    quantity). ``step(from, to)``, when given, rates one step and a joint point is rated as the better of its two
+    paths — the tile first (clipped now), then the block; or the block first, then the tile — summed step by step.
+    The store needs that: it predicts a change by the measured outcome of similar *single* changes, so a joint point
+    rated in one go is a move larger than most it has seen, and its prediction is no larger than a single step's
+    (upstream_layernorm, 2026-12-05: +1.25 for the pair against +1.35 for the tile alone, so no pair was planned).
     """
-    p = PairPlan(link)
+    p = PairPlan(link, by=by)
     b, t = link.block, link.tile
     base_k = _kernel(base, link.scope)
     if base_k is None:
@@ -250,7 +278,7 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
             feats = after([(b, bv), (t, v)])
             if feats is None:
                 continue
-            sc = score(feats)
+            sc = score(feats) if step is None else _by_steps(step, base, after([(t, v)]), only_b, feats)
             if sc > best_here:
                 best_here, tile_here = sc, v
         key = value_key(bv)
@@ -265,3 +293,12 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
         clipped = after([(t, p.best_tile)])  # the kernel picture clips a tile to the view it tiles
         p.clipped_now = score(clipped) if clipped is not None else None
     return p
+
+
+def _by_steps(step: Callable[[Features, Features], float], base: Features, tile_first: Features | None,
+              block_first: Features, joint: Features) -> float:
+    """A joint point rated as two steps, the better of its two orders (see :func:`plan`)."""
+    paths = [step(base, block_first) + step(block_first, joint)]
+    if tile_first is not None:
+        paths.append(step(base, tile_first) + step(tile_first, joint))
+    return max(paths)

@@ -99,6 +99,23 @@ class Priors(BaseModel):
         evidence["store"] = self.knowledge_source
         return [Experience("similar-changes", score, text, evidence)]
 
+    def measured_score(self, change_class: str, base: list[dict[str, Any]], after: list[dict[str, Any]] | None,
+                       stage: str) -> float:
+        """What the store alone predicts for a change the shape model shows as ``base`` → ``after`` (features of
+        every kernel), as one score: the confidence-weighted mean gain of similar changes, failures pulling toward
+        ``FAIL_SCORE``; 0 where nothing similar was measured. The linked-pair planning (``search/linked.py``) scores
+        joint points with it when the store ranks without the model: a point no single knob reaches has no
+        candidate of its own to ask the store about."""
+        if not self.knowledge or after is None or change_class == "other":
+            return 0.0
+        from pypto_tune.tools.knowledge import match, situation
+
+        fb, fa = situation.changed_kernel(base, after)
+        sit = situation.describe(change_class, fb, fa)
+        pred = match.predict(self.knowledge, change_class=change_class, kernel_kind=situation.kernel_kind(fb),
+                             group=stage, situation=sit)
+        return match.experience_score(pred, 0.0, with_model=False)
+
     def _calibration(self, change_class: str) -> Any:
         """The store's calibration of the model for one class of change, computed once per priors object."""
         from pypto_tune.tools.knowledge import match

@@ -38,6 +38,7 @@ from pypto_tune.tools.errors import (
     PatchError,
     PyptoTuneError,
 )
+from pypto_tune.tools.knowledge.situation import change_class
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
 from pypto_tune.tools.search import linked, runpicture
@@ -482,21 +483,42 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
                       view=tile_view(k, kernel))
 
 
-def _pair_plans(ctx: _Context, knobs: list[Knob]) -> dict[str, linked.PairPlan]:
+def _pair_plans(ctx: _Context, knobs: list[Knob], by: str,
+                only: Callable[[str, Any], bool] | None = None) -> dict[str, linked.PairPlan]:
     """Plans of the linked (block, tile) pairs among ``knobs``, keyed by the block knob's id (the best plan of a
-    block that feeds several tiles)."""
+    block that feeds several tiles). ``by``: who scores the points — the shape model (``model``), or, when the store
+    ranks without it, the store's measurements of similar changes (``knowledge``: the pair's joint point is one
+    change of the tile's class, base → both knobs moved). The links themselves are the kernel picture's, either
+    way: which block caps which tile is a fact of the shapes, not a weight. ``only``: the search's restriction of
+    the values considered (the offline benchmark's measured grid) holds for the pair's points too — a plan whose
+    best point may not be proposed would rank a pair that never comes."""
     out: dict[str, linked.PairPlan] = {}
     ids = {k.id for k in knobs}
 
-    def score(feats: list[dict[str, Any]]) -> float:
-        return sum(t.score for t in kernel_terms(ctx, feats)[0])
+    def score_model(link: linked.Link) -> Callable[[list[dict[str, Any]]], float]:
+        return lambda feats: sum(t.score for t in kernel_terms(ctx, feats)[0])
 
+    def step_store(link: linked.Link) -> Callable[[list[dict[str, Any]], list[dict[str, Any]]], float]:
+        tile = link.tile
+        cls = change_class(tile.kind, tile.name, tile.context.get("consumers"))
+        return lambda before, after: ctx.priors.measured_score(cls, before, after, ctx.stage)
+
+    def score_store(link: linked.Link) -> Callable[[list[dict[str, Any]]], float]:
+        step = step_store(link)
+        return lambda feats: step(ctx.base, feats)
+
+    scorer = score_model if by == "model" else score_store
     for link in linked.find_links([ctx.as_ran(k) for k in ctx.knobs], ctx.base, ctx.after_many):
         if link.block.id not in ids or link.tile.id not in ids:
             continue
-        blocks = [v.value for v in _knob_values(ctx, link.block, ctx.kernel_of(link.block))]
-        pl = linked.plan(link, base=ctx.base, after=ctx.after_many, score=score, block_values=blocks,
-                         tile_values=lambda kern, t=link.tile: [v.value for v in _knob_values(ctx, t, kern)])
+        def asked(k: Knob, values: list[Value]) -> list[Any]:
+            return [v.value for v in values if only is None or only(k.id, norm_value(v.value))]
+
+        blocks = asked(link.block, _knob_values(ctx, link.block, ctx.kernel_of(link.block)))
+        pl = linked.plan(link, base=ctx.base, after=ctx.after_many, score=scorer(link), block_values=blocks,
+                         tile_values=lambda kern, t=link.tile: asked(t, _knob_values(ctx, t, kern)),
+                         by="model" if by == "model" else "knowledge",
+                         step=None if by == "model" else step_store(link))
         prev = out.get(link.block.id)
         if prev is None or pl.best_score > prev.best_score:
             out[link.block.id] = pl
@@ -559,6 +581,18 @@ def _pair_first_tiles(plans: dict[str, linked.PairPlan], k: Knob) -> list[Value]
             if pl.tile_first and pl.link.tile.id == k.id]
 
 
+def _scored_by(pl: linked.PairPlan) -> str:
+    """Where a pair's predictions come from, when not the model."""
+    return "; predictions from the store's measurements of similar changes" if pl.by == "knowledge" else ""
+
+
+def _note_pair(info: dict[str, Any], pl: linked.PairPlan) -> None:
+    """The model's own reading of the candidate carries the pair it planned; a pair the store planned is in the
+    store's term's evidence only (it is not the model's)."""
+    if pl.by == "model":
+        info["linked_pair"] = pl.summary()
+
+
 def _pair_terms(plans: dict[str, linked.PairPlan], k: Knob, value: Any, terms: list[R.Term],
                 info: dict[str, Any]) -> list[R.Term]:
     """The linked pair's terms (``linked``): its first step scores the best point reachable through it (discounted)
@@ -575,36 +609,36 @@ def _pair_terms(plans: dict[str, linked.PairPlan], k: Knob, value: Any, terms: l
         if through is not None and not stopped and linked.LOOKAHEAD_DISCOUNT * through > own:
             tile = pl.link.tile
             extra = linked.LOOKAHEAD_DISCOUNT * through - own
-            out.append(R.Term("model", "opens-room", extra,
+            out.append(R.Term(pl.by, "opens-room", extra,
                               f"opens room for {tile.name}: with {k.name} = {value!r} its view is "
                               f"{pl.view_for.get(key)}, where {tile.name} = {pl.tile_for.get(key)!r} is predicted "
                               f"{through:+.2f} in two steps (best point it can see: {k.name} = {pl.best_block!r}, "
-                              f"{tile.name} = {pl.best_tile!r}; a linked pair, the block first)",
+                              f"{tile.name} = {pl.best_tile!r}; a linked pair, the block first){_scored_by(pl)}",
                               {"linked_pair": pl.summary(), "two_step_score": round(through, 3)}))
-            info["linked_pair"] = pl.summary()
+            _note_pair(info, pl)
     for pl in plans.values():
         if not pl.needs_pair or pl.link.tile.id != k.id:
             continue
         b = pl.link.block
-        info["linked_pair"] = pl.summary()
+        _note_pair(info, pl)
         own = sum(t.score for t in terms)
         stopped = any(t.source == "history" and t.score <= -1.0 for t in terms)
         if pl.tile_first and norm_value(value) == norm_value(pl.best_tile):
-            if not stopped and linked.LOOKAHEAD_DISCOUNT * pl.best_score > own:
-                out.append(R.Term("model", "pair-tile-first", linked.LOOKAHEAD_DISCOUNT * pl.best_score - own,
+            if not stopped and pl.tile_first_worth > own:
+                out.append(R.Term(pl.by, "pair-tile-first", pl.tile_first_worth - own,
                                   f"the linked pair's tile, set first: clipped to the view {b.name} = {b.value!r} "
                                   f"gives it now ({pl.view_now}), it runs as the tile that fills that view "
                                   f"(predicted {pl.clipped_now:+.2f} alone), and {b.name} = {pl.best_block!r} then "
                                   f"uncovers it (predicted {pl.best_score:+.2f} in two steps; a block step alone is "
                                   f"predicted only {pl.block_alone_for.get(value_key(pl.best_block), 0.0):+.2f}, "
-                                  "and each step must be kept on its own)",
+                                  f"and each step must be kept on its own){_scored_by(pl)}",
                                   {"linked_pair": pl.summary(), "two_step_score": round(pl.best_score, 3)}))
         elif pl.tile_first:
-            out.append(R.Term("model", "pair-tile-elsewhere", 0.0,
+            out.append(R.Term(pl.by, "pair-tile-elsewhere", 0.0,
                               f"the linked pair with {b.name} wants {k.name} = {pl.best_tile!r} (set first, "
                               f"clipped now), then {b.name} = {pl.best_block!r}", {"linked_pair": pl.summary()}))
         else:
-            out.append(R.Term("model", "capped-by-block", 0.0,
+            out.append(R.Term(pl.by, "capped-by-block", 0.0,
                               f"capped by {b.name} = {b.value!r} (the view it tiles); the best point it can see "
                               f"needs {b.name} = {pl.best_block!r} first", {"linked_pair": pl.summary()}))
     return out
@@ -749,7 +783,11 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                              hint="list_knobs shows every knob; pass its id or name")
         knobs = chosen
 
-    plans = _pair_plans(ctx, live) if ranking == "model" and "model" in signals else {}
+    # the pairs are planned by the model when it ranks, else by the store when it ranks alone (the benchmark's
+    # "store alone" arm: without a planner it could never reach a point two knobs make together)
+    planner = ("model" if "model" in signals else "knowledge" if "knowledge" in signals and priors.knowledge
+               else None)
+    plans = _pair_plans(ctx, live, planner, only) if ranking == "model" and planner else {}
     kept_us = _kept_us(ctx)
     raws: list[_Raw] = []
     considered = 0
@@ -848,7 +886,8 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             order = (f"{t.name} = {pl.best_tile!r} goes first, clipped to the view it has now, and {b.name} follows "
                      "to uncover it (a block step alone is predicted to gain less, and each step must be kept)"
                      if pl.tile_first else f"{b.name} goes first and {t.name} follows once its view has room")
-            notes.append(f"linked pair: the best point the model can see needs {b.name} = {pl.best_block!r} and "
+            who = "the model" if pl.by == "model" else "the store"
+            notes.append(f"linked pair: the best point {who} can see needs {b.name} = {pl.best_block!r} and "
                          f"{t.name} = {pl.best_tile!r} together (predicted {pl.best_score:+.2f}, against "
                          f"{max(pl.tile_alone, pl.block_alone):+.2f} for either alone): {pl.link.describe()}, so "
                          + order)
