@@ -121,42 +121,47 @@ def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_record
             assert r1["decision"] == "kept" and r1["after_us"] == pytest.approx(21.031, abs=1e-3)
             kept_src = op.read_text()
 
-            # 5b: the operator file is swapped for a much faster one while the measurement runs, then put back.
+            # 5b: the operator file is swapped for a much faster one while the change's run executes, then put
+            # back. In SIM that run is the precision run, and it is also the measurement's sample
+            # (runs.sim_run_serves_both): the swap must reach neither
             await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 32, 256], catalog_id="F-10",
                        rationale="bigger tile")
             patched = op.read_text()
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            job = await s.ok("collect_swimlane", session_id=sid, wait=False)
             fast = patched.replace("TILE_B = 4", "TILE_B = 1")
+            job = await s.ok("run_precision_check", session_id=sid, wait=False)
+            exec_dir = ws / ".pypto-tune" / "exec"
             deadline = time.monotonic() + 60
-            while not any((ws / ".pypto-tune" / "exec").glob("measure-*")) and time.monotonic() < deadline:
+            while not any(exec_dir.glob("precision-r2*")) and time.monotonic() < deadline:
                 await anyio.sleep(0.05)
+            assert any(exec_dir.glob("precision-r2*")), "the precision run of round 2 never started"
             op.write_text(fast)  # swapped in while the run executes ...
-            done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=50)
+            verdict = (await s.ok("wait_job", job_id=job["job_id"], timeout_s=50))["result"]
             op.write_text(patched)  # ... and put back before anyone looks
-            m = done["result"]
+            assert verdict["verdict"] == "passed", verdict
+            m = await s.ok("collect_swimlane", session_id=sid)
             assert m["valid"] and m["operator_time_us"] == pytest.approx(8.546, abs=1e-3), \
                 "the run must execute the recorded bytes (8.546 µs), not the swapped ones (2.726 µs)"
             r2 = await s.ok("record_round", session_id=sid)
             assert r2["decision"] == "kept" and r2["after_us"] == pytest.approx(8.546, abs=1e-3)
 
-            # 5b': tampering with the run's private copy itself is detected and the run discarded.
+            # 5b': tampering with the run's private copy itself is detected and the run discarded: it is neither a
+            # verdict nor a sample
             await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2, catalog_id="F-3",
                        rationale="two rows per body")
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            job = await s.ok("collect_swimlane", session_id=sid, wait=False)
+            job = await s.ok("run_precision_check", session_id=sid, wait=False)
             copy = None
             deadline = time.monotonic() + 60
             while copy is None and time.monotonic() < deadline:
-                copy = next(iter((ws / ".pypto-tune" / "exec").glob("measure-*/softmax.py")), None)
+                copy = next(iter(exec_dir.glob("precision-r3*/softmax.py")), None)
                 await anyio.sleep(0.02)
             assert copy is not None
             copy.write_text(fast)
             done = (await s.ok("wait_job", job_id=job["job_id"], timeout_s=50))["result"]
-            assert done["valid"] is False and "private copy changed" in " ".join(done["invalid_reasons"])
+            assert done["verdict"] != "passed" and "private copy changed" in done["reason"], done
+            assert "GATE" in await s.refused("collect_swimlane", session_id=sid)  # nothing verified to measure
             r3 = await s.ok("record_round", session_id=sid)
             assert r3["decision"] == "failed" and r3["best_us"] == r2["after_us"]
-            assert op.read_text() == patched.replace("TILE_B = 4", "TILE_B = 4")  # rolled back to the kept state
+            assert op.read_text() == patched  # rolled back to the kept state
 
             # 9: the kept time is the median of all its samples: re-collecting the kept code cannot pick a number.
             st = await s.ok("get_status", session_id=sid)

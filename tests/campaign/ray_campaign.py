@@ -9,7 +9,7 @@ loopback, domain.md F.5; needs root). Everything happens on this one machine, as
 3. as soon as a test command runs under one of node A's Ray workers, node A is killed (SIGKILL to its raylet and
    every process of that node): the run it held is lost with it;
 4. once the driver has run a lost run again (journal: ``run-lost``), finished at least one operator and has another
-   one running, the driver is killed (SIGKILL, mid-work);
+   one running whose ledger holds work not yet decided, the driver is killed (SIGKILL, mid-work);
 5. ``pypto-tune campaign MANIFEST ... --resume`` runs the campaign to its end on what is left of the cluster;
 6. the cluster is stopped — by pid: every process that names the scratch folder (Ray's session folder is in each of
    its processes' arguments), never ``ray stop``, which would stop every Ray process of the machine by name — and
@@ -85,6 +85,30 @@ def test_command_under(port: int, table: dict[int, tuple[int, str]]) -> list[int
     under = set(node_pids(port, table))
     return [pid for pid in under if ("--run-mode" in table[pid][1] or "--run_mode" in table[pid][1])
             and "worker_run" not in table[pid][1]]
+
+
+def undecided_work(root: Path, running: set[str]) -> bool:
+    """Whether a running operator's ledger (``root/ws/NAME``, read-only) has a precision record or a measurement
+    under a round that has no round row yet: work the driver has begun and not decided."""
+    import sqlite3
+
+    for name in sorted(running):
+        db = root / "ws" / name / ".pypto-tune" / "ledger.sqlite3"
+        if not db.is_file():
+            continue
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.5)
+            try:
+                n = con.execute("SELECT (SELECT count(*) FROM precision_records p WHERE p.round > 0 AND p.round NOT IN "
+                                "(SELECT number FROM rounds)) + (SELECT count(*) FROM measurements m WHERE m.round > 0 "
+                                "AND m.round NOT IN (SELECT number FROM rounds))").fetchone()[0]
+            finally:
+                con.close()
+        except sqlite3.Error:
+            continue
+        if n:
+            return True
+    return False
 
 
 def ancestors() -> set[int]:
@@ -197,14 +221,19 @@ def main(out: Path, work: Path, manifest: Path, journal: Path) -> None:
             time.sleep(0.2)
         else:
             stamp("node_a_killed", running=[], killed=0, driver_rc=d.poll())
-        # 4. kill the driver once it has run a lost run again, finished an operator and runs another
+        # 4. kill the driver once it has run a lost run again, finished an operator and runs another, and a running
+        #    session's ledger holds work not yet decided (a batch's first trial recorded, the second still running).
+        #    Polled: a fixed delay landed mid-work while each trial ran twice, but with one SIM run per trial
+        #    (2026-12-05) the moments between a trial's record and its batch's decision are seconds, not a delay's
+        #    worth. Past give_up the driver is killed anyway (the test then says the kill missed the work)
+        give_up = time.monotonic() + 240.0
         while time.monotonic() < deadline and d.poll() is None:
             ev = events(journal)
             names = {e.get("event") for e in ev}
             done = {e["operator"] for e in ev if e.get("event") == "operator-done"}
             started = {e["operator"] for e in ev if e.get("event") == "session"}
-            if "run-lost" in names and done and started - done:
-                time.sleep(1.5)  # into whatever the running sessions do now
+            if "run-lost" in names and done and started - done and (
+                    undecided_work(manifest.parent, started - done) or time.monotonic() > give_up):
                 os.kill(d.pid, signal.SIGKILL)
                 d.wait()
                 from pypto_tune.tools.campaign.control import view
@@ -215,7 +244,7 @@ def main(out: Path, work: Path, manifest: Path, journal: Path) -> None:
                 stamp("driver_killed", done=sorted(done), running=sorted(started - done), events=len(ev),
                       status_after_kill=view(cdir).state)
                 break
-            time.sleep(0.2)
+            time.sleep(0.05)
         else:
             stamp("driver_killed", done=[], running=[], driver_rc=d.poll())
             d.wait(timeout=PHASE_TIMEOUT_S)

@@ -25,6 +25,7 @@ Each failed on the code before the sandbox (checked on a scratch worktree of mai
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -55,33 +56,50 @@ def _ws(tmp_path: Path) -> Path:
     return ws
 
 
-async def _round(s: Session, sid: str, *, before_collect=None, during_collect=None, after_collect=None,
-                 **patch) -> dict:
-    """One gated round; ``before_collect()`` runs after the verification, ``during_collect()`` once the measurement
-    was accepted and started (the agent acting while it executes), ``after_collect()`` once it ended and before the
-    round is recorded."""
+async def _runs(s: Session, sid: str) -> list[dict]:
+    text = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
+    return json.loads(text)["tables"]["runs"]
+
+
+async def _round(s: Session, sid: str, *, before_run=None, during_run=None, after_run=None, **patch) -> dict:
+    """One gated round, the agent acting around the run whose output becomes the round's number. In SIM that is the
+    change's precision run: it is also the measurement's sample (``runs.sim_run_serves_both``; the round's
+    ``collect_swimlane`` makes no run of its own, checked here, so an attack aimed elsewhere could not pass for one
+    that failed). ``before_run()`` runs once the change is applied, ``during_run()`` once the run started (the agent
+    acting while it executes), ``after_run()`` once it ended, before the measurement and the round's record."""
     await s.ok("apply_tuning_patch", session_id=sid, rationale="attack test", **patch)
-    assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-    if before_collect is not None:
-        before_collect()
-    job = await s.ok("collect_swimlane", session_id=sid, wait=False)
-    if during_collect is not None:
-        await during_collect()
+    if before_run is not None:
+        before_run()
+    job = await s.ok("run_precision_check", session_id=sid, wait=False)
+    if during_run is not None:
+        await during_run()
     done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=50)
     while done["status"] != "done":
         done = await s.ok("wait_job", job_id=job["job_id"], timeout_s=50)
-    if after_collect is not None:
-        after_collect()
+    assert done["result"]["verdict"] == "passed", done["result"]
+    if after_run is not None:
+        after_run()
+    runs = len(await _runs(s, sid))
+    measured = await s.ok("collect_swimlane", session_id=sid)
+    assert len(await _runs(s, sid)) == runs, "collect_swimlane ran the test again: the hooks missed the measured run"
     rec = await s.ok("record_round", session_id=sid)
-    rec["measurement"] = done["result"]
+    rec["measurement"] = measured
     return rec
+
+
+async def _run_started(ws: Path) -> None:
+    """Until the round's precision run has its private copy (the run executes from there)."""
+    deadline = time.monotonic() + 60
+    while not any((ws / ".pypto-tune" / "exec").glob("precision-r*")) and time.monotonic() < deadline:
+        await anyio.sleep(0.02)
+    assert any((ws / ".pypto-tune" / "exec").glob("precision-r*")), "the round's run never started"
 
 
 # ============================================================================================================ a
 def test_a_differently_spelled_workspace_path_reaches_the_copy_not_the_live_files(tmp_path: Path) -> None:
     """The command names the operator as ``/./<workspace>/softmax.py``: the old argument rewriting matched the
     literal prefix only, so the run executed the LIVE file — which the agent swaps for a faster one while the round's
-    measurement runs and puts back before anyone looks (the board shows no drift)."""
+    run executes and puts back before anyone looks (the board shows no drift)."""
     ws = _ws(tmp_path)
     op = ws / "softmax.py"
     cmd = [sys.executable, "/." + str(ws) + "/softmax.py", "--run-mode", "sim"]
@@ -93,14 +111,12 @@ def test_a_differently_spelled_workspace_path_reaches_the_copy_not_the_live_file
 
             async def swap_while_measuring() -> None:
                 patched.append(op.read_text())
-                deadline = time.monotonic() + 60
-                while not any((ws / ".pypto-tune" / "exec").glob("measure-*")) and time.monotonic() < deadline:
-                    await anyio.sleep(0.02)
+                await _run_started(ws)
                 op.write_text(patched[0].replace("TILE_B = 4", "TILE_B = 1").replace(
                     "set_vec_tile_shapes(1, 16, 256)", "set_vec_tile_shapes(1, 32, 256)"))
 
             r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10",
-                             during_collect=swap_while_measuring, after_collect=lambda: op.write_text(patched[0]))
+                             during_run=swap_while_measuring, after_run=lambda: op.write_text(patched[0]))
             assert r["after_us"] == _approx(US["vec16"]), (
                 f"kept {r['after_us']} µs: the run executed the live (swapped) file, not the recorded bytes "
                 f"({US['vec16']} µs)")
@@ -182,7 +198,7 @@ def test_b_c_files_outside_the_workspace_cannot_move_a_kept_number(tmp_path: Pat
             trigger.unlink()
             # b: the data file says TILE_B = 1 while the recorded code has TILE_B = 4
             check(await _round(s, sid, knob=VEC, value=[1, 32, 256], catalog_id="F-10",
-                               before_collect=lambda: data.write_text("1"), after_collect=lambda: data.unlink()),
+                               before_run=lambda: data.write_text("1"), after_run=lambda: data.unlink()),
                   US["vec32"], "b")
             if not wrong:
                 assert (await s.ok("get_status", session_id=sid))["best_us"] == _approx(US["vec32"])
@@ -214,7 +230,7 @@ def test_d_a_config_file_above_the_copy_does_not_reach_the_run(tmp_path: Path) -
     ``conftest.py`` dropped into ``.pypto-tune/`` (never drift: the server's own folder) made that folder pytest's
     rootdir, and its conftest forced a tile. In the sandbox nothing exists above the workspace's own path. (Files
     the server did not write in its folder are drift at every gate — tools/code/server_files.py — so the agent drops
-    them while the measurement runs and takes them away before recording the round.)"""
+    them while the round's run executes and takes them away before recording the round.)"""
     ws = _ws(tmp_path)
     (ws / "test_softmax.py").write_text(PYTEST_HARNESS)
     cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_softmax.py"]
@@ -228,14 +244,15 @@ def test_d_a_config_file_above_the_copy_does_not_reach_the_run(tmp_path: Path) -
         (server_dir / "pytest.ini").unlink()
         (server_dir / "conftest.py").unlink()
 
-    async def dropped() -> None:  # once the measurement passed its gate (a file there at a gate is drift now)
+    async def dropped() -> None:  # once the run passed its gate (a file there at a gate is drift now)
+        await _run_started(ws)
         drop()
 
     async def scenario() -> None:
         async with connect(ws) as s:
             sid = await to_frontend(s, ws, ["softmax.py"], cmd)
-            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", during_collect=dropped,
-                             after_collect=remove)
+            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", during_run=dropped,
+                             after_run=remove)
             assert r["after_us"] == _approx(US["vec16"]), (
                 f"kept {r['after_us']} µs: a conftest.py above the run copy forced the tile (recorded code: "
                 f"{US['vec16']} µs)")

@@ -4,7 +4,8 @@ fixture operator, run mode sim):
 * proposals are legal (each one run is admitted and passes) and a change that failed, or was tried and not kept, from
   this kept state is neither proposed again nor run again, by id or by object (GATE no-retry);
 * a batch with a failing, a data-less and an improving candidate keeps only the improving one, with one ledger round
-  per trial;
+  per trial and, in SIM, one run per trial (its precision run is its measurement's sample, and a probe-free run of
+  the kept bytes measures the same);
 * cancelling a batch started in job mode leaves no process of its trials and keeps nothing.
 
 The failing and data-less candidates are written by the test in ``propose_candidates``' shape (the search never
@@ -192,6 +193,23 @@ def test_a_batch_with_a_failing_a_dataless_and_an_improving_candidate_keeps_only
             trials = [t for t in tables["trials"] if t["batch"] == res["batch"]]
             assert sorted(t["round"] for t in trials) == new
             assert {t["round"]: t["outcome"] for t in trials}[good["round"]] == "kept"
+
+            # SIM: one run per trial — its precision run (probed) is also its measurement's sample
+            # (runs.sim_run_serves_both); the failing trial stopped at that run, the other two were measured on it
+            runs = {n: [r for r in tables["runs"] if r["round"] == n] for n in new}
+            assert all([r["purpose"] for r in rs] == ["trial-precision"] for rs in runs.values()), runs
+            measured = {m["round"]: m for m in tables["measurements"] if m["round"] in new}
+            for t in (dataless, good):
+                ids = measured[t["round"]]["run_ids"]
+                ids = json.loads(ids) if isinstance(ids, str) else ids
+                assert ids == [runs[t["round"]][0]["id"]]
+            # and its figure is a probe-free run's: a manual measurement of the kept bytes (a run of its own,
+            # without the probe) gives the same time to the last digit — the simulator does not see the host's Python
+            again = await s.ok("collect_swimlane", session_id=sid)
+            assert again["valid"] and again["operator_time_us"] == good["operator_time_us"]
+            tables = await _ledger(s, sid)
+            last = max(tables["runs"], key=lambda r: r["id"])
+            assert last["purpose"] not in ("precision", "trial-precision")  # it carried no probe
 
     anyio.run(scenario)
 

@@ -51,8 +51,25 @@ from pypto_tune.tools.operations.base import (
 log = logging.getLogger("pypto_tune.service")
 
 # Runs that carry the run-time probe (tools/running/probe/): every precision run — the baseline's and each change's
-# verification, so the kept state always has a record — never a measurement (its figures stay probe-free).
+# verification, so the kept state always has a record — never a run made only to measure. On the NPU a measurement
+# is always a run of its own (probe-free: the probe's Python wrappers run on the host between device calls). In SIM,
+# a batch trial's precision run is also its first sample (sim_run_serves_both).
 PROBED_PURPOSES = frozenset({"precision", "trial-precision"})
+
+
+def sim_run_serves_both(run_mode: str) -> bool:
+    """Whether a change's precision run is also its first measurement sample — a batch trial's, and a manual
+    round's when ``collect_swimlane`` follows ``run_precision_check`` of the same code with no run in between
+    (``_Handle.fresh_sim_runs``): in SIM only. The simulator is a
+    cost model of the compiled program — deterministic, blind to the host's Python, so the probe cannot move its
+    cycles — and it writes the swimlane files on every run, precision or not. A second run of the same bytes wrote
+    the same files (measured 2026-12-05 on a campaign's softmax trials: every file of both output folders equal
+    byte for byte but the simulator's config file, which names its own folder). Each trial ran the test twice;
+    now once, and the sample still passes every check of ``_measure`` (exit code, own output folders, sources,
+    validity, rule same-work) — folders rewritten after the run included: an edit of WORKSPACE/output/ between
+    run_precision_check and collect_swimlane makes the measurement invalid. On the NPU the measurement stays a run
+    of its own."""
+    return run_mode == "sim"
 
 
 @dataclass
@@ -247,6 +264,7 @@ class RunOps(OperationsBase):
         become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
         take (the chip a trial just failed on, R5).
         """
+        h.fresh_sim_runs.pop(st.id, None)  # a run in between: the last precision run is no longer the last run
         world = self._run_world(h, st)  # type: ignore[attr-defined]  # RunWorldOps, composed in TuningService
         env = self._child_env(st, device_id)  # type: ignore[attr-defined]
         argv = list(st.test_command)
@@ -310,12 +328,16 @@ class RunOps(OperationsBase):
 
     async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
                        round_no: int, count: int, label: str, progress: Progress,
-                       batch: str | None = None, pooled: bool = False) -> "Measured":
+                       batch: str | None = None, pooled: bool = False,
+                       first: "RunOutcome | None" = None) -> "Measured":
         """``count`` runs of ``sources``, each analysed by the server; stops at the first invalid run.
 
         A run that hangs until the timeout is a chip problem on the NPU: the state moves to the next healthy chip of
         the pool (R5 rotation, ``tools/running/chips.py``; a pooled run leaves the hung chip out) and that repeat is tried
         once more there.
+
+        ``first``: a run of exactly these sources the server already made (the trial's precision run, SIM only — see
+        :func:`sim_run_serves_both`) that serves as the first sample; it passes every check a fresh run would.
         """
         m = Measured()
         i = 0
@@ -324,8 +346,12 @@ class RunOps(OperationsBase):
             async def rep_progress(elapsed: float, line: str, i: int = i, **_: object) -> None:
                 if progress:
                     await progress(elapsed, line, phase=f"{label} {i + 1}/{count}", step=i, steps=count)
-            out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device, sources=sources,
-                                  progress=rep_progress, batch=batch, pooled=pooled)
+            if i == 0 and first is not None:
+                out = first
+                await rep_progress(0.0, "the precision run of these bytes (SIM: one run serves both)")
+            else:
+                out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device,
+                                      sources=sources, progress=rep_progress, batch=batch, pooled=pooled)
             result, run_id, dirs = out
             m.run_ids.append(run_id)
             if result.timed_out and retries > 0 and st.run_mode == "npu":
@@ -426,8 +452,11 @@ class RunOps(OperationsBase):
                 round_no, purpose = -1, "stage-baseline"
             reps = int(st.session["repeats"])
             label = f"round{round_no}" if round_no >= 0 else f"{(st.stage or 'stage').lower()}-entry"
+            fresh = h.fresh_sim_runs.pop(st.id, None)
+            first = fresh[1] if fresh is not None and fresh[0] == hash_sources(st.expected_sources) and \
+                sim_run_serves_both(st.run_mode) else None
             m = await self._measure(h, st, sources=st.expected_sources, code=st.current_hash, purpose=purpose,
-                                    round_no=round_no, count=reps, label="repeat", progress=progress)
+                                    round_no=round_no, count=reps, label="repeat", progress=progress, first=first)
             notes = list(m.notes)
             if (purpose == "measure" and st.run_mode == "npu" and m.valid and st.kept_samples
                     and st.kept_us is not None):

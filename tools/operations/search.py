@@ -33,7 +33,7 @@ from pypto_tune.tools.operations.base import (
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
 from pypto_tune.tools.session.state import SessionState
-from pypto_tune.tools.operations.runs import check_run
+from pypto_tune.tools.operations.runs import check_run, sim_run_serves_both
 
 log = logging.getLogger("pypto_tune.service")
 
@@ -326,7 +326,8 @@ class SearchOps(OperationsBase):
             m = await self._measure(h, st, sources=t.sources, code=code,  # type: ignore[attr-defined]
                                     purpose="trial-measure", round_no=t.round_no,
                                     count=int(st.session["repeats"]), label=f"candidate r{t.round_no}",
-                                    progress=None, batch=batch, pooled=True)
+                                    progress=None, batch=batch, pooled=True,
+                                    first=out if sim_run_serves_both(st.run_mode) else None)
             if st.run_mode == "npu" and m.valid and st.kept_samples and st.kept_us is not None:
                 await self._sample_until_decisive(h, st, t, m, code, batch, status)
             self._record_measurement(h, st, m, round_no=t.round_no, code=code,  # type: ignore[attr-defined]
