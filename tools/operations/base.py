@@ -75,10 +75,9 @@ class _Handle:
         self.env_watch = EnvironmentWatch()  # scans of the interpreter's files, shared by parallel runs
         self.fingerprints: dict[str, Fingerprint | None] = {}  # session -> what was scanned before its baseline
         self.legacy_worlds: dict[str, Any] = {}  # session -> RunWorld of a session recorded without one
-        # session -> (hash of the exact bytes, RunOutcome) of its last run when that run was a passed SIM precision run: the next
-        # collect_swimlane of the same code takes it as its sample (runs.sim_run_serves_both). Any later run of the
-        # session drops it, and a restarted server has none (it is never rebuilt from the ledger: the output
-        # folders' digests at the end of the run, which the sample is checked against, live only here)
+        # session -> (hash of the exact bytes, RunOutcome) of its last run, when that run was a passed SIM precision
+        # run (RunOps.offer_sample / take_sample): it may be the next collect_swimlane's sample. Kept in memory only:
+        # the output folders' digests at the run's end, which the sample is checked against, are not in the ledger
         self.fresh_sim_runs: dict[str, tuple[str, Any]] = {}
 
 

@@ -58,17 +58,18 @@ PROBED_PURPOSES = frozenset({"precision", "trial-precision"})
 
 
 def sim_run_serves_both(run_mode: str) -> bool:
-    """Whether a change's precision run is also its first measurement sample — a batch trial's, and a manual
-    round's when ``collect_swimlane`` follows ``run_precision_check`` of the same code with no run in between
-    (``_Handle.fresh_sim_runs``): in SIM only. The simulator is a
-    cost model of the compiled program — deterministic, blind to the host's Python, so the probe cannot move its
-    cycles — and it writes the swimlane files on every run, precision or not. A second run of the same bytes wrote
-    the same files (measured 2026-12-05 on a campaign's softmax trials: every file of both output folders equal
-    byte for byte but the simulator's config file, which names its own folder). Each trial ran the test twice;
-    now once, and the sample still passes every check of ``_measure`` (exit code, own output folders, sources,
-    validity, rule same-work) — folders rewritten after the run included: an edit of WORKSPACE/output/ between
-    run_precision_check and collect_swimlane makes the measurement invalid. On the NPU the measurement stays a run
-    of its own."""
+    """Whether a change's precision run is also its first measurement sample: in SIM only — a batch trial's always,
+    a manual round's when ``collect_swimlane`` follows ``run_precision_check`` of the same bytes with no run in
+    between (``RunOps.offer_sample`` / ``take_sample``).
+
+    The simulator is a cost model of the compiled program — deterministic, blind to the host's Python, so the probe
+    cannot move its cycles — and it writes the swimlane files on every run, precision or not. A second run of the
+    same bytes wrote the same files (measured 2026-12-05 on a campaign's softmax trials: every file of both output
+    folders equal byte for byte but the simulator's config file, which names its own folder). Each change ran the
+    test twice; now once, and the sample still passes every check of ``_measure`` (exit code, own output folders,
+    sources, validity, rule same-work), folders rewritten after the run included: an edit of WORKSPACE/output/
+    between run_precision_check and collect_swimlane makes the measurement invalid. On the NPU the measurement stays
+    a run of its own."""
     return run_mode == "sim"
 
 
@@ -264,7 +265,7 @@ class RunOps(OperationsBase):
         become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
         take (the chip a trial just failed on, R5).
         """
-        h.fresh_sim_runs.pop(st.id, None)  # a run in between: the last precision run is no longer the last run
+        h.fresh_sim_runs.pop(st.id, None)  # a run in between: an offered sample is no longer the last run
         world = self._run_world(h, st)  # type: ignore[attr-defined]  # RunWorldOps, composed in TuningService
         env = self._child_env(st, device_id)  # type: ignore[attr-defined]
         argv = list(st.test_command)
@@ -325,6 +326,22 @@ class RunOps(OperationsBase):
         Read afresh, not from ``st``: trials of a batch run concurrently and one may have just left a chip behind."""
         rows = {t: h.ledger.rows(t, st.id) for t in ("runs", "precision_records")}
         return chip_health(rows, [str(d) for d in st.session["device_ids"]])
+
+    def offer_sample(self, h: _Handle, st: SessionState, sources: dict[str, str], out: "RunOutcome",
+                     verdict: str) -> None:
+        """After a precision run of ``sources``: a passed, untouched SIM run may be the sample of the next
+        ``collect_swimlane`` of exactly these bytes (:func:`sim_run_serves_both`). The bytes, not the code hash: the
+        hash leaves the runtime-debug switch out (it does not change numerics), and the baseline is measured after
+        enable_runtime_debug, on other bytes than its precision run's."""
+        if verdict == "passed" and sim_run_serves_both(st.run_mode) and not out.tampered:
+            h.fresh_sim_runs[st.id] = (hash_sources(sources), out)
+
+    def take_sample(self, h: _Handle, st: SessionState) -> "RunOutcome | None":
+        """The offered sample, when it is of the bytes about to be measured and no run came after it; used once."""
+        fresh = h.fresh_sim_runs.pop(st.id, None)
+        if fresh is None or fresh[0] != hash_sources(st.expected_sources) or not sim_run_serves_both(st.run_mode):
+            return None
+        return fresh[1]
 
     async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
                        round_no: int, count: int, label: str, progress: Progress,
@@ -452,11 +469,9 @@ class RunOps(OperationsBase):
                 round_no, purpose = -1, "stage-baseline"
             reps = int(st.session["repeats"])
             label = f"round{round_no}" if round_no >= 0 else f"{(st.stage or 'stage').lower()}-entry"
-            fresh = h.fresh_sim_runs.pop(st.id, None)
-            first = fresh[1] if fresh is not None and fresh[0] == hash_sources(st.expected_sources) and \
-                sim_run_serves_both(st.run_mode) else None
             m = await self._measure(h, st, sources=st.expected_sources, code=st.current_hash, purpose=purpose,
-                                    round_no=round_no, count=reps, label="repeat", progress=progress, first=first)
+                                    round_no=round_no, count=reps, label="repeat", progress=progress,
+                                    first=self.take_sample(h, st))
             notes = list(m.notes)
             if (purpose == "measure" and st.run_mode == "npu" and m.valid and st.kept_samples
                     and st.kept_us is not None):

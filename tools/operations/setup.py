@@ -37,7 +37,7 @@ from pypto_tune.tools.operations.base import (
     exclusive, INTERPRETER_CHECK, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
 )
 from pypto_tune.tools.operations.run_world import RunWorldOps
-from pypto_tune.tools.operations.runs import check_run, sim_run_serves_both
+from pypto_tune.tools.operations.runs import check_run
 from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
 
 
@@ -321,11 +321,7 @@ class SetupOps(RunWorldOps):
             checked = check_run(out, st.run_mode, **self._verdict_options(st))
             verdict, key = checked.judged, checked.judged.key_output
             v, reason, command_problem = checked.verdict, checked.reason, checked.command_problem
-            if v == "passed" and sim_run_serves_both(st.run_mode) and not out.tampered:
-                # collect_swimlane of exactly these bytes may take it. The bytes, not the code hash: the hash leaves
-                # the runtime-debug switch out (it does not change numerics), and a baseline measurement is taken
-                # after enable_runtime_debug, of other bytes than the precision run's
-                h.fresh_sim_runs[st.id] = (hash_sources(sources), out)
+            self.offer_sample(h, st, sources, out, v)  # type: ignore[attr-defined]  # RunOps
             result_type = COMMAND_PROBLEM if command_problem else checked.result_type
             rec_id = h.ledger.insert(
                 "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),

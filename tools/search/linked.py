@@ -92,10 +92,12 @@ class PairPlan:
     @property
     def free_first(self) -> bool:
         """The pair's tile set now, clipped to the current view, is predicted to gain, and as much as the best tile
-        alone: going the pair's way costs nothing now. Typically it *is* the best lone tile, clipped (upstream_layernorm's
-        [4, 512] under a one-row view runs as [1, 512]), and only the pair's tile leaves the block step something to
-        uncover: once [1, 512] is kept, the pair's tile set later is the same run and cannot be kept."""
-        return self.clipped_now is not None and self.clipped_now > 0.0 and self.clipped_now >= self.tile_alone - 1e-9
+        alone: going the pair's way costs nothing now. Typically it *is* the best lone tile, clipped
+        (upstream_layernorm's [4, 512] under a one-row view runs as [1, 512]), and only the pair's tile leaves the
+        block step something to uncover: once [1, 512] is kept, the pair's tile set later is the same run and cannot
+        be kept."""
+        first = self.clipped_now
+        return first is not None and first > 0.0 and first >= self.tile_alone - 1e-9
 
     @property
     def needs_pair(self) -> bool:
