@@ -233,9 +233,9 @@ def _free_part(link: Link, value: Any) -> Any:
     return value
 
 
-def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Features], float],
-         block_values: list[Any], tile_values: Callable[[dict[str, Any]], list[Any]],
-         by: Literal["model", "knowledge"] = "model",
+def plan(link: Link, *, base: Features, after: AfterFn, block_values: list[Any],
+         tile_values: Callable[[dict[str, Any]], list[Any]], by: Literal["model", "knowledge"] = "model",
+         score: Callable[[Features], float] | None = None,
          step: Callable[[Features, Features], float] | None = None) -> PairPlan:
     """Evaluate the pair: the tile alone, the block alone, and for every block value the best tile its view allows.
 
@@ -243,13 +243,19 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
     the search uses: within the view, within the buffer budget); only values whose uncapped part equals the current
     tile's or the best lone tile's are tried at each block (a pair changes the capped dims).
 
-    ``score`` rates a point against ``base`` in one go (the shape model adds up what the point does to every
-    quantity). ``step(from, to)``, when given, rates one step and a joint point is rated as the better of its two
-    paths — the tile first (clipped now), then the block; or the block first, then the tile — summed step by step.
+    Either ``score`` rates a point against ``base`` in one go (the shape model adds up what the point does to every
+    quantity), or ``step(from, to)`` rates one step: a single change is then ``step(base, point)``, and a joint
+    point the better of its two paths — the tile first (clipped now), then the block; or the block first, then the
+    tile — summed step by step.
     The store needs that: it predicts a change by the measured outcome of similar *single* changes, so a joint point
     rated in one go is a move larger than most it has seen, and its prediction is no larger than a single step's
     (upstream_layernorm, 2026-12-05: +1.25 for the pair against +1.35 for the tile alone, so no pair was planned).
     """
+    if score is None:
+        if step is None:
+            raise ValueError("plan needs score or step")
+        rate = step
+        score = lambda feats: rate(base, feats)  # noqa: E731
     p = PairPlan(link, by=by)
     b, t = link.block, link.tile
     base_k = _kernel(base, link.scope)
@@ -264,6 +270,17 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
     best_alone = max(alone, key=lambda x: x[0]) if alone else None
     p.tile_alone = best_alone[0] if best_alone else 0.0
     templates = {_free_part(link, norm_value(t.value))} | ({_free_part(link, best_alone[1])} if best_alone else set())
+    firsts: dict[str, tuple[Features | None, float]] = {}
+
+    def tile_step(v: Any) -> tuple[Features | None, float]:
+        """The tile set now (clipped to the current view) and its step from ``base``, once per tile value: every
+        block value tries the same tiles first (a step rating is a store prediction over every observation)."""
+        key = value_key(v)
+        if key not in firsts:
+            first = after([(t, v)])
+            firsts[key] = (first, step(base, first) if step is not None and first is not None else 0.0)
+        return firsts[key]
+
     p.best_score = float("-inf")
     for bv in block_values:
         only_b = after([(b, bv)])
@@ -280,7 +297,7 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
             feats = after([(b, bv), (t, v)])
             if feats is None:
                 continue
-            sc = score(feats) if step is None else _by_steps(step, base, after([(t, v)]), only_b, feats)
+            sc = score(feats) if step is None else _by_steps(step, base, tile_step(v), only_b, s_b, feats)
             if sc > best_here:
                 best_here, tile_here = sc, v
         key = value_key(bv)
@@ -297,10 +314,14 @@ def plan(link: Link, *, base: Features, after: AfterFn, score: Callable[[Feature
     return p
 
 
-def _by_steps(step: Callable[[Features, Features], float], base: Features, tile_first: Features | None,
-              block_first: Features, joint: Features) -> float:
-    """A joint point rated as two steps, the better of its two orders (see :func:`plan`)."""
-    paths = [step(base, block_first) + step(block_first, joint)]
-    if tile_first is not None:
-        paths.append(step(base, tile_first) + step(tile_first, joint))
+def _by_steps(step: Callable[[Features, Features], float], base: Features,
+              tile_first: tuple[Features | None, float], block_first: Features, block_score: float,
+              joint: Features) -> float:
+    """A joint point rated as two steps, the better of its two orders (see :func:`plan`). The first steps come
+    rated already: the block's (``block_score``, its lone step from ``base``) and the tile's (``tile_first``: its
+    features and step)."""
+    paths = [block_score + step(block_first, joint)]
+    first, first_score = tile_first
+    if first is not None:
+        paths.append(first_score + step(first, joint))
     return max(paths)

@@ -83,10 +83,7 @@ class Priors(BaseModel):
         from pypto_tune.tools.knowledge import match, situation
 
         cls = situation.change_class(knob.kind, knob.name, knob.context.get("consumers"))
-        fb, fa = situation.changed_kernel(base, after, reached)
-        sit = situation.describe(cls, fb, fa, knob.value, value)
-        pred = match.predict(self.knowledge, change_class=cls, kernel_kind=situation.kernel_kind(fb), group=stage,
-                             situation=sit)
+        pred = self._predict(cls, base, after, stage, reached, knob.value, value)
         cal = self._calibration(cls) if with_model and cls != "other" else match.Calibration()
         score = match.experience_score(pred, model_score, with_model=with_model, scale=cal.scale)
         if pred is None:
@@ -108,13 +105,22 @@ class Priors(BaseModel):
         candidate of its own to ask the store about."""
         if not self.knowledge or after is None or change_class == "other":
             return 0.0
+        from pypto_tune.tools.knowledge import match
+
+        return match.experience_score(self._predict(change_class, base, after, stage), 0.0, with_model=False)
+
+    def _predict(self, change_class: str, base: list[dict[str, Any]], after: list[dict[str, Any]] | None,
+                 stage: str, reached: dict[str, Any] | None = None, before_value: Any = None,
+                 after_value: Any = None) -> Any:
+        """The store's prediction (``match.Prediction`` or None) for a change of ``change_class`` the shape model
+        shows as ``base`` → ``after``: the one path from features to similar observations, for a candidate and for
+        a linked pair's step alike."""
         from pypto_tune.tools.knowledge import match, situation
 
-        fb, fa = situation.changed_kernel(base, after)
-        sit = situation.describe(change_class, fb, fa)
-        pred = match.predict(self.knowledge, change_class=change_class, kernel_kind=situation.kernel_kind(fb),
+        fb, fa = situation.changed_kernel(base, after, reached)
+        sit = situation.describe(change_class, fb, fa, before_value, after_value)
+        return match.predict(self.knowledge, change_class=change_class, kernel_kind=situation.kernel_kind(fb),
                              group=stage, situation=sit)
-        return match.experience_score(pred, 0.0, with_model=False)
 
     def _calibration(self, change_class: str) -> Any:
         """The store's calibration of the model for one class of change, computed once per priors object."""

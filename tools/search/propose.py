@@ -483,7 +483,7 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
                       view=tile_view(k, kernel))
 
 
-def _pair_plans(ctx: _Context, knobs: list[Knob], by: str,
+def _pair_plans(ctx: _Context, knobs: list[Knob], by: Literal["model", "knowledge"],
                 only: Callable[[str, Any], bool] | None = None) -> dict[str, linked.PairPlan]:
     """Plans of the linked (block, tile) pairs among ``knobs``, keyed by the block knob's id (the best plan of a
     block that feeds several tiles). ``by``: who scores the points — the shape model (``model``), or, when the store
@@ -495,30 +495,25 @@ def _pair_plans(ctx: _Context, knobs: list[Knob], by: str,
     out: dict[str, linked.PairPlan] = {}
     ids = {k.id for k in knobs}
 
-    def score_model(link: linked.Link) -> Callable[[list[dict[str, Any]]], float]:
-        return lambda feats: sum(t.score for t in kernel_terms(ctx, feats)[0])
+    def score_model(feats: list[dict[str, Any]]) -> float:
+        return sum(t.score for t in kernel_terms(ctx, feats)[0])
 
     def step_store(link: linked.Link) -> Callable[[list[dict[str, Any]], list[dict[str, Any]]], float]:
         tile = link.tile
         cls = change_class(tile.kind, tile.name, tile.context.get("consumers"))
         return lambda before, after: ctx.priors.measured_score(cls, before, after, ctx.stage)
 
-    def score_store(link: linked.Link) -> Callable[[list[dict[str, Any]]], float]:
-        step = step_store(link)
-        return lambda feats: step(ctx.base, feats)
+    def asked(k: Knob, values: list[Value]) -> list[Any]:
+        return [v.value for v in values if only is None or only(k.id, norm_value(v.value))]
 
-    scorer = score_model if by == "model" else score_store
     for link in linked.find_links([ctx.as_ran(k) for k in ctx.knobs], ctx.base, ctx.after_many):
         if link.block.id not in ids or link.tile.id not in ids:
             continue
-        def asked(k: Knob, values: list[Value]) -> list[Any]:
-            return [v.value for v in values if only is None or only(k.id, norm_value(v.value))]
-
         blocks = asked(link.block, _knob_values(ctx, link.block, ctx.kernel_of(link.block)))
-        pl = linked.plan(link, base=ctx.base, after=ctx.after_many, score=scorer(link), block_values=blocks,
-                         tile_values=lambda kern, t=link.tile: asked(t, _knob_values(ctx, t, kern)),
-                         by="model" if by == "model" else "knowledge",
-                         step=None if by == "model" else step_store(link))
+        pl = linked.plan(link, base=ctx.base, after=ctx.after_many, block_values=blocks,
+                         tile_values=lambda kern, t=link.tile: asked(t, _knob_values(ctx, t, kern)), by=by,
+                         score=score_model if by == "model" else None,
+                         step=step_store(link) if by == "knowledge" else None)
         prev = out.get(link.block.id)
         if prev is None or pl.best_score > prev.best_score:
             out[link.block.id] = pl
