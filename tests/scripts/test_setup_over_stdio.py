@@ -1,0 +1,91 @@
+"""scripts/setup.sh and scripts/demo.sh run again while a session runs from the same checkout: they change no file of
+.venv (a session fingerprints the interpreter's files and would discard its next run), say so in one line, and the
+session goes on measuring; a set-up that must change .venv names the running session and stops."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+
+from tests.conftest import require_real
+from tests.server.mcp_client import connect
+from tests.sessions import to_frontend
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV = ROOT / ".venv"
+SOFTMAX = ROOT / "fixtures" / "operators" / "softmax" / "softmax.py"
+
+
+def _venv_state() -> dict[str, tuple[int, int, int, int]]:
+    """Every entry of .venv with what a rewrite changes: size, inode, mtime and ctime (the session's scan reads
+    size, inode and ctime)."""
+    out = {}
+    for folder, dirs, files in os.walk(VENV):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(folder, name))
+            out[os.path.join(folder, name)] = (st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    return out
+
+
+def _run(script: str, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "EXTRA"}
+    if extra:
+        env["EXTRA"] = extra
+    return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=ROOT)
+
+
+def _stamped_extras() -> set[str]:
+    try:
+        lines = (VENV / ".pypto-tune-setup").read_text().splitlines()
+    except OSError:
+        return set()
+    return {e for line in lines if line.startswith("extras ") for e in line.split(" ", 1)[1].split(",")}
+
+
+def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tmp_path: Path) -> None:
+    require_real(Path(sys.executable).parent.parent == VENV, f"the tests run from {VENV}")
+    require_real({"sim", "operator-tests"} <= _stamped_extras(), "a .venv made by scripts/setup.sh (its stamp)")
+    ws = tmp_path / "op"
+    ws.mkdir()
+    shutil.copy2(SOFTMAX, ws / "softmax.py")
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["softmax.py"], ["python", "softmax.py", "--run-mode", "sim"])
+            before = _venv_state()
+            # the checkout's main command and its set-up, run twice while the session holds its workspace
+            for _ in range(2):
+                setup = _run("setup.sh")
+                assert setup.returncode == 0, setup.stderr
+                assert setup.stdout.strip().splitlines()[-1].startswith("setup: .venv is up to date"), setup.stdout
+                demo = _run("demo.sh", "--help")
+                assert demo.returncode == 0 and "usage: pypto-tune demo" in demo.stdout, demo.stderr
+            assert _venv_state() == before
+            # a set-up that must change .venv (an extra not installed) names the session and stops
+            refused = _run("setup.sh", extra="mutation")
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            assert "processes run from it" in refused.stderr and f"holds the session of {ws}" in refused.stderr
+            assert "--force" in refused.stderr
+            assert _venv_state() == before
+            # and the session still measures: a trial runs, verifies and is measured, nothing discarded
+            cands = (await s.ok("propose_candidates", session_id=sid, limit=1))["candidates"]
+            ran = await s.ok("run_candidates", session_id=sid, candidates=[cands[0]["id"]])
+            assert ran["refused"] == [] and len(ran["trials"]) == 1, ran
+            trial = ran["trials"][0]
+            assert trial["verdict"] == "passed" and trial["operator_time_us"], trial
+            assert "interpreter" not in (trial.get("reason") or ""), trial
+
+    anyio.run(scenario)
+
+
+def test_setup_help_and_an_unknown_option() -> None:
+    shown = _run("setup.sh", "--help")
+    assert shown.returncode == 0 and "--force" in shown.stdout and "EXTRA=" in shown.stdout
+    wrong = _run("setup.sh", "--froce")
+    assert wrong.returncode == 2 and "--force" in wrong.stderr
