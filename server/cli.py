@@ -7,26 +7,105 @@ stdout stream belongs to the MCP protocol.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import secrets
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pypto_tune.tools.errors import PyptoTuneError
 
 from pypto_tune import __version__
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pypto-tune", description="MCP server that keeps PyPTO operator tuning honest")
-    p.add_argument("--version", action="version", version=f"pypto-tune {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+#: ``--help`` of each command ends with these (the first line a user tries is the one printed first)
+EXAMPLES = {
+    "pypto-tune": """examples:
+  pypto-tune demo                                   # a whole SIM session on a bundled operator
+  pypto-tune serve --workspace /path/to/operator    # the MCP server, for Claude Code, Codex, …
+  pypto-tune COMMAND --help                         # each command's options and examples""",
+    "serve": """examples:
+  pypto-tune serve --workspace /path/to/operator
+  pypto-tune serve --transport http --port 8765
+  pypto-tune serve --transport http --host 0.0.0.0 --allow-remote --token SECRET
+  pypto-tune serve --executor ray --ray-address HEAD_HOST:6379 --knowledge team.json""",
+    "demo": """examples:
+  pypto-tune demo
+  pypto-tune demo --lang zh --workspace /tmp/demo-run
+  pypto-tune demo --operator rmsnorm""",
+    "campaign": """examples:
+  pypto-tune campaign fixtures/operators --copy-to campaign-run --goal-speedup 8 --trials 6
+  pypto-tune campaign mylib.toml --executor ray --ray-address HEAD_HOST:6379
+  pypto-tune campaign fixtures/operators --copy-to campaign-run --status
+  pypto-tune campaign mylib.toml --stop""",
+    "knowledge": """examples:
+  pypto-tune knowledge show
+  pypto-tune knowledge import campaign-run               # every session a campaign folder holds
+  pypto-tune knowledge import team.json ops/softmax      # a shared file and a workspace
+  pypto-tune knowledge export team.json""",
+    "analyze": """examples:
+  pypto-tune analyze demo-run/output                     # the newest run under it
+  pypto-tune analyze demo-run/output/output_20260101_000000 --json --lang en""",
+    "confirm": """examples:
+  pypto-tune confirm --workspace /path/to/operator""",
+    "status": """examples:
+  pypto-tune status --workspace demo-run --lang en""",
+    "report": """examples:
+  pypto-tune report --workspace demo-run --format html --lang en""",
+}
 
-    s = sub.add_parser("serve", help="run the MCP server (stdio by default)")
-    s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+
+class _Parser(argparse.ArgumentParser):
+    """argparse as a first-time user needs it: a mistake is answered with the usage of the command it was made in
+    (not the top level's), a close match for a mistyped flag, subcommand or choice, and where the examples are."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = super().parse_known_args(args, namespace)
+        # a subcommand's parser is called with parse_known_args and hands what it did not know back to the top level,
+        # whose error would show the top-level usage: a subcommand reports its own unknown arguments
+        if extras and self.prog != "pypto-tune":
+            known = [o for a in self._actions for o in a.option_strings]
+            hints = []
+            for extra in extras:
+                close = difflib.get_close_matches(extra.split("=", 1)[0], known, n=1) if extra.startswith("-") else []
+                hints.append(f"{extra} (did you mean {close[0]}?)" if close else extra)
+            self.error("unrecognized arguments: " + " ".join(hints))
+        return parsed, extras
+
+    def _check_value(self, action: argparse.Action, value) -> None:  # noqa: ANN001 - argparse's own signature
+        # argparse's check, with a close match named (Python 3.14 has suggest_on_error; this runs on 3.11)
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r} (choose from {choices}){hint}")
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n`{self.prog} --help` shows every option, with examples\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="pypto-tune", description="MCP server that keeps PyPTO operator tuning honest",
+                epilog=EXAMPLES["pypto-tune"])
+    p.add_argument("--version", action="version", version=f"pypto-tune {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, helptext: str, epilog: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=helptext, description=helptext,
+                              epilog=(epilog + "\n\n" if epilog else "") + EXAMPLES[name])
+
+    s = command("serve", "run the MCP server (stdio by default)")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio",
+                   help="stdio (default: the client starts the server) or http (streamable HTTP at /mcp)")
     s.add_argument("--host", default="127.0.0.1", help="HTTP bind address (loopback by default)")
-    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
     s.add_argument("--workspace", type=Path, default=None,
                    help="default workspace: sessions in its ledger can be addressed by id after a restart")
     s.add_argument("--allow-remote", action="store_true",
@@ -52,44 +131,49 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--knowledge", type=Path, default=None, metavar="FILE",
                    help="a knowledge store (pypto-tune knowledge export): its observations rank propose_candidates "
                    "as labelled priors (default: PYPTO_TUNE_KNOWLEDGE, else none)")
-    s.add_argument("--log-level", default="INFO")
+    s.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="what the server logs to stderr (default INFO; stdout belongs to the protocol)")
 
-    d = sub.add_parser("demo", help="the main job: a complete scripted tuning session on a bundled operator (SIM)")
+    d = command("demo", "the main job: a complete scripted tuning session on a bundled operator (SIM)")
     d.add_argument("--workspace", type=Path, default=None, help="where to copy the operator (default: ./demo-run)")
-    d.add_argument("--lang", choices=["zh", "en"], default="en")
-    d.add_argument("--operator", default="softmax", help="bundled operator to tune")
+    d.add_argument("--lang", choices=["zh", "en"], default="en", help="language of the progress and the first "
+                   "report (default en; both languages are written)")
+    d.add_argument("--operator", default="softmax", help="bundled operator to tune (default softmax)")
 
     from pypto_tune.tools.campaign.commands import HELP as CAMPAIGN_HELP
     from pypto_tune.tools.campaign.commands import add_arguments as campaign_arguments
 
-    k = sub.add_parser("campaign", help="tune every operator of a manifest or folder, each a full gated session "
-                       "driven by the server's own search", epilog=CAMPAIGN_HELP,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    k = command("campaign", "tune every operator of a manifest or folder, each a full gated session driven by the "
+                "server's own search", CAMPAIGN_HELP.rstrip())
     campaign_arguments(k)
 
-    kn = sub.add_parser("knowledge", help="the knowledge store distilled from ledgers: export it as one file, "
-                        "import a file (or ledgers, or workspaces) into it")
-    kn.add_argument("action", choices=["export", "import", "show"])
+    kn = command("knowledge", "the knowledge store distilled from ledgers: export it as one file, import a file (or "
+                 "ledgers, workspaces, campaign folders) into it, show what it holds")
+    kn.add_argument("action", choices=["export", "import", "show"],
+                    help="export FILE: write the store; import PATH...: merge into it; show: summarise it")
     kn.add_argument("files", nargs="*", type=Path, help="export: the file to write; import: knowledge files, "
-                    "ledgers (.sqlite3) or workspaces")
+                    "ledgers (.sqlite3), workspaces or campaign folders (each reported on its own)")
     kn.add_argument("--store", type=Path, default=None, help="the store (default: PYPTO_TUNE_KNOWLEDGE, else "
                     "~/.config/pypto-tune/knowledge.json)")
 
-    a = sub.add_parser("analyze", help="one-shot analysis of a run's output folder (NPU or SIM layout)")
-    a.add_argument("args", nargs=argparse.REMAINDER, help="OUTPUT_DIR [--json] [--lang zh|en] [--outer-loops N]")
+    from pypto_tune.tools.analysis.cli import add_arguments as analyze_arguments
 
-    c = sub.add_parser("confirm", help="answer, at a terminal, the question a session asked a person (R5 retry)")
-    c.add_argument("--workspace", type=Path, default=Path.cwd())
+    a = command("analyze", "one-shot analysis of a run's output folder (NPU or SIM layout)")
+    analyze_arguments(a)
+
+    c = command("confirm", "answer, at a terminal, the question a session asked a person (R5 retry)")
+    c.add_argument("--workspace", type=Path, default=Path.cwd(), help="the session's workspace (default: here)")
     c.add_argument("--session", default=None, help="session id (default: the newest in the workspace)")
 
     for name, helptext in (("status", "print the status board of the session in --workspace"),
                            ("report", "render the report of the session in --workspace")):
-        q = sub.add_parser(name, help=helptext)
-        q.add_argument("--workspace", type=Path, default=Path.cwd())
+        q = command(name, helptext)
+        q.add_argument("--workspace", type=Path, default=Path.cwd(), help="the session's workspace (default: here)")
         q.add_argument("--session", default=None, help="session id (default: the newest in the workspace)")
-        q.add_argument("--lang", choices=["zh", "en"], default="zh")
+        q.add_argument("--lang", choices=["zh", "en"], default="zh", help="language (default zh)")
         if name == "report":
-            q.add_argument("--format", choices=["md", "html", "both"], default="both")
+            q.add_argument("--format", choices=["md", "html", "both"], default="both",
+                           help="Markdown, HTML or both (default both)")
     return p
 
 
@@ -115,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "analyze":
             from pypto_tune.tools.analysis.cli import analyze_command
 
-            return analyze_command(list(args.args))
+            return analyze_command(args)
         if args.command in ("status", "report"):
             return _offline(args)
         if args.command == "confirm":

@@ -12,11 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from pypto_tune.tools.analysis.engine import analyze_runs
-from pypto_tune.tools.analysis.layout import find_run_dirs, locate
-from pypto_tune.tools.analysis.models import RunAnalysis
-from pypto_tune.tools.analysis.report import write_report
+from typing import TYPE_CHECKING
+
 from pypto_tune.tools.errors import PyptoTuneError
+
+if TYPE_CHECKING:
+    from pypto_tune.tools.analysis.models import RunAnalysis
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,8 +29,9 @@ class _UsageError(Exception):
     pass
 
 
-def _parser() -> _Parser:
-    p = _Parser(prog="pypto-tune analyze", description="Analyse a PyPTO run's swimlane output (NPU or SIM layout).")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``pypto-tune analyze`` (shared with the main CLI, whose ``--help`` shows them; the engine is
+    imported only when a run is analysed, so building the parser stays cheap)."""
     p.add_argument("dir", help="a run folder output_<ts>, an output/ folder, or a workspace holding output/")
     p.add_argument("--json", action="store_true", help="print the full analysis as JSON")
     p.add_argument("--lang", choices=("zh", "en"), default="zh", help="report language (default zh)")
@@ -37,6 +39,11 @@ def _parser() -> _Parser:
                    help="product of the trip counts of all non-innermost pypto.loops (for t/iter)")
     p.add_argument("--run-mode", choices=("sim", "npu"), default=None, help="default: from the folder layout")
     p.add_argument("--no-report", action="store_true", help="do not write performance_analysis_report.md")
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="pypto-tune analyze", description="Analyse a PyPTO run's swimlane output (NPU or SIM layout).")
+    add_arguments(p)
     return p
 
 
@@ -68,13 +75,21 @@ def summary_text(a: RunAnalysis, report: Path | None, note: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def analyze_command(argv: list[str]) -> int:
-    """Entry point; returns the exit status (0 ok, 2 usage or artifact error)."""
-    try:
-        args = _parser().parse_args(argv)
-    except _UsageError as exc:
-        print(f"pypto-tune analyze: {exc}", file=sys.stderr)
-        return 2
+def analyze_command(argv: list[str] | argparse.Namespace) -> int:
+    """Entry point (an argument list, or the options the main CLI parsed); returns the exit status (0 ok, 2 usage or
+    artifact error)."""
+    from pypto_tune.tools.analysis.engine import analyze_runs
+    from pypto_tune.tools.analysis.layout import find_run_dirs, locate
+    from pypto_tune.tools.analysis.report import write_report
+
+    if isinstance(argv, argparse.Namespace):
+        args = argv
+    else:
+        try:
+            args = _parser().parse_args(argv)
+        except _UsageError as exc:
+            print(f"pypto-tune analyze: {exc}", file=sys.stderr)
+            return 2
     try:
         dirs = find_run_dirs(Path(args.dir))
         if not dirs:

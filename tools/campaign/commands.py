@@ -41,9 +41,10 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--quiet", action="store_true", help="no terminal board (board.html still refreshes)")
     g = c.add_argument_group("a folder of operators")
     g.add_argument("--copy-to", type=Path, default=None, help="tune copies in DIR/<operator>, not the folder itself")
-    g.add_argument("--goal-speedup", type=float, default=None)
-    g.add_argument("--goal-target-us", type=float, default=None)
-    g.add_argument("--run-mode", choices=["sim", "npu"], default="sim")
+    g.add_argument("--goal-speedup", type=float, default=None, help="goal of every operator as a speed-up factor "
+                   "(this or --goal-target-us is required)")
+    g.add_argument("--goal-target-us", type=float, default=None, help="goal of every operator as a target time in µs")
+    g.add_argument("--run-mode", choices=["sim", "npu"], default="sim", help="sim (default) or npu")
     g.add_argument("--trials", type=int, default=None, help="trial budget per operator (default 8)")
     g.add_argument("--wall-h", type=float, default=None, help="wall-time budget per operator in hours (default 1)")
     b = c.add_argument_group("campaign-wide (override the manifest)")
