@@ -2,8 +2,9 @@
 
 * ``export FILE`` — write the store (``--store``, default ``$PYPTO_TUNE_KNOWLEDGE`` or
   ``~/.config/pypto-tune/knowledge.json``) to FILE, seed rules included;
-* ``import FILE...`` — merge into the store: knowledge files (from ``export``), ledgers (``ledger.sqlite3``) or
-  workspaces (their ledger is distilled); the same observation imported twice is kept once;
+* ``import PATH...`` — merge into the store: knowledge files (from ``export``), ledgers (``ledger.sqlite3``),
+  workspaces (their ledger is distilled) or campaign folders (every operator's workspace); the same observation
+  imported twice is kept once; a path that cannot be read is reported and skipped, the others imported (exit 1);
 * ``show`` — what the store holds: observations by operator, change class and outcome.
 
 A server or campaign uses a store only when told: ``serve --knowledge FILE``, ``campaign --knowledge FILE`` or
@@ -15,7 +16,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from pypto_tune.tools.errors import InputError
+import orjson
+
+from pypto_tune.tools.errors import InputError, PyptoTuneError
 from pypto_tune.tools.knowledge.store import FORMAT, default_store, read, write
 
 
@@ -30,22 +33,66 @@ def _is_knowledge_file(path: Path) -> bool:
     return FORMAT in head or '"observations"' in head
 
 
-def import_paths(store: Path, paths: list[Path]) -> list[str]:
-    """Merge knowledge files, ledgers or workspaces into ``store``; one line per input saying what it added."""
+def _sources(path: Path) -> list[Path]:
+    """What one path given to ``import`` stands for: a knowledge file or ledger itself; a workspace (its ledger); a
+    campaign's folder (``campaign.json``: every operator's workspace); a folder holding campaign folders (the one
+    ``campaign --copy-to DIR`` makes: ``DIR/.pypto-tune-campaign/<name>/``) or workspaces one level down."""
+    from pypto_tune.tools.campaign.journal import CAMPAIGN_DIR, SPEC_FILE
+
+    if not path.exists():
+        raise InputError(f"{path} does not exist", hint="pass knowledge files, ledgers, workspaces or campaign folders")
+    if path.is_file() or (path / ".pypto-tune" / "ledger.sqlite3").is_file():
+        return [path]
+    campaigns = [path] if (path / SPEC_FILE).is_file() else sorted(p.parent for p in (path / CAMPAIGN_DIR).glob(
+        f"*/{SPEC_FILE}"))
+    found: list[Path] = []
+    for folder in campaigns:
+        spec = orjson.loads((folder / SPEC_FILE).read_bytes()).get("spec", {})
+        found += [Path(op["workspace"]) for op in spec.get("operators", []) if op.get("workspace")]
+    found += sorted(p.parent.parent for p in path.glob("*/.pypto-tune/ledger.sqlite3"))
+    if not found:
+        raise InputError(f"{path} holds no ledger, workspace or campaign",
+                         hint="pass a workspace (it holds .pypto-tune/ledger.sqlite3), a campaign's folder, a ledger "
+                         "or a knowledge file")
+    return list(dict.fromkeys(found))
+
+
+def import_paths(store: Path, paths: list[Path]) -> tuple[list[str], int]:
+    """Merge knowledge files, ledgers, workspaces or campaign folders into ``store``, importing what it can: one line
+    per source saying what it added or why it was skipped, then the store's total; returns the lines and how many
+    sources were skipped."""
     from pypto_tune.tools.knowledge.distill import distill_workspace
 
     kf = read(store)
-    lines = []
-    for p in paths:
-        if not p.exists():
-            raise InputError(f"{p} does not exist", hint="pass knowledge files, ledger files or workspaces")
-        other = read(p) if p.is_file() and _is_knowledge_file(p) else distill_workspace(p)
-        added, sources = kf.merge(other)
-        lines.append(f"{p}: {added} observation(s) from {sources} session(s) added "
-                     f"({len(other.observations) - added} already there)")
+    lines: list[str] = []
+    skipped = 0
+    for given in paths:
+        try:
+            sources = _sources(given)
+        except (PyptoTuneError, OSError, ValueError) as exc:
+            lines.append(f"{given}: skipped — {_why(exc)}")
+            skipped += 1
+            continue
+        for p in sources:
+            shown = str(p) if p == given else f"{given} → {p}"
+            try:
+                other = read(p) if p.is_file() and _is_knowledge_file(p) else distill_workspace(p)
+            except (PyptoTuneError, OSError, ValueError) as exc:
+                lines.append(f"{shown}: skipped — {_why(exc)}")
+                skipped += 1
+                continue
+            added, sessions = kf.merge(other)
+            lines.append(f"{shown}: {added} observation(s) from {sessions} session(s) added "
+                         f"({len(other.observations) - added} already there)")
     write(store, kf)
-    lines.append(f"store {store}: {len(kf.observations)} observation(s) from {len(kf.sources)} session(s)")
-    return lines
+    lines.append(f"store {store}: {len(kf.observations)} observation(s) from {len(kf.sources)} session(s)"
+                 + (f"; {skipped} source(s) skipped" if skipped else ""))
+    return lines, skipped
+
+
+def _why(exc: BaseException) -> str:
+    hint = getattr(exc, "hint", "")
+    return f"{getattr(exc, 'message', None) or exc}" + (f" ({hint})" if hint else "")
 
 
 def show(store: Path) -> str:
@@ -72,9 +119,10 @@ def knowledge_command(action: str, files: list[Path], *, store: Path | None = No
         if not files:
             raise InputError("import needs at least one knowledge file, ledger or workspace",
                              hint="pypto-tune knowledge import team.json")
-        for line in import_paths(target, files):
+        lines, skipped = import_paths(target, files)
+        for line in lines:
             print(line)
-        return 0
+        return 1 if skipped else 0
     if action == "show":
         print(show(target))
         return 0
