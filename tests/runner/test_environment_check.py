@@ -26,7 +26,7 @@ async def test_sim_checklist_on_this_machine(tmp_path: Path) -> None:
                                      env=build_child_env(run_mode="sim"), python=sys.executable)
     c = by_name(checks)
     assert list(c) == ["import pypto", "python3 on PATH", "matplotlib absent", "byte-compile op.py",
-                       "byte-compile broken.py"]
+                       "byte-compile broken.py", "test imports"]
     assert c["import pypto"].ok and "0.2.0" in c["import pypto"].detail
     assert c["python3 on PATH"].ok
     assert c["matplotlib absent"].ok  # a warning-level check never blocks
@@ -35,6 +35,36 @@ async def test_sim_checklist_on_this_machine(tmp_path: Path) -> None:
     assert "broken.py:1" in c["byte-compile broken.py"].detail
     assert all(x.at for x in checks)
     assert not list(tmp_path.rglob("*.pyc"))  # byte-compiling wrote nothing into the workspace
+
+
+@pytest.mark.sim
+async def test_a_missing_import_and_an_option_pypto_does_not_know_are_named_with_where_and_the_fix(
+        tmp_path: Path) -> None:
+    """PyPTO's tests import pytest at module level and may set a runtime option another pypto version knows
+    (``max_workspace_kb``: pypto 0.2.0 fails it as ``IndexError: map::at`` from SetScope, naming nothing). Both are
+    named before the baseline, with the file and line. A guarded import (the NPU branch's torch_npu) and the
+    workspace's own modules are not required."""
+    (tmp_path / "helper.py").write_text("ROWS = 8\n")
+    (tmp_path / "op.py").write_text(
+        "import pypto\nfrom helper import ROWS\ntry:\n    import torch_npu\nexcept ImportError:\n    pass\n\n"
+        "@pypto.frontend.jit(runtime_options={'run_mode': 1, 'max_workspace_kb': 64},\n"
+        "                    pass_options=dict(pg_upper_bound=5, no_such_pass_knob=1))\n"
+        "def kernel():\n    pass\n")
+    (tmp_path / "test_op.py").write_text("import pytest\nimport no_such_module_for_tests\nimport op\n")
+    checks = by_name(await check_environment(run_mode="sim", workspace=tmp_path, operator_files=["op.py"],
+                                             env=build_child_env(run_mode="sim"), python=sys.executable,
+                                             test_command=["python", "-m", "pytest", "test_op.py::test_it"]))
+    imports, options = checks["test imports"], checks["pypto options"]
+    assert not imports.ok
+    assert imports.detail.startswith(f"test_op.py:2 imports no_such_module_for_tests, which {sys.executable} "
+                                     "cannot import")
+    assert "before the baseline" in imports.detail and "pip install" in imports.detail
+    assert "torch_npu" not in imports.detail and "helper" not in imports.detail and "pytest," not in imports.detail
+    assert not options.ok
+    assert "op.py:8: runtime_options key 'max_workspace_kb' is not an option of the installed pypto" in options.detail
+    assert "op.py:9: pass_options key 'no_such_pass_knob'" in options.detail
+    assert "stitch_function_max_num" in options.detail and "IndexError: map::at" in options.detail
+    assert "'run_mode'" not in options.detail and "pg_upper_bound'" not in options.detail
 
 
 async def test_no_python3_on_path_fails_the_a2b_check(tmp_path: Path) -> None:
@@ -85,7 +115,7 @@ def test_byte_compile_reports_missing_files_and_bad_bytes(tmp_path: Path) -> Non
 # The server builds the child's environment itself (build_child_env drops PYPTO_NPU_EMU_CONFIG): the box is found
 # through the npu-smi on PATH and the stand-ins through PYTHONPATH, exactly as CANN's set_env.sh exposes torch_npu.
 R3_NPU = ["npu-smi info", "torch_npu devices", "TILE_FWK_DEVICE_ID", "PTO-ISA DivAlgorithm", "import pypto",
-          "python3 on PATH", "matplotlib absent", "byte-compile op.py"]
+          "python3 on PATH", "matplotlib absent", "byte-compile op.py", "test imports"]
 
 
 async def box_checks(tmp_path: Path, *, python: str = sys.executable, keep_config_var: bool = False,

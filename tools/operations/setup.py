@@ -51,7 +51,7 @@ class SetupOps(RunWorldOps):
         self, *, workspace: str, operator_files: list[str], test_command: str | list[str], run_mode: str,
         goal_speedup: float | None = None, goal_target_us: float | None = None, timeout_s: float = 300.0,
         device_ids: list[str] | None = None, time_limit_h: float = 12.0, repeats: int | None = None,
-        shell: bool = False, pass_pattern: str | None = None, fail_pattern: str | None = None,
+        shell: bool = False, pass_pattern: str | None = None, fail_pattern: str | None = None, lang: str | None = None,
     ) -> StartSessionResult:
         """Start (or resume) the session of a workspace. The goal is mandatory (R1); the command is fixed here."""
         ws = resolve_workspace(workspace)
@@ -132,7 +132,7 @@ class SetupOps(RunWorldOps):
                 timeout_s=float(timeout_s), device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
                 original_sources=sources, original_hash=code_hash(sources), original_raw_hash=hash_sources(sources),
                 config={"python": self.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
-                        "pass_pattern": pass_pattern, "fail_pattern": fail_pattern,
+                        "pass_pattern": pass_pattern, "fail_pattern": fail_pattern, "lang": lang or "zh",
                         recorded_env.CONFIG_KEY: world.as_json()},
             )
             for e in tree.values():
@@ -284,7 +284,7 @@ class SetupOps(RunWorldOps):
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
                     env=self._child_env(st, st.device), python=self.python,
-                    device_ids=list(st.session["device_ids"]),
+                    device_ids=list(st.session["device_ids"]), test_command=list(st.session["test_command"]),
                 )
                 batch = st.env_batches + 1
                 with h.ledger.transaction() as tx:

@@ -10,11 +10,14 @@ set, in range, and on an idle chip whose health is not Alarm (from npu-smi's tab
 ``$PTO_TILE_LIB_CODE_PATH/include/pto/`` exists and mentions ``DivAlgorithm``; ``import pypto``; each operator file
 byte-compiles. SIM: ``import pypto`` and byte-compile apply (R3's last column), plus two
 checks from A.2b: a ``python3`` on the child's PATH (else no swimlane is written) and matplotlib absent from it
-(else every SIM run also draws a PNG and takes ~15 s instead of ~3 s) — the latter only a warning.
+(else every SIM run also draws a PNG and takes ~15 s instead of ~3 s) — the latter only a warning. Both modes,
+last: what the test's own files need (:func:`needs_checks`) — every module they import unconditionally importable,
+every pypto option key they set known to the installed pypto — before the session fingerprints the interpreter.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,6 +29,7 @@ from pathlib import Path
 import anyio
 
 from pypto_tune.tools.errors import RunError
+from pypto_tune.tools.running import source_needs
 from pypto_tune.tools.running.runner import RunResult, run_command
 from pypto_tune.tools.snapshot import EnvCheck
 
@@ -284,9 +288,84 @@ async def _path_python_checks(*, cwd: Path, env: dict[str, str], timeout_s: floa
     return [_check("python3 on PATH", True, f"{py3} (Python {version})"), mpl]
 
 
+# What the test's files need, asked of the interpreter the runs use, in one child: ``find_spec`` locates a module
+# without running it; the options tree needs pypto imported. The answer is the last line (pypto may print before it).
+_NEEDS_PROBE = r"""
+import importlib.util, json, sys
+missing = []
+for name in json.loads(sys.argv[1]):
+    try:
+        if importlib.util.find_spec(name) is None:
+            missing.append(name)
+    except (ImportError, ValueError):
+        missing.append(name)
+tree = None
+if "pypto" not in missing:
+    try:
+        import pypto.config
+        tree = sorted({l.split(":", 1)[0].strip() for l in pypto.config.get_options_tree().splitlines() if ":" in l})
+    except Exception as exc:
+        tree = "%s: %s" % (type(exc).__name__, exc)
+print(json.dumps({"missing": missing, "options": tree}))
+"""
+
+
+async def needs_checks(*, workspace: Path, files: list[str], python: str, env: dict[str, str],
+                            timeout_s: float = CHECK_TIMEOUT_S) -> list[EnvCheck]:
+    """Two checks of what the test's own files need (``source_needs.py``): every module they import unconditionally
+    is importable by ``python`` (a missing one is named with where it is imported and how to install it — before the
+    session fingerprints the interpreter, after which an install voids its runs), and every pypto option key they
+    set is one the installed pypto knows (an unknown key fails inside the run as ``IndexError: map::at``)."""
+    imports = source_needs.module_imports(workspace, files)
+    imports.pop("pypto", None)  # the "import pypto" check names it, with pypto's own error
+    keys = source_needs.option_keys(workspace, files)
+    res = await _run([python, "-c", _NEEDS_PROBE, json.dumps(sorted(imports))], cwd=workspace, env=env,
+                     timeout_s=timeout_s)
+    bad = _failed_probe(res, "the import probe")
+    answer = None
+    if not bad:
+        assert isinstance(res, RunResult)
+        last = [ln for ln in res.output.splitlines() if ln.startswith('{"missing"')]
+        answer = json.loads(last[-1]) if last else None
+    if answer is None:
+        why = bad or "the import probe printed no answer"
+        return [_check("test imports", True, f"warning: {why}; the test's imports were not checked")]
+    missing = answer["missing"]
+    if missing:
+        detail = "; ".join(f"{imports[m]} imports {m}, which {python} cannot import" for m in missing)
+        fix = (f"install {'them' if len(missing) > 1 else 'it'} into that interpreter now, before the baseline "
+               f"({python} -m pip install <the package that provides {', '.join(missing)}>"
+               + ("; pytest comes with bash scripts/setup.sh" if "pytest" in missing else "")
+               + "): the session fingerprints the interpreter's files once this checklist passes, and a package "
+               "installed later voids its runs")
+        checks = [_check("test imports", False, f"{detail}: {fix}")]
+    else:
+        checks = [_check("test imports", True, f"{len(imports)} module(s) the test's files import are importable"
+                         + (f" ({', '.join(sorted(imports)[:8])})" if imports else ""))]
+    options = answer["options"]
+    if not keys:
+        return checks
+    if not isinstance(options, list):
+        return [*checks, _check("pypto options", True, f"warning: could not list the installed pypto's options "
+                                f"({options}); the test's option keys were not checked")]
+    known = set(options)
+    unknown = [k for k in keys if k.tree_name not in known]
+    if not unknown:
+        return [*checks, _check("pypto options", True, f"{len(keys)} option key(s) the test sets are known to the "
+                                "installed pypto")]
+    parts = []
+    for k in unknown:
+        same_kind = sorted(o.split(".", 1)[1] for o in known if o.startswith(source_needs.OPTION_KINDS[k.kind] + "."))
+        parts.append(f"{k.where}: {k.kind} key {k.key!r} is not an option of the installed pypto (its {k.kind}: "
+                     f"{', '.join(same_kind) or 'none'})")
+    return [*checks, _check("pypto options", False, "; ".join(parts) + " — such a key fails the run as "
+                            "`IndexError: map::at` from SetScope; remove it from the test, or install the pypto "
+                            "that has it")]
+
+
 async def check_environment(*, run_mode: str, workspace: Path, operator_files: list[str], env: dict[str, str],
                             python: str = sys.executable, device_ids: list[str] | None = None,
-                            timeout_s: float = CHECK_TIMEOUT_S) -> list[EnvCheck]:
+                            timeout_s: float = CHECK_TIMEOUT_S, test_command: list[str] | None = None) -> list[EnvCheck]:
     """Run the R3 checklist for ``run_mode`` ('sim' or 'npu') and return one EnvCheck per item, in a fixed order.
 
     ``env`` is the child environment the test command will get (:func:`build_child_env`); ``python`` the
@@ -311,14 +390,20 @@ async def check_environment(*, run_mode: str, workspace: Path, operator_files: l
     async def path_python() -> None:
         parts["path"] = await _path_python_checks(cwd=cwd, env=env, timeout_s=timeout_s)
 
+    async def needs() -> None:
+        files = source_needs.files_of_test(workspace, list(test_command or []), operator_files)
+        parts["needs"] = await needs_checks(workspace=cwd, files=files, python=python, env=env,
+                                                 timeout_s=timeout_s) if files else []
+
     async with anyio.create_task_group() as tg:
         if mode == "npu":
             tg.start_soon(npu)
         tg.start_soon(pypto)
         tg.start_soon(path_python)
+        tg.start_soon(needs)
     checks: list[EnvCheck] = [*parts.get("npu", []), *parts["pypto"], *parts["path"]]
     if not operator_files:
         checks.append(_check("byte-compile", False, "no operator files were given"))
     for rel in operator_files:
         checks.append(byte_compile_check(workspace, rel))
-    return checks
+    return checks + parts["needs"]
