@@ -150,7 +150,7 @@ def _register_resources(mcp: MCPServer, holder: ServiceHolder) -> None:
     @mcp.resource(SESSION_URIS[0], title="Session status board", mime_type="text/markdown",
                   description="the live status board of a session (Markdown, zh)")
     def status_resource(session_id: str) -> str:
-        return session_read(lambda s: s.get_status(session_id, DEFAULT_LANG).board)
+        return session_read(lambda s: s.get_status(session_id).board)  # the session's language
 
     @mcp.resource(SESSION_URIS[1], title="Session ledger", mime_type="application/json",
                   description="every ledger row of a session (JSON, append-only)")

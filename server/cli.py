@@ -170,7 +170,8 @@ def _parser() -> argparse.ArgumentParser:
         q = command(name, helptext)
         q.add_argument("--workspace", type=Path, default=Path.cwd(), help="the session's workspace (default: here)")
         q.add_argument("--session", default=None, help="session id (default: the newest in the workspace)")
-        q.add_argument("--lang", choices=["zh", "en"], default="zh", help="language (default zh)")
+        q.add_argument("--lang", choices=["zh", "en"], default=None,
+                       help="language (default: the session's, else zh)")
         if name == "report":
             q.add_argument("--format", choices=["md", "html", "both"], default="both",
                            help="Markdown, HTML or both (default both)")

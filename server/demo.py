@@ -99,7 +99,7 @@ async def _session(workspace: Path, lang: str, operator: str) -> int:
                                operator_files=[f"{operator}.py"], test_command=cmd, run_mode="sim")
         a.say("refused as expected: " + refused["error"].splitlines()[0][:110])
         s = await a.call("start_session", workspace=str(workspace), operator_files=[f"{operator}.py"],
-                         test_command=cmd, run_mode="sim", goal_speedup=12.0)
+                         test_command=cmd, run_mode="sim", goal_speedup=12.0, lang=lang)
         sid = s["session_id"]
         a.say(f"session {sid}: goal {s['goal']}, run mode SIM")
         refused = await a.call("collect_swimlane", expect_error=True, session_id=sid)

@@ -50,6 +50,12 @@ def _check_lang(value: Any) -> Any:
 SessionId = Annotated[str, Field(description="id returned by start_session")]
 Lang = Annotated[Literal["zh", "en"], BeforeValidator(_check_lang),
                  Field(description="language of labels and messages")]
+#: a tool that answers a session in prose (a board, an analysis, a report): omitted, it takes the session's language
+# (typed without None: an omitted lang is None — defaults are not validated — and the schema stays one enum)
+SessionLang = Annotated[Literal["zh", "en"], BeforeValidator(_check_lang),
+                        Field(description="default: the session's")]
+StartLang = Annotated[Literal["zh", "en"], BeforeValidator(_check_lang),
+                      Field(description="the session's language (default zh)")]
 
 
 class ServiceHolder:

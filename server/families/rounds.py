@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import Field
-from pypto_tune.server.wiring import EDITS, SessionId, Wiring
+from pypto_tune.server.wiring import EDITS, SessionId, SessionLang, Wiring
 from pypto_tune.tools.operations.results import JsonValue, PatchResult, RecordResult, RevertResult
 
 
@@ -40,6 +40,7 @@ def register(w: Wiring) -> None:
     @w.reg.tool(title="Record and judge the round", annotations=EDITS, result=RecordResult)
     async def record_round(session_id: SessionId,
                            notes: Annotated[str, Field(description="free notes kept in the ledger")] = "",
+                           lang: SessionLang = None,
                            ) -> RecordResult:
         """Let the server judge the open round from its own measurement: keep it, or roll it back."""
-        return await w.sync(lambda s: s.record_round(session_id, notes=notes))
+        return await w.sync(lambda s: s.record_round(session_id, notes=notes, lang=lang))

@@ -10,7 +10,7 @@ from mcp.server.mcpserver import Context
 from pydantic import Field
 from pypto_tune.server import ask
 from pypto_tune.server.tooling import Progress
-from pypto_tune.server.wiring import DEFAULT_LANG, EDITS_IDEMPOTENT, LEDGER_IDEMPOTENT, RUNS, Lang, SessionId, Wiring
+from pypto_tune.server.wiring import EDITS_IDEMPOTENT, LEDGER_IDEMPOTENT, RUNS, SessionId, SessionLang, Wiring
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.operations.result_views import summarize_analysis
 from pypto_tune.tools.operations.results import AnalysisSummary, CollectResult, DebugResult, PrecisionResult
@@ -84,7 +84,7 @@ def register(w: Wiring) -> None:
         session_id: Annotated[str | None, Field(description="analyse this session's kept state (default)")] = None,
         output_dir: Annotated[str | None, Field(description="or: any run folder / output folder, no session "
                                                 "needed (the newest run is picked)")] = None,
-        lang: Lang = DEFAULT_LANG,
+        lang: SessionLang = None,
         outer_loops: Annotated[int | None, Field(description="product of the non-innermost pypto.loop trip counts, "
                                                  "for t/iter (inferred when omitted)")] = None,
         detail: Detail = "summary",
@@ -95,13 +95,14 @@ def register(w: Wiring) -> None:
         (top items first, counts of what was left out); the whole analysis is a resource (detail_uri) or
         detail='full'."""
         def work(s: Any) -> AnalysisSummary:
-            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang, outer_loops=outer_loops,
+            lang_ = s.session_lang(session_id, lang)
+            full = s.analyze_bubbles(session_id, output_dir=output_dir, lang=lang_, outer_loops=outer_loops,
                                      measurement=measurement, round=round)
             if full.session_id and full.measurement_id is None:
                 # the analysis just recorded in the ledger names its measurement
                 full.measurement_id = s.last_analysed_measurement(full.session_id)
             uri = (analysis_uri(full.session_id, full.measurement_id)
                    if full.session_id and full.measurement_id is not None else None)
-            return summarize_analysis(full, lang=lang, detail_uri=uri, include_full=detail == "full")
+            return summarize_analysis(full, lang=lang_, detail_uri=uri, include_full=detail == "full")
 
         return await w.sync(work)

@@ -9,14 +9,14 @@ from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 from pypto_tune.server import ask
 from pypto_tune.server.wiring import (
-    DEFAULT_LANG,
     EDITS,
     EDITS_IDEMPOTENT,
     LEDGER,
     LEDGER_IDEMPOTENT,
     RO,
-    Lang,
     SessionId,
+    SessionLang,
+    StartLang,
     Wiring,
 )
 from pypto_tune.tools.errors import GateRefusal
@@ -55,6 +55,7 @@ def register(w: Wiring) -> None:
                                                   "precision check (when the test's success line is unusual)")] = None,
         fail_pattern: Annotated[str | None, Field(description="optional regex: a line it matches fails the precision "
                                                   "check")] = None,
+        lang: StartLang = None,
         ctx: Context = None,  # type: ignore[assignment]
     ) -> StartSessionResult:
         """Start a tuning session with a goal (or resume the unfinished one of this workspace)."""
@@ -62,7 +63,8 @@ def register(w: Wiring) -> None:
             return s.start_session(
                 workspace=workspace, operator_files=operator_files, test_command=test_command, run_mode=run_mode,
                 goal_speedup=goal_speedup, goal_target_us=goal_target_us, timeout_s=timeout_s, device_ids=device_ids,
-                time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern)
+                time_limit_h=time_limit_h, repeats=repeats, pass_pattern=pass_pattern, fail_pattern=fail_pattern,
+                lang=lang)
 
         try:
             return await w.sync(start)
@@ -90,7 +92,7 @@ def register(w: Wiring) -> None:
             return await w.sync(start)
 
     @w.reg.tool(title="Session status board", annotations=RO, result=StatusResult)
-    async def get_status(session_id: SessionId, lang: Lang = DEFAULT_LANG) -> StatusResult:
+    async def get_status(session_id: SessionId, lang: SessionLang = None) -> StatusResult:
         """The live status board: goal, stage, rounds, best time, progress, success rate."""
         result = await w.sync(lambda s: s.get_status(session_id, lang))
         running = [j.id for j in w.jobs.running()]
@@ -123,15 +125,16 @@ def register(w: Wiring) -> None:
 
     @w.reg.tool(title="Stop tuning (the user's decision)", annotations=EDITS, result=StatusResult)
     async def stop_session(session_id: SessionId,
-                           reason: Annotated[str, Field(description="the user's reason to stop")]) -> StatusResult:
+                           reason: Annotated[str, Field(description="the user's reason to stop")],
+                           lang: SessionLang = None) -> StatusResult:
         """The user's explicit stop: an open round is rolled back, then only reporting is allowed."""
-        return await w.sync(lambda s: s.stop_session(session_id, reason=reason))
+        return await w.sync(lambda s: s.stop_session(session_id, reason=reason, lang=lang))
 
     @w.reg.tool(title="Write the final report", annotations=EDITS_IDEMPOTENT, result=ReportResult)
     async def render_report(
         session_id: SessionId,
         format: Annotated[Literal["md", "html", "both"], Field(description="html has the charts")] = "md",
-        lang: Lang = DEFAULT_LANG,
+        lang: SessionLang = None,
     ) -> ReportResult:
         """Write the final tuning report next to the operator (restores debug options first, R22)."""
         return await w.sync(lambda s: s.render_report(session_id, fmt=format, lang=lang))

@@ -451,6 +451,19 @@ class OperationsBase:
             cached = self._sem_cache[patch["after_raw_hash"]] = semantic_hash(dict(patch["after_sources"]))
         return cached
 
+    def session_lang(self, session_id: str | None, lang: str | None = None) -> str:
+        """``lang`` when given, else the language the session was started with (``start_session(lang=…)``, kept in
+        its config); zh — the server's default — for a session started without one, or no session."""
+        if lang:
+            return lang
+        if not session_id:
+            return "zh"
+        try:
+            h = self._find(session_id)
+            return str((self._state(h, session_id).session["config"] or {}).get("lang") or "zh")
+        except PyptoTuneError:
+            return "zh"  # an unknown session: the tool itself names it
+
     def _base(self, st: SessionState, message: str = "") -> dict[str, Any]:
         return {"session_id": st.id, "state": st.level1, "stage": st.stage, "message": message,
                 "next_actions": gates.allowed_actions(st)}

@@ -32,8 +32,9 @@ class ReportOps(OperationsBase):
     """render_report, get_status, list_knobs, ledger_json, snapshot."""
 
     @exclusive
-    def render_report(self, session_id: str, *, fmt: str = "md", lang: str = "zh") -> ReportResult:
+    def render_report(self, session_id: str, *, fmt: str = "md", lang: str | None = None) -> ReportResult:
         """Write the final report (R21) after restoring debug options (R22)."""
+        lang = self.session_lang(session_id, lang)
         h = self._find(session_id)
         st = self._state(h, session_id)
         if fmt not in ("md", "html", "both"):
@@ -87,7 +88,8 @@ class ReportOps(OperationsBase):
                     paths.append(str(h.workspace / rel))
         return paths
 
-    def get_status(self, session_id: str, lang: str = "zh") -> StatusResult:
+    def get_status(self, session_id: str, lang: str | None = None) -> StatusResult:
+        lang = self.session_lang(session_id, lang)
         h = self._find(session_id)
         st = self._state(h, session_id)
         drift_detail = self._drift(h, st)

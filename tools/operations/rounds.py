@@ -171,7 +171,7 @@ class RoundOps(OperationsBase):
         return restored_hash
 
     @exclusive
-    def record_round(self, session_id: str, *, notes: str = "") -> RecordResult:
+    def record_round(self, session_id: str, *, notes: str = "", lang: str | None = None) -> RecordResult:
         """Judge the open round from the server's own measurement and keep or roll back (R12/R13/R14)."""
         h = self._find(session_id)
         st = self._state(h, session_id)
@@ -211,7 +211,7 @@ class RoundOps(OperationsBase):
         if verdict:
             msg += f"; {verdict}"
         try:
-            board = render_status_board(self.snapshot(session_id), "en")
+            board = render_status_board(self.snapshot(session_id), self.session_lang(session_id, lang))
         except Exception:  # the decision is recorded; a rendering bug must not turn it into an error
             log.exception("status board rendering failed")
             board = ""

@@ -196,7 +196,7 @@ class StageOps(OperationsBase):
         return ChecklistResult(**self._base(st2, msg), stage_group=group, items=items)
 
     @exclusive
-    def stop_session(self, session_id: str, *, reason: str) -> StatusResult:
+    def stop_session(self, session_id: str, *, reason: str, lang: str | None = None) -> StatusResult:
         """The user's explicit stop (R14b): the session moves to reporting."""
         h = self._find(session_id)
         st = self._state(h, session_id)
@@ -211,5 +211,5 @@ class StageOps(OperationsBase):
                               notes="session stopped with the round open")
             st = self._state(h, session_id)
         self._finish(h, st, f"user stop: {reason.strip()}")
-        return self.get_status(session_id)
+        return self.get_status(session_id, self.session_lang(session_id, lang))
 
