@@ -38,12 +38,12 @@ def test_a_campaign_folder_is_imported_source_by_source_and_a_bad_path_skips_onl
     run = _campaign_run(tmp_path)
     store = tmp_path / "store.json"
     out = _import(store, tmp_path / "nope", run)
-    assert out.returncode == 1, out.stderr  # something was skipped: said by the exit status too
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith(f"{tmp_path / 'nope'}: skipped — ") and "does not exist" in lines[0]
+    assert out.returncode == 1, out.stderr  # some sources were skipped, the others imported
+    skipped = out.stderr.splitlines()
+    assert skipped[0].startswith(f"{tmp_path / 'nope'}: skipped — ") and "does not exist. Next: " in skipped[0]
+    assert skipped[1].startswith(f"{run} → {run / 'rmsnorm'}: skipped — no ledger at")
     assert f"{run} → {run / 'softmax'}: 5 observation(s) from 1 session(s) added" in out.stdout
-    assert f"{run} → {run / 'rmsnorm'}: skipped — no ledger at" in out.stdout
-    assert lines[-1].endswith("5 observation(s) from 1 session(s); 2 source(s) skipped")
+    assert out.stdout.splitlines()[-1].endswith("5 observation(s) from 1 session(s); 2 source(s) skipped")
     assert len(read(store).observations) == 5
     # the campaign's own folder names the same workspaces; nothing is counted twice
     again = _import(store, run / ".pypto-tune-campaign" / "ops")
@@ -53,5 +53,5 @@ def test_a_campaign_folder_is_imported_source_by_source_and_a_bad_path_skips_onl
 
 def test_a_folder_with_nothing_to_import_names_what_it_takes(tmp_path: Path) -> None:
     out = _import(tmp_path / "store.json", tmp_path)
-    assert out.returncode == 1
-    assert "holds no ledger, workspace or campaign" in out.stdout and "a campaign's folder" in out.stdout
+    assert out.returncode == 2  # nothing imported
+    assert "holds no ledger, workspace or campaign" in out.stderr and "a campaign's folder" in out.stderr

@@ -4,7 +4,8 @@
   ``~/.config/pypto-tune/knowledge.json``) to FILE, seed rules included;
 * ``import PATH...`` — merge into the store: knowledge files (from ``export``), ledgers (``ledger.sqlite3``),
   workspaces (their ledger is distilled) or campaign folders (every operator's workspace); the same observation
-  imported twice is kept once; a path that cannot be read is reported and skipped, the others imported (exit 1);
+  imported twice is kept once; a path that cannot be read is reported (stderr) and skipped, the others imported
+  (exit 1; exit 2 when nothing could be);
 * ``show`` — what the store holds: observations by operator, change class and outcome.
 
 A server or campaign uses a store only when told: ``serve --knowledge FILE``, ``campaign --knowledge FILE`` or
@@ -13,6 +14,7 @@ A server or campaign uses a store only when told: ``serve --knowledge FILE``, ``
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -57,42 +59,40 @@ def _sources(path: Path) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
-def import_paths(store: Path, paths: list[Path]) -> tuple[list[str], int]:
-    """Merge knowledge files, ledgers, workspaces or campaign folders into ``store``, importing what it can: one line
-    per source saying what it added or why it was skipped, then the store's total; returns the lines and how many
-    sources were skipped."""
+def import_paths(store: Path, paths: list[Path]) -> tuple[list[str], list[str]]:
+    """Merge knowledge files, ledgers, workspaces or campaign folders into ``store``, importing what it can. Returns
+    one line per source imported (what it added) and then the store's total, and one line per source skipped (why,
+    and what to do)."""
     from pypto_tune.tools.knowledge.distill import distill_workspace
 
     kf = read(store)
     lines: list[str] = []
-    skipped = 0
+    skipped: list[str] = []
     for given in paths:
         try:
             sources = _sources(given)
         except (PyptoTuneError, OSError, ValueError) as exc:
-            lines.append(f"{given}: skipped — {_why(exc)}")
-            skipped += 1
+            skipped.append(f"{given}: skipped — {_why(exc)}")
             continue
         for p in sources:
             shown = str(p) if p == given else f"{given} → {p}"
             try:
                 other = read(p) if p.is_file() and _is_knowledge_file(p) else distill_workspace(p)
             except (PyptoTuneError, OSError, ValueError) as exc:
-                lines.append(f"{shown}: skipped — {_why(exc)}")
-                skipped += 1
+                skipped.append(f"{shown}: skipped — {_why(exc)}")
                 continue
             added, sessions = kf.merge(other)
             lines.append(f"{shown}: {added} observation(s) from {sessions} session(s) added "
                          f"({len(other.observations) - added} already there)")
     write(store, kf)
     lines.append(f"store {store}: {len(kf.observations)} observation(s) from {len(kf.sources)} session(s)"
-                 + (f"; {skipped} source(s) skipped" if skipped else ""))
+                 + (f"; {len(skipped)} source(s) skipped" if skipped else ""))
     return lines, skipped
 
 
 def _why(exc: BaseException) -> str:
     hint = getattr(exc, "hint", "")
-    return f"{getattr(exc, 'message', None) or exc}" + (f" ({hint})" if hint else "")
+    return f"{getattr(exc, 'message', None) or exc}" + (f". Next: {hint}" if hint else "")
 
 
 def show(store: Path) -> str:
@@ -120,9 +120,11 @@ def knowledge_command(action: str, files: list[Path], *, store: Path | None = No
             raise InputError("import needs at least one knowledge file, ledger or workspace",
                              hint="pypto-tune knowledge import team.json")
         lines, skipped = import_paths(target, files)
-        for line in lines:
-            print(line)
-        return 1 if skipped else 0
+        print("\n".join(lines))
+        if skipped:
+            print("\n".join(skipped), file=sys.stderr)
+        # 2: nothing could be imported (as any usage error); 1: some sources were skipped, the rest imported
+        return 0 if not skipped else 2 if len(lines) == 1 else 1
     if action == "show":
         print(show(target))
         return 0
