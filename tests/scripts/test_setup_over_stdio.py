@@ -14,7 +14,6 @@ import anyio
 
 from tests.conftest import require_real
 from tests.server.mcp_client import connect
-from tests.sessions import to_frontend
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
@@ -57,7 +56,12 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
 
     async def scenario() -> None:
         async with connect(ws) as s:
-            sid = await to_frontend(s, ws, ["softmax.py"], ["python", "softmax.py", "--run-mode", "sim"])
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                              test_command=["python", "softmax.py", "--run-mode", "sim"], run_mode="sim",
+                              goal_speedup=4.0))["session_id"]
+            # the baseline's precision check fingerprints the interpreter's files: from here on a change voids runs
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            await s.ok("enable_runtime_debug", session_id=sid)
             before = _venv_state()
             # the checkout's main command and its set-up, run twice while the session holds its workspace
             for _ in range(2):
@@ -73,13 +77,9 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
             assert "processes run from it" in refused.stderr and f"holds the session of {ws}" in refused.stderr
             assert "--force" in refused.stderr
             assert _venv_state() == before
-            # and the session still measures: a trial runs, verifies and is measured, nothing discarded
-            cands = (await s.ok("propose_candidates", session_id=sid, limit=1))["candidates"]
-            ran = await s.ok("run_candidates", session_id=sid, candidates=[cands[0]["id"]])
-            assert ran["refused"] == [] and len(ran["trials"]) == 1, ran
-            trial = ran["trials"][0]
-            assert trial["verdict"] == "passed" and trial["operator_time_us"], trial
-            assert "interpreter" not in (trial.get("reason") or ""), trial
+            # and the session still measures: its baseline collection is valid, nothing discarded
+            measured = await s.ok("collect_swimlane", session_id=sid)
+            assert measured["valid"] and measured["operator_time_us"], measured["invalid_reasons"]
 
     anyio.run(scenario)
 
