@@ -134,7 +134,8 @@ class RoundOps(OperationsBase):
         else:
             decision, result_type, error = _abandon_outcome(st)
         restored = self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
-                                     delta_pct=delta, error=error, notes=notes or "reverted by revert_patch")
+                                     delta_pct=delta, error=error, notes=notes or "reverted by revert_patch",
+                                     over_edit="quarantine")
         st2 = self._state(h, session_id)
         self._judge_stage(h, st2)
         st2 = self._state(h, session_id)
@@ -143,14 +144,17 @@ class RoundOps(OperationsBase):
                             round=r.number, restored_hash=restored, decision=decision)
 
     def _close_round(self, h: _Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,
-                     after_us: float | None, delta_pct: float | None, error: str, notes: str) -> str:
-        """Write the decision; when not kept, restore the kept sources (with the current debug state) first."""
+                     after_us: float | None, delta_pct: float | None, error: str, notes: str,
+                     over_edit: str = "refuse") -> str:
+        """Write the decision; when not kept, restore the kept sources (with the current debug state) first.
+        ``over_edit``: see ``_write`` (revert_patch keeps a copy of an unrecorded edit; record_round refuses)."""
         assert st.open_round is not None
         n = st.open_round.number
         restored_hash = st.current_hash
         target = st.kept_sources if decision != "kept" else None
         if target is not None:
-            self._write(h, st, target, "revert")  # before the transaction: the intent must be on record first
+            # before the transaction: the intent must be on record first
+            self._write(h, st, target, "revert", over_edit=over_edit)
         with h.ledger.transaction() as tx:
             if target is not None:
                 restored_hash = code_hash(target)

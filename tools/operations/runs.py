@@ -88,6 +88,7 @@ class Measured:
     traces: list[str] = field(default_factory=list)
 
     per_kernel: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # label -> {"time": [], "e2e": []}
+    discarded: str = ""  # why the server discarded a run of these samples (its reason, not the code's failure)
 
     @property
     def valid(self) -> bool:
@@ -120,6 +121,7 @@ class Measured:
         self.run_ids += other.run_ids
         self.dirs += other.dirs
         self.invalid += other.invalid
+        self.discarded = self.discarded or other.discarded
         self.notes += other.notes
         for label, figs in other.per_kernel.items():
             mine = self.per_kernel.setdefault(label, {"time": [], "e2e": []})
@@ -218,6 +220,9 @@ class CheckedRun:
     judged: VerdictResult
 
 
+#: result type of a run the server discarded for its own reasons (``RunOutcome.tampered``): not the code's failure
+DISCARDED = "discarded"
+
 NO_SIM_FOLDER = ("the test exited 0 but the simulator wrote no output folder: nothing was simulated (is the jit "
                  "run_mode SIM and the test calling the kernel?)")
 
@@ -231,8 +236,9 @@ def check_run(out: RunOutcome, run_mode: str, **verdict_options: Any) -> Checked
     judged = judge_precision(out.result, run_mode, **verdict_options)
     v, reason = judged.verdict, judged.reason
     if out.tampered:
-        # discarded: the run may not have executed the recorded code, so it says nothing about that code
-        return CheckedRun("error", out.tamper_reason, "runtime-error", False, judged)
+        # discarded: the run may not have executed the recorded code, so it says nothing about that code — its type
+        # is no failure type of the code (tools/session/discarded.py: never R19, never the search's history)
+        return CheckedRun("error", out.tamper_reason, DISCARDED, False, judged)
     if v == "passed" and run_mode == "sim" and not out.dirs:
         # the test ran to its end and said it passed, but left nothing this run compiled from its recorded copy: a
         # run that cannot be measured, not a candidate that failed to compile
@@ -379,6 +385,7 @@ class RunOps(OperationsBase):
                 continue
             if out.tampered:
                 m.invalid.append(f"{label} {i + 1}: {out.tamper_reason}")
+                m.discarded = out.tamper_reason
                 break
             if result.timed_out or result.exit_code != 0:
                 m.invalid.append(f"{label} {i + 1}: the test command failed (exit {result.exit_code}, timeout "

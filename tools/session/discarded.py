@@ -1,0 +1,68 @@
+"""Runs the server discarded for its own reasons are no result of the code they ran.
+
+A run is discarded when the server cannot vouch for what it executed: files of its private copy changed while it
+ran, or the interpreter's files changed since the session scanned them (``runs.tampered`` lists what). Such a run
+says nothing about the change: a trial of it is *invalid*, never a failed decision, never in the no-retry list
+(R19), and its knob value stays proposable.
+
+Ledgers written before that rule recorded such a trial as ``failed / runtime-error`` of its knob value (a re-run of
+the set-up script during a batch blocked two values per batch, for the rest of the session). Those rounds are
+recognised here from the rows alone — every failing precision record or invalid measurement of the round comes from
+a discarded run — and voided by one appended ``corrections`` row (``field = "discarded-runs"``) that names them; old
+rows are never rewritten. A voided round's decision stays in the ledger for the record but counts nowhere: not in
+R19, not in the search's history, not in a stage's failure count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: ``corrections.field`` of a row that voids rounds decided on discarded runs
+VOID_FIELD = "discarded-runs"
+
+
+def discarded_run_ids(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, list[str]]:
+    """Run id → what changed, for every run the server discarded."""
+    return {int(r["id"]): list(r.get("tampered") or []) for r in rows.get("runs", []) if r.get("tampered")}
+
+
+def voided_rounds(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> set[int]:
+    """Rounds a correction row voided (decided on discarded runs only)."""
+    out: set[int] = set()
+    for c in rows.get("corrections", []):
+        if c["field"] == VOID_FIELD and isinstance(c["after_value"], dict):
+            out.update(int(n) for n in c["after_value"].get("rounds", []))
+    return out
+
+
+def charged_discards(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, str]:
+    """Round → why, for each decided-failed round not yet voided whose failure is only discarded runs: every failing
+    precision record of the round ran on a discarded run, or (none failed) every invalid measurement of it includes
+    one. A round with any failure of its own (a precision failure of a run the server vouched for) is not one."""
+    discarded = discarded_run_ids(rows)
+    if not discarded:
+        return {}
+    voided = voided_rounds(rows)
+    out: dict[int, str] = {}
+    for d in rows.get("round_decisions", []):
+        n = int(d["number"])
+        if d["decision"] != "failed" or n in voided:
+            continue
+        failing = [p for p in rows.get("precision_records", []) if p["round"] == n and p["verdict"] != "passed"]
+        invalid = [m for m in rows.get("measurements", []) if m["round"] == n and not m["valid"]]
+        if failing:
+            runs = [p["run_id"] for p in failing]
+            if all(r is not None and int(r) in discarded for r in runs):
+                out[n] = _why(discarded[int(runs[-1])])
+        elif invalid and all(any(int(r) in discarded for r in m["run_ids"] or []) for m in invalid):
+            last = next(int(r) for r in reversed(invalid[-1]["run_ids"]) if int(r) in discarded)
+            out[n] = _why(discarded[last])
+    return out
+
+
+def _why(tampered: list[str]) -> str:
+    env = [t.removeprefix("interpreter ") for t in tampered if t.startswith("interpreter ")]
+    if env:
+        return "the interpreter's files changed (" + "; ".join(env[:3]) + ")"
+    return "files of the run's private copy changed while it ran (" + ", ".join(tampered[:3]) + ")"
