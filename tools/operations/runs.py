@@ -73,6 +73,25 @@ def sim_run_serves_both(run_mode: str) -> bool:
     return run_mode == "sim"
 
 
+#: What the ledger keeps of one run's output: the first and the last RUN_OUTPUT_KEPT_BYTES (the runner captured up to
+#: 2 MiB each, and the verdict was judged on that capture; ``runs.output_bytes`` keeps the whole count). Once a
+#: session's runs hold SESSION_OUTPUT_BUDGET_BYTES of output, each later run keeps OVER_BUDGET_KEPT_BYTES at each
+#: end. A test printing 50 MB per run thus adds at most 128 KiB of output per run to the ledger, and a session at
+#: most 64 MiB plus 8 KiB per run after that (a chatty test once stored 4 MB per run: gigabytes per session).
+RUN_OUTPUT_KEPT_BYTES = 64 * 1024
+SESSION_OUTPUT_BUDGET_BYTES = 64 * 1024 * 1024
+OVER_BUDGET_KEPT_BYTES = 4 * 1024
+
+
+def stored_output(head: str, tail: str, session_stored_bytes: int) -> tuple[str, str]:
+    """The head and tail of a run's output as the ledger stores them (see RUN_OUTPUT_KEPT_BYTES)."""
+    keep = RUN_OUTPUT_KEPT_BYTES if session_stored_bytes < SESSION_OUTPUT_BUDGET_BYTES else OVER_BUDGET_KEPT_BYTES
+    hb, tb = head.encode("utf-8", "surrogateescape"), tail.encode("utf-8", "surrogateescape")
+    if not tb and len(hb) > keep:  # all of it fitted the capture's head: its end is the tail to keep
+        hb, tb = hb[:keep], hb[-keep:]
+    return (hb[:keep].decode("utf-8", "ignore"), tb[-keep:].decode("utf-8", "ignore"))
+
+
 @dataclass
 class Measured:
     """Samples of one code state gathered by ``_measure`` (one or several batches)."""
@@ -198,6 +217,10 @@ class RunOutcome:
     def tamper_reason(self) -> str:
         if not self.tampered:
             return ""
+        res = [t.removeprefix("resource ") for t in self.tampered if t.startswith("resource ")]
+        if res:
+            return ("the disk filled while the run executed (" + "; ".join(res) + "): what it wrote or printed may be "
+                    "cut short, so the run is discarded — it says nothing about the code; free space and run it again")
         env = [t for t in self.tampered if t.startswith("interpreter ")]
         if env:
             return ("the interpreter's files changed since the session scanned them before its baseline ("
@@ -301,15 +324,19 @@ class RunOps(OperationsBase):
         if fp is not None:  # the interpreter's files, scanned before the baseline (interpreter_files.py)
             moved = await h.env_watch.changes_since(fp, ended_at=time.time())
             iso.tampered = list(iso.tampered) + [f"interpreter {c}" for c in moved[:20]]
+        full = _disk_nearly_full([h.workspace, iso.exec_dir])
+        if full:  # its output may have been cut short: what it says is the disk's, not the code's
+            iso.tampered = list(iso.tampered) + [f"resource {full}"]
         if iso.tampered:
-            log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
+            log.warning("run %s: discarded: %s", purpose, iso.tampered)
             dirs = []
+        head, tail = stored_output(result.output_head, result.output_tail, h.ledger.stored_output_bytes(st.id))
         run_row = dict(
             session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
             env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
-            duration_s=result.duration_s, started_epoch=result.started_at, output_head=result.output_head,
-            output_tail=result.output_tail, output_bytes=result.output_bytes,
+            duration_s=result.duration_s, started_epoch=result.started_at, output_head=head,
+            output_tail=tail, output_bytes=result.output_bytes,
             output_dirs=[str(d) for d in dirs], code_hash=code_hash(sources), raw_hash=hash_sources(sources),
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
@@ -662,6 +689,24 @@ class RunOps(OperationsBase):
         result.suggestions = shown
         return result
 
+
+
+#: free bytes below which a run's file system counts as full when the run ends (its writes may have failed)
+DISK_FULL_BELOW_BYTES = 4 * 1024 * 1024
+
+
+def _disk_nearly_full(paths: list[Any]) -> str:
+    """'' or which file system the run wrote to has (almost) no space left."""
+    for path in paths:
+        if not path:
+            continue
+        try:
+            free = shutil.disk_usage(path).free
+        except OSError:
+            continue
+        if free < DISK_FULL_BELOW_BYTES:
+            return f"{path} has {free} bytes free"
+    return ""
 
 
 def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:

@@ -530,6 +530,8 @@ def invalid_next_step(reason: str) -> str:
         return ("the interpreter's files changed since the session's baseline (a set-up script or a pip install "
                 "while it ran?): every later run is discarded too, and putting the files back does not help; "
                 "stop_session and start a new session in a fresh workspace to tune in the changed environment")
+    if "disk filled" in reason or "No space left" in reason:
+        return "free space on the workspace's file system, then run the candidates again (they stay proposable)"
     if "private copy changed" in reason:
         return "stop whatever writes into the server's run copies, then run the candidates again"
     return "fix the cause named above (free disk space, restart the executor or its workers), then run the candidates again"

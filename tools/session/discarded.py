@@ -62,6 +62,9 @@ def charged_discards(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[in
 
 
 def _why(tampered: list[str]) -> str:
+    full = [t.removeprefix("resource ") for t in tampered if t.startswith("resource ")]
+    if full:
+        return "the disk filled while it ran (" + "; ".join(full[:2]) + ")"
     env = [t.removeprefix("interpreter ") for t in tampered if t.startswith("interpreter ")]
     if env:
         return "the interpreter's files changed (" + "; ".join(env[:3]) + ")"

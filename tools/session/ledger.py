@@ -250,13 +250,11 @@ class Ledger:
             self._migrate()
             self._open_seals()
             self._history = HistoryRecord(path)
+            self._sealed_rows = self._sealed_count()
             if existed:
-                self._history.check(self._sealed_count())
+                self._history.check(self._sealed_rows)
             else:  # a new ledger at this path: whatever was recorded for an earlier one here is not its history
-                try:
-                    self._history.write(self._sealed_count())
-                except OSError as exc:
-                    log.warning("cannot record %s's history at %s: %s", path, self._history.path, exc)
+                self._note_history()
         except sqlite3.Error as exc:
             raise ledger_fault(path, exc, "cannot open the ledger") from exc
         except OSError as exc:
@@ -343,7 +341,7 @@ class Ledger:
             else:
                 with self._lock:
                     _checkpoint(self._conn)
-                    sealed = self._sealed_count()
+                    sealed = self._sealed_rows = self._sealed_count()
             self._history.write(sealed)
         except (sqlite3.Error, OSError) as exc:
             log.warning("ledger checkpoint of %s failed: %s", self.path, exc)
@@ -372,8 +370,19 @@ class Ledger:
             except BaseException:
                 self._safe_rollback()
                 raise
-        if "round_decisions" in tx.tables:
-            self.checkpoint()
+            self._sealed_rows += tx.count
+            if "round_decisions" in tx.tables:
+                self.checkpoint()
+            elif tx.count:
+                self._note_history()
+
+    def _note_history(self) -> None:
+        """Record the sealed rows committed so far beside the seal key (:class:`HistoryRecord`): a ledger file later
+        found with fewer — copied without its log mid-session, or its log lost — is refused, not started afresh."""
+        try:
+            self._history.write(self._sealed_rows)
+        except OSError as exc:
+            log.warning("cannot record %s's history at %s: %s", self.path, self._history.path, exc)
 
     def _safe_rollback(self) -> None:
         try:
@@ -432,6 +441,17 @@ class Ledger:
         out += [f"{t} row {i}: {why} — not written by this server, ignored" for (t, i), why in
                 sorted(self.rejected.items())]
         return out
+
+    def stored_output_bytes(self, session_id: str) -> int:
+        """Bytes of run output the session's runs hold (what bounds the next run's, ``operations/runs.py``)."""
+        with self._lock:
+            try:
+                row = self._conn.execute("SELECT COALESCE(SUM(LENGTH(CAST(output_head AS BLOB)) + "
+                                         "LENGTH(CAST(output_tail AS BLOB))), 0) FROM runs WHERE session_id = ?",
+                                         (session_id,)).fetchone()
+            except sqlite3.Error as exc:
+                raise ledger_fault(self.path, exc, "the ledger's runs cannot be read") from exc
+        return int(row[0])
 
     def integrity_ok(self) -> bool:
         with self._lock:
@@ -525,7 +545,7 @@ class HistoryRecord:
     def write(self, sealed: int) -> None:
         """Atomically; a failure is left to the caller's logging (the ledger itself is unaffected)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
         tmp.write_bytes(orjson.dumps({"ledger": str(self.ledger), "sealed_rows": sealed, "at": now_iso()}))
         os.replace(tmp, self.path)
 
@@ -535,11 +555,13 @@ class _Tx:
         self._conn = conn
         self._sealer = sealer
         self.tables: set[str] = set()
+        self.count = 0  # rows inserted (each with its seal)
 
     def insert(self, table: str, **fields: Any) -> int:
         if table not in APPEND_ONLY_TABLES:
             raise ValueError(table)
         self.tables.add(table)
+        self.count += 1
         cols = list(fields)
         values = [_dumps(v) if c in _JSON_COLUMNS else _scalar(v) for c, v in fields.items()]
         cur = self._conn.execute(
