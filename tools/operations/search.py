@@ -28,7 +28,7 @@ from pypto_tune.tools.running.chips import implicates_chip
 from pypto_tune.tools.running.executors.base import ExecutorError
 from pypto_tune.tools.running.sandbox import SandboxUnavailable
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError, domain_error
-from pypto_tune.tools.session.discarded import voided_rounds
+from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.base import (
     OperationsBase, Progress, UnrecordedEdit, _Handle, _next_round, _patch_row, code_hash, exclusive,
@@ -522,17 +522,4 @@ class SearchOps(OperationsBase):
                                 "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason,
                                 "chip_failures": t.chip_failures})
         return held
-
-
-def invalid_next_step(reason: str) -> str:
-    """What to do about trials the server discarded, by their cause."""
-    if "interpreter's files changed" in reason:
-        return ("the interpreter's files changed since the session's baseline (a set-up script or a pip install "
-                "while it ran?): every later run is discarded too, and putting the files back does not help; "
-                "stop_session and start a new session in a fresh workspace to tune in the changed environment")
-    if "disk filled" in reason or "No space left" in reason:
-        return "free space on the workspace's file system, then run the candidates again (they stay proposable)"
-    if "private copy changed" in reason:
-        return "stop whatever writes into the server's run copies, then run the candidates again"
-    return "fix the cause named above (free disk space, restart the executor or its workers), then run the candidates again"
 

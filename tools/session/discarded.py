@@ -69,3 +69,17 @@ def _why(tampered: list[str]) -> str:
     if env:
         return "the interpreter's files changed (" + "; ".join(env[:3]) + ")"
     return "files of the run's private copy changed while it ran (" + ", ".join(tampered[:3]) + ")"
+
+
+def invalid_next_step(reason: str) -> str:
+    """What to do about trials the server discarded, by their cause."""
+    if "interpreter's files changed" in reason:
+        return ("the interpreter's files changed since the session's baseline (a set-up script or a pip install "
+                "while it ran?): every later run is discarded too, and putting the files back does not help; "
+                "stop_session and start a new session in a fresh workspace to tune in the changed environment")
+    if "disk filled" in reason or "No space left" in reason:
+        return "free space on the workspace's file system, then run the candidates again (they stay proposable)"
+    if "private copy changed" in reason:
+        return "stop whatever writes into the server's run copies, then run the candidates again"
+    return "fix the cause named above (free disk space, restart the executor or its workers), then run the candidates again"
+
