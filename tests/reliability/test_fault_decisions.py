@@ -118,3 +118,27 @@ def test_a_revert_keeps_a_copy_of_the_edit_it_writes_over(tmp_path: Path) -> Non
     assert (ws / "softmax.py").read_text() == st.expected_sources["softmax.py"]
     copies = list((ws / ".pypto-tune" / "quarantine").rglob("softmax.py"))
     assert [c.read_text() for c in copies] == [edited]
+
+
+def _result(output: str, exit_code: int) -> Any:
+    from pypto_tune.tools.running.runner import RunResult
+
+    return RunResult(argv=["python3", "softmax.py"], cwd="/ws", exit_code=exit_code, signal=None, timed_out=False,
+                     duration_s=0.1, started_at=0.0, ended_at=0.1, output_head=output, output_truncated=False,
+                     output_bytes=len(output.encode()), env_keys=[])
+
+
+@pytest.mark.parametrize("entry, words", [
+    ("sandbox bwrap: Can't find source path /opt/cann: No such file or directory", ("sandbox", "never ran")),
+    ("resource /ws has 0 bytes free", ("disk filled", "free space")),
+    ("interpreter added: /venv/lib/site-packages/x.pth", ("interpreter's files changed",)),
+])
+def test_a_run_the_server_discarded_is_no_failure_of_its_code(entry: str, words: tuple[str, ...]) -> None:
+    from pypto_tune.tools.operations.runs import RunOutcome, _sandbox_failure, check_run
+
+    out = RunOutcome(result=_result("PRECISION: passed\n", 0), run_id=1, dirs=[], tampered=[entry])
+    checked = check_run(out, "sim")
+    assert checked.result_type == "discarded" and all(w in checked.reason for w in words), checked.reason
+    assert _sandbox_failure(_result("bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n", 1))
+    assert not _sandbox_failure(_result("bwrap: said by the test, which passed\n", 0))
+    assert not _sandbox_failure(_result("Traceback (most recent call last):\n", 1))

@@ -217,6 +217,11 @@ class RunOutcome:
     def tamper_reason(self) -> str:
         if not self.tampered:
             return ""
+        box = [t.removeprefix("sandbox ") for t in self.tampered if t.startswith("sandbox ")]
+        if box:
+            return ("the run sandbox could not be set up (" + box[0] + "): the test never ran, so the run is "
+                    "discarded — it says nothing about the code; check bubblewrap and the folders the session "
+                    "mounts (serve --sandbox-root), then run it again")
         res = [t.removeprefix("resource ") for t in self.tampered if t.startswith("resource ")]
         if res:
             return ("the disk filled while the run executed (" + "; ".join(res) + "): what it wrote or printed may be "
@@ -327,6 +332,9 @@ class RunOps(OperationsBase):
         full = _disk_nearly_full([h.workspace, iso.exec_dir])
         if full:  # its output may have been cut short: what it says is the disk's, not the code's
             iso.tampered = list(iso.tampered) + [f"resource {full}"]
+        box = _sandbox_failure(result) if world.sandboxed else ""
+        if box:  # bubblewrap could not set the sandbox up: the test never ran
+            iso.tampered = list(iso.tampered) + [f"sandbox {box}"]
         if iso.tampered:
             log.warning("run %s: discarded: %s", purpose, iso.tampered)
             dirs = []
@@ -707,6 +715,13 @@ def _disk_nearly_full(paths: list[Any]) -> str:
         if free < DISK_FULL_BELOW_BYTES:
             return f"{path} has {free} bytes free"
     return ""
+
+
+def _sandbox_failure(result: RunResult) -> str:
+    """'' or bubblewrap's own complaint when it failed before the command started (it exits 1 and prints
+    ``bwrap: <why>`` as the run's first output line)."""
+    first = result.output_head.lstrip().split("\n", 1)[0]
+    return first[:300] if result.exit_code == 1 and first.startswith("bwrap: ") else ""
 
 
 def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:

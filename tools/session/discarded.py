@@ -1,8 +1,9 @@
 """Runs the server discarded for its own reasons are no result of the code they ran.
 
 A run is discarded when the server cannot vouch for what it executed: files of its private copy changed while it
-ran, or the interpreter's files changed since the session scanned them (``runs.tampered`` lists what). Such a run
-says nothing about the change: a trial of it is *invalid*, never a failed decision, never in the no-retry list
+ran, the interpreter's files changed since the session scanned them, the disk was full when it ended (its output
+may be cut short), or the sandbox could not be set up (``runs.tampered`` lists what, prefixed ``interpreter``,
+``resource``, ``sandbox``). Such a run says nothing about the change: a trial of it is *invalid*, never a failed decision, never in the no-retry list
 (R19), and its knob value stays proposable.
 
 Ledgers written before that rule recorded such a trial as ``failed / runtime-error`` of its knob value (a re-run of
@@ -62,6 +63,9 @@ def charged_discards(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[in
 
 
 def _why(tampered: list[str]) -> str:
+    box = [t.removeprefix("sandbox ") for t in tampered if t.startswith("sandbox ")]
+    if box:
+        return "the run sandbox could not be set up (" + box[0] + ")"
     full = [t.removeprefix("resource ") for t in tampered if t.startswith("resource ")]
     if full:
         return "the disk filled while it ran (" + "; ".join(full[:2]) + ")"
@@ -79,6 +83,9 @@ def invalid_next_step(reason: str) -> str:
                 "stop_session and start a new session in a fresh workspace to tune in the changed environment")
     if "disk filled" in reason or "No space left" in reason:
         return "free space on the workspace's file system, then run the candidates again (they stay proposable)"
+    if "sandbox could not be set up" in reason:
+        return ("check that bubblewrap works here and that every folder the session mounts exists (serve "
+                "--sandbox-root), then run the candidates again")
     if "private copy changed" in reason:
         return "stop whatever writes into the server's run copies, then run the candidates again"
     return "fix the cause named above (free disk space, restart the executor or its workers), then run the candidates again"
