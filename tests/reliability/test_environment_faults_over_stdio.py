@@ -120,6 +120,19 @@ def test_a_package_installed_during_a_batch_charges_no_value(tmp_path: Path) -> 
             status = await s.ok("get_status", session_id=sid)
             assert status["rounds"] == 0 and "INVALID: 2 trial(s)" in status["message"], status["message"]
             assert set(tried) <= await _proposed(s, sid)  # nothing excluded in the same session
+
+            # a manual round meets the same: its run is discarded, the round cannot be judged failed, and rolling
+            # it back charges nothing — the same change is admitted again
+            patch = dict(session_id=sid, knob="softmax.py:TILE_B", value=8, catalog_id="F-3",
+                         rationale="a larger batch block, tried by hand after the batch")
+            await s.ok("apply_tuning_patch", **patch)
+            prec = await s.ok("run_precision_check", session_id=sid)
+            assert prec["verdict"] == "error" and "interpreter's files changed" in prec["reason"], prec
+            refused = await s.refused("record_round", session_id=sid)
+            assert "GATE discarded-run" in refused and "start a new session" in refused, refused
+            assert (await s.ok("revert_patch", session_id=sid))["decision"] == "reverted"
+            await s.ok("apply_tuning_patch", **patch)  # not refused by R19
+            await s.ok("revert_patch", session_id=sid)
             return sid, res["batch"], tried
 
     sid, batch, tried = anyio.run(scenario)
@@ -142,7 +155,8 @@ def test_a_package_installed_during_a_batch_charges_no_value(tmp_path: Path) -> 
             assert "repaired the ledger" in again["message"], again["message"]
             assert f"round(s) {', '.join(map(str, rounds))}" in again["message"]
             assert set(tried) <= await _proposed(s, sid)
-            assert (await s.ok("get_status", session_id=sid))["rounds"] == 0
+            # the two manual rounds rolled back; the voided batch rounds count nowhere
+            assert (await s.ok("get_status", session_id=sid))["rounds"] == 2
 
     anyio.run(repaired)
     ledger = Ledger.for_workspace(ws)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pypto_tune.tools.session.discarded import discarded_run_ids, invalid_next_step
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.session.ledger import now_iso
@@ -185,6 +186,14 @@ class RoundOps(OperationsBase):
         disk = self._disk_sources(h, st)
         last_prec = r.precision[-1] if r.precision else None
         measurement = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
+        discarded = _discarded_evidence(st)
+        if discarded:
+            # the server threw the run away for its own reasons: deciding "failed" would charge the change (R19)
+            raise self._refuse(h, st.id, "record_round", GateRefusal(
+                "discarded-run", f"round {r.number} cannot be judged: {discarded}",
+                allowed=["run_precision_check", "collect_swimlane", "revert_patch", "get_status"],
+                hint=f"{invalid_next_step(discarded)}; or revert_patch rolls the round back without charging the "
+                "change (it stays proposable)"))
         before = st.kept_us
         after = delta = None
         flags: list[str] = []
@@ -235,9 +244,26 @@ def _knob_catalog_ids(sources: dict[str, str], knob_id: str) -> list[str]:
     return []
 
 
+def _discarded_evidence(st: SessionState) -> str:
+    """'' or why the open round's latest evidence — its last precision record of the current code when that did not
+    pass, else its last measurement of it when invalid — comes from a run the server discarded (its reason)."""
+    r = st.open_round
+    assert r is not None
+    runs = discarded_run_ids(st.rows)
+    last = r.precision[-1] if r.precision else None
+    if last is not None and last["code_hash"] == st.current_hash and last["verdict"] != "passed":
+        return str(last["reason"]) if last["run_id"] is not None and int(last["run_id"]) in runs else ""
+    m = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
+    if m is not None and not m["valid"] and any(int(i) in runs for i in m["run_ids"] or []):
+        return "; ".join(m["invalid_reasons"])
+    return ""
+
+
 def _abandon_outcome(st: SessionState) -> tuple[str, str, str]:
     r = st.open_round
     assert r is not None
+    if _discarded_evidence(st):  # nothing was learnt of the change: rolled back, not failed (never R19)
+        return "reverted", "abandoned", ""
     last = r.precision[-1] if r.precision else None
     if last is not None and last["verdict"] != "passed" and last["code_hash"] == st.current_hash:
         return "failed", last["result_type"] or "precision-failure", last["key_output"]
