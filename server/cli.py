@@ -171,7 +171,12 @@ def _serve(args: argparse.Namespace) -> int:
             print("pypto-tune: --allow-remote needs a bearer token: pass --token or set PYPTO_TUNE_TOKEN "
                   f"(for example {secrets.token_urlsafe(24)})", file=sys.stderr)
             return 2
-    run_http(mcp, host=args.host, port=args.port, token=token, extra_origins=args.allow_origin)
+    try:
+        run_http(mcp, host=args.host, port=args.port, token=token, extra_origins=args.allow_origin)
+    finally:
+        from pypto_tune.tools.session.ledger import checkpoint_all
+
+        checkpoint_all()
     return 0
 
 

@@ -139,6 +139,7 @@ async def _batch_meets_an_edit(s: Session, ws: Path, sid: str, ids: list[str], e
     assert status["drift"], status["message"]
     reverted = await s.ok("revert_patch", session_id=sid)
     assert _quarantined(ws, edited), "revert_patch restored the file without keeping the edit"
+    assert ".pypto-tune/quarantine/" in reverted["message"], reverted["message"]
     assert not (await s.ok("get_status", session_id=sid))["drift"], reverted
     return res
 

@@ -80,6 +80,7 @@ class _Handle:
         # run (RunOps.offer_sample / take_sample): it may be the next collect_swimlane's sample. Kept in memory only:
         # the output folders' digests at the run's end, which the sample is checked against, are not in the ledger
         self.fresh_sim_runs: dict[str, tuple[str, Any]] = {}
+        self.quarantined: list[str] = []  # what _write copied away before writing over an edit (for the message)
 
 
 def exclusive(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -517,6 +518,7 @@ class OperationsBase:
                 if data is not None:
                     own.write(f"{folder}/{rel}", data)
         log.warning("%s: kept a copy of the unrecorded edit of %s in %s", tool, ", ".join(edited), folder)
+        h.quarantined.append(f"a copy of the unrecorded edit of {', '.join(edited)} is in {folder}/")
         return folder
 
     def _heal(self, h: _Handle, st: SessionState) -> SessionState:

@@ -119,8 +119,10 @@ class RoundOps(OperationsBase):
                                                     note="external edit reverted" + (f" ({restored})" if restored
                                                                                      else "")))
             st2 = self._state(h, session_id)
+            kept = "; ".join(h.quarantined)
+            h.quarantined.clear()
             return RevertResult(**self._base(st2, "external edit reverted; the recorded state is restored"
-                                             + (f" ({restored})" if restored else "")),
+                                             + (f" ({restored})" if restored else "") + (f"; {kept}" if kept else "")),
                                 round=None, restored_hash=st.current_hash)
         r = st.open_round
         measured = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash and m["valid"]),
@@ -140,8 +142,10 @@ class RoundOps(OperationsBase):
         st2 = self._state(h, session_id)
         self._judge_stage(h, st2)
         st2 = self._state(h, session_id)
+        kept = "; ".join(h.quarantined)
+        h.quarantined.clear()
         return RevertResult(**self._base(st2, f"round {r.number} rolled back ({result_type}); "
-                                         "source restored to the last kept state"),
+                                         "source restored to the last kept state" + (f"; {kept}" if kept else "")),
                             round=r.number, restored_hash=restored, decision=decision)
 
     def _close_round(self, h: _Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,

@@ -250,9 +250,11 @@ class Ledger:
             self._migrate()
             self._open_seals()
             self._history = HistoryRecord(path)
+            # the record before the count: another server's commit between the two then only raises the count
+            recorded = self._history.read() if existed else None
             self._sealed_rows = self._sealed_count()
             if existed:
-                self._history.check(self._sealed_rows)
+                self._history.check(self._sealed_rows, recorded)
             else:  # a new ledger at this path: whatever was recorded for an earlier one here is not its history
                 self._note_history()
         except sqlite3.Error as exc:
@@ -529,8 +531,8 @@ class HistoryRecord:
             return None
         return data if isinstance(data, dict) and data.get("ledger") == str(self.ledger) else None
 
-    def check(self, sealed: int) -> None:
-        rec = self.read()
+    def check(self, sealed: int, rec: dict[str, Any] | None) -> None:
+        """Refuse a ledger holding fewer sealed rows than ``rec`` (read before ``sealed`` was counted)."""
         if rec is None or sealed >= int(rec.get("sealed_rows", 0)):
             return
         wal = self.ledger.with_name(self.ledger.name + "-wal")
