@@ -6,7 +6,10 @@ Each candidate of a batch is a full round under every rule: admitted by the one 
 (``tools/running/execution.py`` through the session's executor: the local pool or Ray), verified by its own precision run,
 measured by the server, judged against the kept state, and recorded as its own ledger round. At the end the best
 candidate that beats the kept state is written to the workspace and kept; the others are recorded as not chosen,
-no gain, regression or failed. Stage counters and exit rules count every trial.
+no gain, regression or failed. Stage counters and exit rules count every trial — but a trial the server discarded
+for its own reasons (its run's copy or the interpreter's files changed, the sandbox, the executor or the disk
+failed) is *invalid*: a ``trials`` row without a round, no result of its code (``tools/session/discarded.py``).
+The winner is written only over the bytes the server recorded (``_write``): an edit made during the batch stays.
 
 Crash or cancellation before the batch is recorded leaves only the runs (their round numbers are never reused):
 nothing half-decided, and the workspace still holds the kept state.
