@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -187,6 +188,13 @@ def test_signals_edits_and_a_full_disk_during_runs(tmpfs: Path) -> None:
             assert res["refused"] == [] and len(res["trials"]) == 2, res
             assert all(t["verdict"] == "passed" for t in res["trials"]), res["trials"]
             assert res["winner_round"] is not None and res["best_us"] < base_us, res["message"]
+            # the decided batch was checkpointed: the ledger file alone holds its decisions
+            alone = tmpfs / "alone.sqlite3"
+            shutil.copy2(ws / ".pypto-tune" / "ledger.sqlite3", alone)
+            with sqlite3.connect(alone) as db:
+                decided = {r[0] for r in db.execute("SELECT number FROM round_decisions")}
+            alone.unlink()
+            assert {t["round"] for t in res["trials"]} <= decided, decided
 
             # a knob edited during the next batch
             cands = (await s.ok("propose_candidates", session_id=sid, limit=4))["candidates"][:2]

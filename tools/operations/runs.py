@@ -19,6 +19,7 @@ from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run,
 from pypto_tune.tools.analysis.engine import SIM_LIMIT_NAME
 from pypto_tune.tools.running.artifacts import archive_run_dirs
 from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.session.discarded import ENVIRONMENT
 from pypto_tune.tools.session.ledger import LEDGER_DIR, now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
@@ -214,6 +215,11 @@ class RunOutcome:
         return iter((self.result, self.run_id, self.dirs))
 
     @property
+    def environment_discard(self) -> bool:
+        """Discarded for the environment's sake only (``discarded.ENVIRONMENT``), not for a rewritten copy."""
+        return bool(self.tampered) and all(t.startswith(ENVIRONMENT) for t in self.tampered)
+
+    @property
     def tamper_reason(self) -> str:
         if not self.tampered:
             return ""
@@ -264,9 +270,12 @@ def check_run(out: RunOutcome, run_mode: str, **verdict_options: Any) -> Checked
     judged = judge_precision(out.result, run_mode, **verdict_options)
     v, reason = judged.verdict, judged.reason
     if out.tampered:
-        # discarded: the run may not have executed the recorded code, so it says nothing about that code — its type
-        # is no failure type of the code (tools/session/discarded.py: never R19, never the search's history)
-        return CheckedRun("error", out.tamper_reason, DISCARDED, False, judged)
+        # discarded: the run may not have executed the recorded code, so it says nothing about that code. When only
+        # the environment is to blame (the interpreter's files, a full disk, the sandbox), its type is no failure
+        # type of the code (tools/session/discarded.py: never R19, never the search's history); a copy rewritten
+        # while it ran (an attack on the run by a process of the agent's account) stays charged to the change
+        return CheckedRun("error", out.tamper_reason, DISCARDED if out.environment_discard else "runtime-error",
+                          False, judged)
     if v == "passed" and run_mode == "sim" and not out.dirs:
         # the test ran to its end and said it passed, but left nothing this run compiled from its recorded copy: a
         # run that cannot be measured, not a candidate that failed to compile
@@ -420,7 +429,7 @@ class RunOps(OperationsBase):
                 continue
             if out.tampered:
                 m.invalid.append(f"{label} {i + 1}: {out.tamper_reason}")
-                m.discarded = out.tamper_reason
+                m.discarded = out.tamper_reason if out.environment_discard else ""
                 break
             if result.timed_out or result.exit_code != 0:
                 m.invalid.append(f"{label} {i + 1}: the test command failed (exit {result.exit_code}, timeout "

@@ -7,8 +7,7 @@ Each candidate of a batch is a full round under every rule: admitted by the one 
 measured by the server, judged against the kept state, and recorded as its own ledger round. At the end the best
 candidate that beats the kept state is written to the workspace and kept; the others are recorded as not chosen,
 no gain, regression or failed. Stage counters and exit rules count every trial — but a trial the server discarded
-for its own reasons (its run's copy or the interpreter's files changed, the sandbox, the executor or the disk
-failed) is *invalid*: a ``trials`` row without a round, no result of its code (``tools/session/discarded.py``).
+for its own reasons (the interpreter's files changed; the sandbox, the executor or the disk failed) is *invalid*: a ``trials`` row without a round, no result of its code (``tools/session/discarded.py``).
 The winner is written only over the bytes the server recorded (``_write``): an edit made during the batch stays.
 
 Crash or cancellation before the batch is recorded leaves only the runs (their round numbers are never reused):
@@ -350,7 +349,7 @@ class SearchOps(OperationsBase):
                 # the first chip behind; if they fail again, the code is at fault and no chip is blamed.
                 avoid += (str(t.device),)
                 status[t.round_no] = f"retrying on another chip (chip {t.device}: {result_type})"
-            if out.tampered:  # the server discarded the run: nothing was learnt about the candidate
+            if out.environment_discard:  # the server discarded the run: nothing was learnt about the candidate
                 t.invalid = reason
                 status[t.round_no] = "done: invalid (run discarded)"
                 return

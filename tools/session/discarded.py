@@ -1,9 +1,9 @@
 """Runs the server discarded for its own reasons are no result of the code they ran.
 
-A run is discarded when the server cannot vouch for what it executed: files of its private copy changed while it
-ran, the interpreter's files changed since the session scanned them, the disk was full when it ended (its output
-may be cut short), or the sandbox could not be set up (``runs.tampered`` lists what, prefixed ``interpreter``,
-``resource``, ``sandbox``). Such a run says nothing about the change: a trial of it is *invalid*, never a failed decision, never in the no-retry list
+A run is discarded for the environment's sake when the interpreter's files changed since the session scanned them,
+the disk was full when it ended (its output may be cut short), or the sandbox could not be set up
+(``runs.tampered`` lists what, prefixed ``interpreter``, ``resource``, ``sandbox``; ``ENVIRONMENT``). Such a run
+says nothing about the change: a trial of it is *invalid*, never a failed decision, never in the no-retry list
 (R19), and its knob value stays proposable.
 
 Ledgers written before that rule recorded such a trial as ``failed / runtime-error`` of its knob value (a re-run of
@@ -22,10 +22,16 @@ from typing import Any
 #: ``corrections.field`` of a row that voids rounds decided on discarded runs
 VOID_FIELD = "discarded-runs"
 
+#: prefixes of ``runs.tampered`` entries that blame the environment, not the run's own copy: the interpreter's files,
+#: the disk (``resource``), the sandbox. A copy rewritten while the run executed (a bare path) is an attack on the
+#: run by a process of the agent's account, and stays charged to the change as it always was.
+ENVIRONMENT = ("interpreter ", "resource ", "sandbox ")
+
 
 def discarded_run_ids(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[int, list[str]]:
-    """Run id → what changed, for every run the server discarded."""
-    return {int(r["id"]): list(r.get("tampered") or []) for r in rows.get("runs", []) if r.get("tampered")}
+    """Run id → what changed, for every run the server discarded for the environment's sake only."""
+    return {int(r["id"]): list(r["tampered"]) for r in rows.get("runs", [])
+            if r.get("tampered") and all(str(t).startswith(ENVIRONMENT) for t in r["tampered"])}
 
 
 def voided_rounds(rows: Mapping[str, Sequence[Mapping[str, Any]]]) -> set[int]:
