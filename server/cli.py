@@ -11,6 +11,7 @@ import difflib
 import logging
 import os
 import secrets
+import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -235,7 +236,13 @@ def _serve(args: argparse.Namespace) -> int:
     # the TuningService is built on the first call that needs it: initialize is answered without its imports
     mcp = build_server(workspace=ws)
     if args.transport == "stdio":
-        mcp.run("stdio")
+        _leave_on_signals()  # (uvicorn handles the HTTP transport's signals itself)
+        try:
+            mcp.run("stdio")
+        finally:
+            from pypto_tune.tools.session.ledger import checkpoint_all
+
+            checkpoint_all()
         return 0
     from pypto_tune.server.http import is_loopback, run_http
 
@@ -249,8 +256,41 @@ def _serve(args: argparse.Namespace) -> int:
             print("pypto-tune: --allow-remote needs a bearer token: pass --token or set PYPTO_TUNE_TOKEN "
                   f"(for example {secrets.token_urlsafe(24)})", file=sys.stderr)
             return 2
-    run_http(mcp, host=args.host, port=args.port, token=token, extra_origins=args.allow_origin)
+    try:
+        run_http(mcp, host=args.host, port=args.port, token=token, extra_origins=args.allow_origin)
+    finally:
+        from pypto_tune.tools.session.ledger import checkpoint_all
+
+        checkpoint_all()
     return 0
+
+
+def _leave_on_signals() -> None:
+    """SIGINT and SIGTERM both end the server at once: its ledgers are checkpointed (the main file then holds the
+    history, tools/session/ledger.py) and the process exits, which closes the connection to the client; every run
+    in flight dies with it (each run's supervisor kills its process group when the server dies,
+    tools/running/runner.py). Nothing is half-recorded — each ledger event is one transaction — and the next call
+    after a restart heals or resumes (a batch's trials run again under new round numbers).
+
+    Why not let Python handle SIGINT: KeyboardInterrupt cancels the event loop, but the thread reading standard
+    input keeps the interpreter alive until the client closes it; a client waiting on its call (600 s tool timeout)
+    then waited ten minutes. A second signal during the checkpoint ends the process at once (default action)."""
+
+    def leave(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        logging.getLogger("pypto_tune.server").warning("%s: the server stops; runs in flight are cancelled",
+                                                       signal.Signals(signum).name)
+        try:
+            from pypto_tune.tools.session.ledger import checkpoint_all
+
+            checkpoint_all()
+        finally:
+            sys.stderr.flush()
+            os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, leave)
+    signal.signal(signal.SIGTERM, leave)
 
 
 def _offline(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 from pypto_tune.server.progress import ProgressState
-from pypto_tune.tools.errors import InputError, PyptoTuneError
+from pypto_tune.tools.errors import InputError, PyptoTuneError, domain_error
 from pypto_tune.tools.operations.results import JobHandle
 
 
@@ -84,7 +84,9 @@ class JobRegistry:
                 except PyptoTuneError as exc:
                     job.status, job.error = "failed", str(exc)
                 except Exception as exc:  # noqa: BLE001 - reported to the agent through wait_job
-                    job.status, job.error = "failed", f"internal error: {type(exc).__name__}: {exc}"
+                    known = domain_error(exc)
+                    job.status, job.error = "failed", (str(known) if known is not None
+                                                       else f"internal error: {type(exc).__name__}: {exc}")
             if scope.cancelled_caught:
                 job.status, job.error = "cancelled", "cancelled by cancel_job; the child process group was killed"
             job.ended = time.monotonic()

@@ -27,7 +27,7 @@ from mcp.types import CallToolResult, InputRequiredResult, ResourceLink, TextCon
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pypto_tune.server.jobs import JobRegistry
 from pypto_tune.server.progress import ProgressReporter, Send
-from pypto_tune.tools.errors import PyptoTuneError
+from pypto_tune.tools.errors import PyptoTuneError, domain_error
 from pypto_tune.tools.operations.result_views import result_text
 from pypto_tune.tools.operations.results import JobHandle
 
@@ -41,8 +41,13 @@ Wait = Annotated[bool, Field(description="false: return a job handle at once and
 
 def error_text(exc: BaseException) -> str:
     """The one mapping from a failure to what the agent reads."""
-    if isinstance(exc, (ToolError, PyptoTuneError)):
+    if isinstance(exc, ToolError):
         return str(exc)
+    known = domain_error(exc)
+    if known is not None:
+        if known is not exc:
+            log.warning("%s: %s", type(exc).__name__, known, exc_info=exc)
+        return str(known)
     log.exception("internal error")
     return (f"internal error ({type(exc).__name__}: {exc}). Every ledger event is one transaction, so nothing is "
             "recorded half. Next: get_status shows what was recorded; report the bug if it repeats")

@@ -101,3 +101,32 @@ class LedgerError(PyptoTuneError):
     """The ledger cannot be opened or written (read-only workspace, disk full, locked by another server)."""
 
     code = "ledger"
+
+
+class ResourceError(PyptoTuneError):
+    """The machine refused the server a resource it needed (a full disk, a file it may not write)."""
+
+    code = "resource"
+
+
+def domain_error(exc: BaseException) -> PyptoTuneError | None:
+    """The error an agent should read for ``exc``, or None for a bug. Concurrent work (a batch's trials run in a task
+    group) fails as an ExceptionGroup whose own text says only "unhandled errors in a TaskGroup": its first domain
+    error is the cause. An OSError of the file system (ENOSPC, EROFS, EACCES...) names the file and what to do."""
+    import errno
+
+    if isinstance(exc, PyptoTuneError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [domain_error(e) for e in exc.exceptions]
+        return next((e for e in leaves if e is not None), None)
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                                                  errno.EPERM, errno.EIO):
+        where = f" writing {exc.filename}" if exc.filename else ""
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return ResourceError(f"the disk is full ({exc.strerror}){where}",
+                                 hint="free space on that file system, then call again; every ledger event is one "
+                                 "transaction, so nothing was recorded half (get_status shows what was)")
+        return ResourceError(f"the server may not write there ({exc.strerror}){where}",
+                             hint="make the workspace writable by the server's account, then call again")
+    return None

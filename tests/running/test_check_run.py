@@ -77,10 +77,14 @@ def test_a_real_compile_failure_is_a_compile_failure() -> None:
 
 def test_a_run_that_changed_its_recorded_files_is_discarded_as_a_runtime_error() -> None:
     """A discarded run may not have executed the recorded code, so it says nothing about that code's compiling;
-    before, a SIM pass discarded this way was a "compile-failure" through the note."""
+    before, a SIM pass discarded this way was a "compile-failure" through the note. A copy rewritten while the run
+    executed is an attack on the run and stays charged to the change; a run discarded for the environment's sake
+    (the interpreter's files, the disk, the sandbox) is charged to nothing."""
     c = _check(_outcome(PASSED, PASSED_EXIT, tampered=["op.py"]))
     assert c.verdict == "error" and c.result_type == "runtime-error"
     assert "op.py" in c.reason
+    env = _check(_outcome(PASSED, PASSED_EXIT, tampered=["interpreter added: /venv/site-packages/x.pth"]))
+    assert env.verdict == "error" and env.result_type == "discarded"
 
 
 def test_exit_zero_without_a_verdict_line_is_flagged_as_the_commands_problem() -> None:

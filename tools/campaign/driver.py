@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
+from pypto_tune.tools.session.discarded import invalid_next_step
 from pypto_tune.tools.campaign.facts import SessionFacts, facts_of, session_state
 from pypto_tune.tools.campaign.manifest import OperatorSpec
 from pypto_tune.tools.errors import InputError, PyptoTuneError
@@ -311,6 +312,15 @@ class OperatorDriver:
         if not res.trials:
             # every candidate was refused when it came to run: nothing left that the gates admit in this stage
             await self._leave_exhausted_stage(st, prop, refused=res.refused)
+            return
+        invalid = [t for t in res.trials if t.decision == "invalid"]
+        if len(invalid) == len(res.trials) and "interpreter's files changed" in invalid[0].reason:
+            # every later run of this session would be discarded the same way: stop it, saying why and what to do,
+            # rather than spend the budget on runs that cannot count
+            reason = (f"campaign: the server discarded every trial of batch {res.batch} — {invalid[0].reason[:400]}"
+                      f". Next: {invalid_next_step(invalid[0].reason)}")
+            await self._sync(lambda: svc.stop_session(sid, reason=reason))
+            self.ctx.log("session-stopped", operator=self.spec.name, session_id=sid, reason=reason)
 
     async def _leave_exhausted_stage(self, st: Any, prop: Any, refused: list[str] | None = None) -> None:
         """No legal, untried candidate is left in this stage: mark the checklist items nobody tried (naming the

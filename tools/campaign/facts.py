@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.session.discarded import charged_discards, invalid_next_step, voided_rounds
 from pypto_tune.tools.session.ledger import LEDGER_FILE, Ledger
 from pypto_tune.tools.session.state import SessionState, derive_state, load_rows
 
@@ -76,11 +77,15 @@ def session_state(ledger: Ledger, session_id: str) -> SessionState:
 
 def facts_of(st: SessionState) -> SessionFacts:
     rows = st.rows
-    decisions = list(st.decisions.values())
+    # rounds decided on runs the server discarded (voided, or in a ledger not resumed since): no result of the code
+    void = voided_rounds(rows) | set(charged_discards(rows))
+    decisions = [d for n, d in st.decisions.items() if n not in void]
     fails: dict[str, int] = {}
     for d in decisions:
         if d["decision"] == "failed":
             fails[str(d["result_type"])] = fails.get(str(d["result_type"]), 0) + 1
+    invalid = [str(t["info"].get("reason") or "") for t in rows.get("trials", []) if t["outcome"] == "invalid"]
+    invalid += list(charged_discards(rows).values())
     times = [str(r.get("at") or "") for t in ("runs", "transitions", "round_decisions") for r in rows.get(t, [])]
     s = st.session
     goal = f"{s['goal_value']:g}x" if s["goal_kind"] == "speedup" else f"≤ {s['goal_value']:g} µs"
@@ -92,7 +97,9 @@ def facts_of(st: SessionState) -> SessionFacts:
         run_s=round(sum(float(r.get("duration_s") or 0.0) for r in rows.get("runs", [])), 3),
         started_at=str(s["created_at"]), last_at=max([str(s["created_at"]), *times]),
         awaiting_user=st.awaiting_user,
-        failures=[f"{k} ×{v}" for k, v in sorted(fails.items())])
+        failures=[f"{k} ×{v}" for k, v in sorted(fails.items())]
+        + ([f"invalid ×{len(invalid)}, discarded by the server and not charged to their values ({invalid[-1][:200]}"
+            f"; next: {invalid_next_step(invalid[-1])})"] if invalid else []))
 
 
 def latest_session(workspace: Path) -> SessionFacts | None:

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pypto_tune.tools.session.discarded import charged_discards, voided_rounds
 from pypto_tune.tools.errors import InputError, LedgerError, PyptoTuneError
 from pypto_tune.tools.knowledge import situation as S
 from pypto_tune.tools.knowledge.store import KnowledgeFile, Observation, SourceInfo, empty
@@ -142,10 +143,12 @@ def distill_session(rows: dict[str, list[dict[str, Any]]], workspace: Path | Non
     pypto = _pypto(rows)
     rounds = {int(r["number"]): r for r in rows.get("rounds", [])}
     decisions = {int(d["number"]): d for d in rows.get("round_decisions", [])}
+    # decided on runs the server discarded (voided, or a ledger from before that rule): nothing about the value
+    void = voided_rounds(rows) | set(charged_discards(rows))
     out: list[Observation] = []
     for p in rows.get("patches", []):
         n = p.get("round")
-        if n is None or p["kind"] not in _PATCH_KINDS or len(p.get("knob_changes") or []) != 1:
+        if n is None or p["kind"] not in _PATCH_KINDS or len(p.get("knob_changes") or []) != 1 or int(n) in void:
             continue
         r, d = rounds.get(int(n)), decisions.get(int(n))
         if r is None or d is None or d.get("result_type") == "abandoned":

@@ -29,6 +29,7 @@ from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F
 from pypto_tune.tools.code.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
 from pypto_tune.tools.errors import TreeError
 from pypto_tune.tools.running.interpreter_files import EnvironmentWatch, Fingerprint
+from pypto_tune.tools.session.discarded import VOID_FIELD, charged_discards, discarded_run_ids, voided_rounds
 from pypto_tune.tools.session.state import SessionState, derive_state, load_rows
 from pypto_tune.tools.code import server_files
 from pypto_tune.tools.code.workspace import WorkspaceLock
@@ -79,6 +80,7 @@ class _Handle:
         # run (RunOps.offer_sample / take_sample): it may be the next collect_swimlane's sample. Kept in memory only:
         # the output folders' digests at the run's end, which the sample is checked against, are not in the ledger
         self.fresh_sim_runs: dict[str, tuple[str, Any]] = {}
+        self.quarantined: list[str] = []  # what _write copied away before writing over an edit (for the message)
 
 
 def exclusive(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -235,6 +237,7 @@ class OperationsBase:
                         hint="restore .pypto-tune/ledger.sqlite3 from a backup, or start a new session in a fresh "
                         "workspace; get_status lists every finding")
                 st = self._heal(h, st)
+                st = self._void_discarded(h, st)[0]
                 if (not st.finished and st.open_round is None and st.level1 == "S4_TUNE"
                         and gates.time_limit_exceeded(st)):
                     self._finish(h, st, f"time limit of {st.session['time_limit_h']} h reached")
@@ -315,7 +318,7 @@ class OperationsBase:
                 tree.check_parents(path)  # LinkRefused before the first write
             for path in alien:
                 own.check_parents(path)
-            self._write(h, st, st.expected_sources, "revert_patch")
+            self._write(h, st, st.expected_sources, "revert_patch", over_edit="quarantine")
             for path in alien:  # files dropped into the server's own folder: out of every run's way
                 own.move_to(path, own, f"{LEDGER_DIR}/quarantine/{stamp}/{path}")
                 moved.append(path)
@@ -427,8 +430,9 @@ class OperationsBase:
         failed = _failed_code(st)
         key = (adm.change.knob_id, _value_key(adm.change.after)) if adm.change else None
         rounds = {int(r["number"]): r for r in st.rounds}
+        voided = voided_rounds(st.rows)  # decided on discarded runs: nothing was learnt of their code
         for p in st.rows["patches"]:
-            if p["round"] is None or p["kind"] not in CHANGE_PATCHES:
+            if p["round"] is None or p["kind"] not in CHANGE_PATCHES or int(p["round"]) in voided:
                 continue
             n = int(p["round"])
             r, d = rounds.get(n), st.decisions.get(n)
@@ -468,11 +472,67 @@ class OperationsBase:
         return {"session_id": st.id, "state": st.level1, "stage": st.stage, "message": message,
                 "next_actions": gates.allowed_actions(st)}
 
-    def _write(self, h: _Handle, st: SessionState, sources: dict[str, str], tool: str) -> str:
-        """Write operator sources, with the intent on record first (ledger migration 2, see ``_heal``)."""
+    def _write(self, h: _Handle, st: SessionState, sources: dict[str, str], tool: str, *,
+               over_edit: str = "refuse", ours: dict[str, str] | None = None) -> str:
+        """Write operator sources, with the intent on record first (ledger migration 2, see ``_heal``).
+
+        Every write of an operator file passes here, and none goes over a change nobody recorded: each file about to
+        be written must still hold what the server recorded (``st.expected_sources``; ``ours``: other bytes the
+        caller knows to be the server's own, such as an interrupted write ``_heal`` undoes). A file edited since —
+        by the agent or a person, while a batch ran or between two calls — is, by ``over_edit``:
+
+        * ``"refuse"``: nothing is written and ``UnrecordedEdit`` (GATE drift) names the files; the edit stays;
+        * ``"quarantine"``: a copy of each edited file is kept in ``.pypto-tune/quarantine/<time>/`` first (the
+          explicit reverts, which exist to undo such edits), and the message says where.
+
+        A check right before the write leaves the moment between the check and the rename; an edit in that
+        moment is caught by the read-back in ``write_sources``, not preserved."""
+        edited = self._unrecorded_edits(h, st, sources, ours or {})
+        if edited and over_edit != "quarantine":
+            raise self._refuse(h, st.id, tool, UnrecordedEdit(tool, sorted(edited)))
+        if edited:
+            self._quarantine_copies(h, edited, tool)
         h.ledger.insert("write_intents", session_id=st.id, at=now_iso(), tool=tool,
                         before_sources=st.expected_sources, after_sources=sources)
         return write_sources(h.workspace, sources)
+
+    def _unrecorded_edits(self, h: _Handle, st: SessionState, sources: dict[str, str],
+                          ours: dict[str, str]) -> dict[str, bytes | None]:
+        """Files of ``sources`` whose bytes on disk are neither the recorded ones, nor ``ours``, nor the bytes about
+        to be written (path → the bytes found; None for a link, which is never read through). A missing file holds
+        nothing to lose."""
+        from pypto_tune.tools.patching.files import to_bytes
+        from pypto_tune.tools.patching.nofollow import LinkRefused, open_tree
+
+        out: dict[str, bytes | None] = {}
+        with open_tree(h.workspace) as tree:
+            for rel in sorted(sources):
+                try:
+                    data: bytes | None = tree.read(rel)
+                except LinkRefused:
+                    data = None
+                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                    continue
+                known = {to_bytes(t) for t in (st.expected_sources.get(rel), ours.get(rel), sources[rel])
+                         if t is not None}
+                if data is None or data not in known:
+                    out[rel] = data
+        return out
+
+    def _quarantine_copies(self, h: _Handle, edited: dict[str, bytes | None], tool: str) -> str:
+        """Keep a copy of each edited file before a revert writes over it; returns the folder (workspace-relative)."""
+        from datetime import datetime
+
+        from pypto_tune.tools.patching.nofollow import open_tree
+
+        folder = f"{LEDGER_DIR}/quarantine/{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}-{tool}"
+        with open_tree(h.workspace, allow_server_dir=True) as own:
+            for rel, data in edited.items():
+                if data is not None:
+                    own.write(f"{folder}/{rel}", data)
+        log.warning("%s: kept a copy of the unrecorded edit of %s in %s", tool, ", ".join(edited), folder)
+        h.quarantined.append(f"a copy of the unrecorded edit of {', '.join(edited)} is in {folder}/")
+        return folder
 
     def _heal(self, h: _Handle, st: SessionState) -> SessionState:
         """Undo this server's own write if a crash cut it off before it was recorded.
@@ -499,12 +559,31 @@ class OperationsBase:
             return st
         if not all(disk.get(f) in (before.get(f), after.get(f)) for f in disk):
             return st
-        self._write(h, st, st.expected_sources, "heal")  # also supersedes the interrupted intent
+        self._write(h, st, st.expected_sources, "heal", ours=after)  # also supersedes the interrupted intent
         h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
                                                 after=st.expected_sources,
                                                 note=f"undid {last['tool']}'s write of {last['at']}, interrupted "
                                                 "before it was recorded (server crash)"))
         return self._state(h, st.id)
+
+    def _void_discarded(self, h: _Handle, st: SessionState) -> tuple[SessionState, str]:
+        """Repair a ledger that charged runs the server discarded to the code they ran (``tools/session/discarded.py``):
+        the rounds decided failed on such runs only are voided by one appended correction that names them — their
+        values become proposable again. Returns the state and a note for the caller's message ('' when none)."""
+        charged = charged_discards(st.rows)
+        if not charged:
+            return st, ""
+        rounds = sorted(charged)
+        causes = sorted(set(charged.values()))
+        reason = (f"round(s) {', '.join(map(str, rounds))} were decided failed on runs the server discarded ("
+                  + "; ".join(causes)[:1500] + "): no result of their code; voided, their changes may be tried again")
+        h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field=VOID_FIELD,
+                        before_value={str(n): f"{st.decisions[n]['decision']} / {st.decisions[n]['result_type']}"
+                                      for n in rounds},
+                        after_value={"rounds": rounds, "status": "invalid"}, reason=reason)
+        return self._state(h, st.id), (f"; repaired the ledger: round(s) {', '.join(map(str, rounds))} had been "
+                                       "recorded failed on runs the server discarded (" + "; ".join(causes)[:300]
+                                       + ") — voided by a correction row, their values are proposable again")
 
     def _transition(self, h: _Handle, st: SessionState, level: str, to: str, reason: str,
                     summary: dict[str, Any] | None = None) -> None:
@@ -528,6 +607,20 @@ def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict
                 knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
 
 
+class UnrecordedEdit(GateRefusal):
+    """An operator file about to be written holds an edit nobody recorded (``OperationsBase._write``)."""
+
+    def __init__(self, tool: str, files: list[str]) -> None:
+        self.files = files
+        super().__init__(
+            "drift", f"{', '.join(files)} changed since the server recorded {'it' if len(files) == 1 else 'them'} "
+            f"(an edit nobody recorded): {tool} wrote nothing over it, and the edit is still in the file",
+            allowed=gates.DRIFT_ALLOWED,
+            hint="keep the edit as a change of its own (run_precision_check(adopt_drift=true) adopts an edit that is "
+            "one legal knob change), or revert_patch: it keeps a copy of the edit in .pypto-tune/quarantine/ and "
+            "restores the recorded state")
+
+
 #: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes
 #: to the workspace for the winner and is not a second change)
 CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
@@ -537,11 +630,17 @@ def _failed_code(st: SessionState) -> dict[str, str]:
     """Code hash → how it failed, for every change that failed in a round: a failed precision check of its code,
     or an invalid measurement of it (R19 keys on the code, not on how its round was closed)."""
     out: dict[str, str] = {}
+    # a run the server discarded (its copy or the interpreter's files changed) says nothing about its code
+    discarded = discarded_run_ids(st.rows)
     for r in st.rows["precision_records"]:
         if r["round"] is not None and int(r["round"]) > 0 and r["verdict"] != "passed":
+            if r["run_id"] is not None and int(r["run_id"]) in discarded:
+                continue
             out.setdefault(r["code_hash"], f"precision {r['verdict']} ({r['result_type'] or 'failure'})")
     for m in st.rows["measurements"]:
         if m["round"] is not None and int(m["round"]) > 0 and not m["valid"]:
+            if any(int(i) in discarded for i in m["run_ids"] or []):
+                continue
             out.setdefault(m["code_hash"], "invalid measurement (" + "; ".join(m["invalid_reasons"])[:120] + ")")
     return out
 

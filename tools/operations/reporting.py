@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.session.state import SessionState
 
@@ -95,12 +96,18 @@ class ReportOps(OperationsBase):
         drift_detail = self._drift(h, st)
         drift = bool(drift_detail)
         snap = self.snapshot(session_id)
-        decided = [d for d in st.decisions.values()]
+        voided = voided_rounds(st.rows)  # decided on runs the server discarded: no result (session/discarded.py)
+        decided = [d for n, d in st.decisions.items() if n not in voided]
         kept = sum(1 for d in decided if d["decision"] == "kept")
         findings = h.ledger.integrity_findings()
+        invalid = [t for t in st.rows["trials"] if t["outcome"] == "invalid"]
         return StatusResult(
             **self._base(st, f"{st.level1}" + (f" / {st.stage}" if st.stage else "")
                          + (f" — DRIFT: the workspace changed outside the server ({drift_detail})" if drift
+                            else "")
+                         + (f" — INVALID: {len(invalid)} trial(s) discarded by the server, not charged to their "
+                            f"values (last: round {invalid[-1]['round']}, {str(invalid[-1]['info'].get('reason'))[:300]}"
+                            f"). Next: {invalid_next_step(str(invalid[-1]['info'].get('reason')))}" if invalid
                             else "")
                          + (f" — LEDGER: {len(findings)} row(s) not the server's ({findings[0]})" if findings
                             else "")),

@@ -388,7 +388,8 @@ class TrialOut(BaseModel):
                          "only, numerics not checked)")
     operator_time_us: float | None
     delta_pct: float | None = Field(description="against the kept state")
-    decision: str = Field(description="kept / reverted / failed")
+    decision: str = Field(description="kept / reverted / failed / invalid (discarded by the server for its own "
+                          "reasons — not charged to the value, which stays proposable; reason says why)")
     result_type: str = Field(description="gain / not-chosen / no-gain / regression / compile-failure / ...")
     reason: str = Field(default="", description="why it was kept or not: its measurement against the kept state, "
                         "the candidate that beat or tied it, or the error that stopped it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pypto_tune.tools.session.discarded import discarded_run_ids, invalid_next_step
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.session.ledger import now_iso
@@ -118,8 +119,10 @@ class RoundOps(OperationsBase):
                                                     note="external edit reverted" + (f" ({restored})" if restored
                                                                                      else "")))
             st2 = self._state(h, session_id)
+            kept = "; ".join(h.quarantined)
+            h.quarantined.clear()
             return RevertResult(**self._base(st2, "external edit reverted; the recorded state is restored"
-                                             + (f" ({restored})" if restored else "")),
+                                             + (f" ({restored})" if restored else "") + (f"; {kept}" if kept else "")),
                                 round=None, restored_hash=st.current_hash)
         r = st.open_round
         measured = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash and m["valid"]),
@@ -134,23 +137,29 @@ class RoundOps(OperationsBase):
         else:
             decision, result_type, error = _abandon_outcome(st)
         restored = self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
-                                     delta_pct=delta, error=error, notes=notes or "reverted by revert_patch")
+                                     delta_pct=delta, error=error, notes=notes or "reverted by revert_patch",
+                                     over_edit="quarantine")
         st2 = self._state(h, session_id)
         self._judge_stage(h, st2)
         st2 = self._state(h, session_id)
+        kept = "; ".join(h.quarantined)
+        h.quarantined.clear()
         return RevertResult(**self._base(st2, f"round {r.number} rolled back ({result_type}); "
-                                         "source restored to the last kept state"),
+                                         "source restored to the last kept state" + (f"; {kept}" if kept else "")),
                             round=r.number, restored_hash=restored, decision=decision)
 
     def _close_round(self, h: _Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,
-                     after_us: float | None, delta_pct: float | None, error: str, notes: str) -> str:
-        """Write the decision; when not kept, restore the kept sources (with the current debug state) first."""
+                     after_us: float | None, delta_pct: float | None, error: str, notes: str,
+                     over_edit: str = "refuse") -> str:
+        """Write the decision; when not kept, restore the kept sources (with the current debug state) first.
+        ``over_edit``: see ``_write`` (revert_patch keeps a copy of an unrecorded edit; record_round refuses)."""
         assert st.open_round is not None
         n = st.open_round.number
         restored_hash = st.current_hash
         target = st.kept_sources if decision != "kept" else None
         if target is not None:
-            self._write(h, st, target, "revert")  # before the transaction: the intent must be on record first
+            # before the transaction: the intent must be on record first
+            self._write(h, st, target, "revert", over_edit=over_edit)
         with h.ledger.transaction() as tx:
             if target is not None:
                 restored_hash = code_hash(target)
@@ -181,6 +190,14 @@ class RoundOps(OperationsBase):
         disk = self._disk_sources(h, st)
         last_prec = r.precision[-1] if r.precision else None
         measurement = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
+        discarded = _discarded_evidence(st)
+        if discarded:
+            # the server threw the run away for its own reasons: deciding "failed" would charge the change (R19)
+            raise self._refuse(h, st.id, "record_round", GateRefusal(
+                "discarded-run", f"round {r.number} cannot be judged: {discarded}",
+                allowed=["run_precision_check", "collect_swimlane", "revert_patch", "get_status"],
+                hint=f"{invalid_next_step(discarded)}; or revert_patch rolls the round back without charging the "
+                "change (it stays proposable)"))
         before = st.kept_us
         after = delta = None
         flags: list[str] = []
@@ -231,9 +248,26 @@ def _knob_catalog_ids(sources: dict[str, str], knob_id: str) -> list[str]:
     return []
 
 
+def _discarded_evidence(st: SessionState) -> str:
+    """'' or why the open round's latest evidence — its last precision record of the current code when that did not
+    pass, else its last measurement of it when invalid — comes from a run the server discarded (its reason)."""
+    r = st.open_round
+    assert r is not None
+    runs = discarded_run_ids(st.rows)
+    last = r.precision[-1] if r.precision else None
+    if last is not None and last["code_hash"] == st.current_hash and last["verdict"] != "passed":
+        return str(last["reason"]) if last["run_id"] is not None and int(last["run_id"]) in runs else ""
+    m = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
+    if m is not None and not m["valid"] and any(int(i) in runs for i in m["run_ids"] or []):
+        return "; ".join(m["invalid_reasons"])
+    return ""
+
+
 def _abandon_outcome(st: SessionState) -> tuple[str, str, str]:
     r = st.open_round
     assert r is not None
+    if _discarded_evidence(st):  # nothing was learnt of the change: rolled back, not failed (never R19)
+        return "reverted", "abandoned", ""
     last = r.precision[-1] if r.precision else None
     if last is not None and last["verdict"] != "passed" and last["code_hash"] == st.current_hash:
         return "failed", last["result_type"] or "precision-failure", last["key_output"]

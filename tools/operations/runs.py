@@ -19,6 +19,7 @@ from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run,
 from pypto_tune.tools.analysis.engine import SIM_LIMIT_NAME
 from pypto_tune.tools.running.artifacts import archive_run_dirs
 from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.session.discarded import ENVIRONMENT
 from pypto_tune.tools.session.ledger import LEDGER_DIR, now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
@@ -73,6 +74,25 @@ def sim_run_serves_both(run_mode: str) -> bool:
     return run_mode == "sim"
 
 
+#: What the ledger keeps of one run's output: the first and the last RUN_OUTPUT_KEPT_BYTES (the runner captured up to
+#: 2 MiB each, and the verdict was judged on that capture; ``runs.output_bytes`` keeps the whole count). Once a
+#: session's runs hold SESSION_OUTPUT_BUDGET_BYTES of output, each later run keeps OVER_BUDGET_KEPT_BYTES at each
+#: end. A test printing 50 MB per run thus adds at most 128 KiB of output per run to the ledger, and a session at
+#: most 64 MiB plus 8 KiB per run after that (a chatty test once stored 4 MB per run: gigabytes per session).
+RUN_OUTPUT_KEPT_BYTES = 64 * 1024
+SESSION_OUTPUT_BUDGET_BYTES = 64 * 1024 * 1024
+OVER_BUDGET_KEPT_BYTES = 4 * 1024
+
+
+def stored_output(head: str, tail: str, session_stored_bytes: int) -> tuple[str, str]:
+    """The head and tail of a run's output as the ledger stores them (see RUN_OUTPUT_KEPT_BYTES)."""
+    keep = RUN_OUTPUT_KEPT_BYTES if session_stored_bytes < SESSION_OUTPUT_BUDGET_BYTES else OVER_BUDGET_KEPT_BYTES
+    hb, tb = head.encode("utf-8", "surrogateescape"), tail.encode("utf-8", "surrogateescape")
+    if not tb and len(hb) > keep:  # all of it fitted the capture's head: its end is the tail to keep
+        hb, tb = hb[:keep], hb[-keep:]
+    return (hb[:keep].decode("utf-8", "ignore"), tb[-keep:].decode("utf-8", "ignore"))
+
+
 @dataclass
 class Measured:
     """Samples of one code state gathered by ``_measure`` (one or several batches)."""
@@ -88,6 +108,7 @@ class Measured:
     traces: list[str] = field(default_factory=list)
 
     per_kernel: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # label -> {"time": [], "e2e": []}
+    discarded: str = ""  # why the server discarded a run of these samples (its reason, not the code's failure)
 
     @property
     def valid(self) -> bool:
@@ -120,6 +141,7 @@ class Measured:
         self.run_ids += other.run_ids
         self.dirs += other.dirs
         self.invalid += other.invalid
+        self.discarded = self.discarded or other.discarded
         self.notes += other.notes
         for label, figs in other.per_kernel.items():
             mine = self.per_kernel.setdefault(label, {"time": [], "e2e": []})
@@ -193,9 +215,23 @@ class RunOutcome:
         return iter((self.result, self.run_id, self.dirs))
 
     @property
+    def environment_discard(self) -> bool:
+        """Discarded for the environment's sake only (``discarded.ENVIRONMENT``), not for a rewritten copy."""
+        return bool(self.tampered) and all(t.startswith(ENVIRONMENT) for t in self.tampered)
+
+    @property
     def tamper_reason(self) -> str:
         if not self.tampered:
             return ""
+        box = [t.removeprefix("sandbox ") for t in self.tampered if t.startswith("sandbox ")]
+        if box:
+            return ("the run sandbox could not be set up (" + box[0] + "): the test never ran, so the run is "
+                    "discarded — it says nothing about the code; check bubblewrap and the folders the session "
+                    "mounts (serve --sandbox-root), then run it again")
+        res = [t.removeprefix("resource ") for t in self.tampered if t.startswith("resource ")]
+        if res:
+            return ("the disk filled while the run executed (" + "; ".join(res) + "): what it wrote or printed may be "
+                    "cut short, so the run is discarded — it says nothing about the code; free space and run it again")
         env = [t for t in self.tampered if t.startswith("interpreter ")]
         if env:
             return ("the interpreter's files changed since the session scanned them before its baseline ("
@@ -218,6 +254,9 @@ class CheckedRun:
     judged: VerdictResult
 
 
+#: result type of a run the server discarded for its own reasons (``RunOutcome.tampered``): not the code's failure
+DISCARDED = "discarded"
+
 NO_SIM_FOLDER = ("the test exited 0 but the simulator wrote no output folder: nothing was simulated (is the jit "
                  "run_mode SIM and the test calling the kernel?)")
 
@@ -231,8 +270,12 @@ def check_run(out: RunOutcome, run_mode: str, **verdict_options: Any) -> Checked
     judged = judge_precision(out.result, run_mode, **verdict_options)
     v, reason = judged.verdict, judged.reason
     if out.tampered:
-        # discarded: the run may not have executed the recorded code, so it says nothing about that code
-        return CheckedRun("error", out.tamper_reason, "runtime-error", False, judged)
+        # discarded: the run may not have executed the recorded code, so it says nothing about that code. When only
+        # the environment is to blame (the interpreter's files, a full disk, the sandbox), its type is no failure
+        # type of the code (tools/session/discarded.py: never R19, never the search's history); a copy rewritten
+        # while it ran (an attack on the run by a process of the agent's account) stays charged to the change
+        return CheckedRun("error", out.tamper_reason, DISCARDED if out.environment_discard else "runtime-error",
+                          False, judged)
     if v == "passed" and run_mode == "sim" and not out.dirs:
         # the test ran to its end and said it passed, but left nothing this run compiled from its recorded copy: a
         # run that cannot be measured, not a candidate that failed to compile
@@ -295,15 +338,22 @@ class RunOps(OperationsBase):
         if fp is not None:  # the interpreter's files, scanned before the baseline (interpreter_files.py)
             moved = await h.env_watch.changes_since(fp, ended_at=time.time())
             iso.tampered = list(iso.tampered) + [f"interpreter {c}" for c in moved[:20]]
+        full = _disk_nearly_full([h.workspace, iso.exec_dir])
+        if full:  # its output may have been cut short: what it says is the disk's, not the code's
+            iso.tampered = list(iso.tampered) + [f"resource {full}"]
+        box = _sandbox_failure(result) if world.sandboxed else ""
+        if box:  # bubblewrap could not set the sandbox up: the test never ran
+            iso.tampered = list(iso.tampered) + [f"sandbox {box}"]
         if iso.tampered:
-            log.warning("run %s: files changed in its private copy while it ran: %s", purpose, iso.tampered)
+            log.warning("run %s: discarded: %s", purpose, iso.tampered)
             dirs = []
+        head, tail = stored_output(result.output_head, result.output_tail, h.ledger.stored_output_bytes(st.id))
         run_row = dict(
             session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
             env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
-            duration_s=result.duration_s, started_epoch=result.started_at, output_head=result.output_head,
-            output_tail=result.output_tail, output_bytes=result.output_bytes,
+            duration_s=result.duration_s, started_epoch=result.started_at, output_head=head,
+            output_tail=tail, output_bytes=result.output_bytes,
             output_dirs=[str(d) for d in dirs], code_hash=code_hash(sources), raw_hash=hash_sources(sources),
             device_id=device_id, exec_hash=iso.exec_hash, exec_dir=iso.exec_dir, tampered=iso.tampered,
             batch=batch,
@@ -379,6 +429,7 @@ class RunOps(OperationsBase):
                 continue
             if out.tampered:
                 m.invalid.append(f"{label} {i + 1}: {out.tamper_reason}")
+                m.discarded = out.tamper_reason if out.environment_discard else ""
                 break
             if result.timed_out or result.exit_code != 0:
                 m.invalid.append(f"{label} {i + 1}: the test command failed (exit {result.exit_code}, timeout "
@@ -655,6 +706,31 @@ class RunOps(OperationsBase):
         result.suggestions = shown
         return result
 
+
+
+#: free bytes below which a run's file system counts as full when the run ends (its writes may have failed)
+DISK_FULL_BELOW_BYTES = 4 * 1024 * 1024
+
+
+def _disk_nearly_full(paths: list[Any]) -> str:
+    """'' or which file system the run wrote to has (almost) no space left."""
+    for path in paths:
+        if not path:
+            continue
+        try:
+            free = shutil.disk_usage(path).free
+        except OSError:
+            continue
+        if free < DISK_FULL_BELOW_BYTES:
+            return f"{path} has {free} bytes free"
+    return ""
+
+
+def _sandbox_failure(result: RunResult) -> str:
+    """'' or bubblewrap's own complaint when it failed before the command started (it exits 1 and prints
+    ``bwrap: <why>`` as the run's first output line)."""
+    first = result.output_head.lstrip().split("\n", 1)[0]
+    return first[:300] if result.exit_code == 1 and first.startswith("bwrap: ") else ""
 
 
 def _foreign_sources(st: SessionState, sources: dict[str, list[str]]) -> str:

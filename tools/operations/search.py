@@ -6,7 +6,9 @@ Each candidate of a batch is a full round under every rule: admitted by the one 
 (``tools/running/execution.py`` through the session's executor: the local pool or Ray), verified by its own precision run,
 measured by the server, judged against the kept state, and recorded as its own ledger round. At the end the best
 candidate that beats the kept state is written to the workspace and kept; the others are recorded as not chosen,
-no gain, regression or failed. Stage counters and exit rules count every trial.
+no gain, regression or failed. Stage counters and exit rules count every trial — but a trial the server discarded
+for its own reasons (the interpreter's files changed; the sandbox, the executor or the disk failed) is *invalid*: a ``trials`` row without a round, no result of its code (``tools/session/discarded.py``).
+The winner is written only over the bytes the server recorded (``_write``): an edit made during the batch stays.
 
 Crash or cancellation before the batch is recorded leaves only the runs (their round numbers are never reused):
 nothing half-decided, and the workspace still holds the kept state.
@@ -25,10 +27,13 @@ import anyio
 
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.chips import implicates_chip
-from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
+from pypto_tune.tools.running.executors.base import ExecutorError
+from pypto_tune.tools.running.sandbox import SandboxUnavailable
+from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError, domain_error
+from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, _Handle, _next_round, _patch_row, code_hash, exclusive,
+    OperationsBase, Progress, UnrecordedEdit, _Handle, _next_round, _patch_row, code_hash, exclusive,
 )
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
@@ -68,6 +73,9 @@ class _Trial:
     device: str | None = None
     kept_pool: list[float] = field(default_factory=list)
     chip_failures: list[dict[str, Any]] = field(default_factory=list)  # R5: chips this trial failed on first
+    #: why the server discarded the trial for its own reasons (its runs' copy or the interpreter's files changed,
+    #: the executor or the sandbox failed, the disk filled): an invalid trial, no result of its code
+    invalid: str = ""
 
     @property
     def retry_note(self) -> str:
@@ -132,10 +140,11 @@ class SearchOps(OperationsBase):
         """Every decided round with one knob change, as the search reads it (what was tried, from which kept
         state, with which outcome and times)."""
         out = []
+        voided = voided_rounds(st.rows)  # decided on runs the server discarded (tools/session/discarded.py)
         for r in st.rounds:
             n = int(r["number"])
             d = st.decisions.get(n)
-            if d is None:
+            if d is None or n in voided:
                 continue
             patch = next((p for p in st.rows["patches"] if p["round"] == n and p["kind"] in
                           ("tuning", "manual-adopt", "trial")), None)
@@ -204,14 +213,20 @@ class SearchOps(OperationsBase):
                             phase=f"{done}/{len(trials)} trials done", step=done, steps=len(trials))
                     await anyio.sleep(2.0)
 
-            async with anyio.create_task_group() as outer:
-                outer.start_soon(report)
-                async with anyio.create_task_group() as tg:
-                    for t in trials:
-                        tg.start_soon(self._trial, h, st, t, batch, limiter, status)
-                outer.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as outer:
+                    outer.start_soon(report)
+                    async with anyio.create_task_group() as tg:
+                        for t in trials:
+                            tg.start_soon(self._trial, h, st, t, batch, limiter, status)
+                    outer.cancel_scope.cancel()
+            except BaseExceptionGroup as group:  # its own text is "unhandled errors in a TaskGroup": name the cause
+                known = domain_error(group)
+                if known is None:
+                    raise
+                raise known from group
             winner = self._decide(st, trials)
-            self._record_batch(h, st, trials, winner, batch)
+            held = self._record_batch(h, st, trials, winner, batch)
         finally:
             h.busy = None
         st2 = self._state(h, session_id)
@@ -221,6 +236,14 @@ class SearchOps(OperationsBase):
         msg = (f"batch {batch}: {len(trials)} trial(s) on {k} worker(s) in {wall:.1f} s; "
                + (f"kept round {winner.round_no} ({winner.change.knob_id} = {winner.value!r}, "
                   f"{winner.delta_pct:+.2f} %)" if winner else "no candidate beat the kept state"))
+        if held:
+            msg += f"; NOT WRITTEN: {held}"
+        invalid = [t for t in trials if t.invalid]
+        if invalid:
+            msg += (f"; {len(invalid)} trial(s) INVALID, discarded by the server for its own reasons and not charged "
+                    "to their values (they stay proposable): "
+                    + "; ".join(f"r{t.round_no} {t.knob} = {t.value!r}: {t.invalid[:240]}" for t in invalid[:4])
+                    + f". Next: {invalid_next_step(invalid[0].invalid)}")
         retried = [t.retry_note.replace("R5 card retry: ", f"r{t.round_no} ") for t in trials if t.chip_failures]
         if retried:
             msg += "; R5 card retry: " + "; ".join(retried)
@@ -235,7 +258,7 @@ class SearchOps(OperationsBase):
                              delta_pct=t.delta_pct, decision=t.decision, result_type=t.result_type,
                              # the error first: a data-less trial's precision reason says "passed", which is not
                              # why it failed (its error names the invalid measurement)
-                             reason="; ".join(x for x in (t.error or t.reason, t.retry_note) if x),
+                             reason="; ".join(x for x in (t.invalid or t.error or t.reason, t.retry_note) if x),
                              device_id=t.device, retried_from=[str(f["device_id"]) for f in t.chip_failures])
                     for t in trials],
         )
@@ -286,6 +309,19 @@ class SearchOps(OperationsBase):
 
     async def _trial(self, h: _Handle, st: SessionState, t: _Trial, batch: str, limiter: anyio.CapacityLimiter,
                      status: dict[int, str]) -> None:
+        """One candidate (see ``_run_trial``). A failure of the server's own means — the executor, the sandbox, the
+        file system (a full disk) — makes the trial invalid instead of ending the whole batch: it is recorded as
+        such, never as a failure of the candidate, and the other trials still count."""
+        try:
+            await self._run_trial(h, st, t, batch, limiter, status)
+        except (OSError, ExecutorError, SandboxUnavailable) as exc:
+            log.warning("trial r%s discarded: %s", t.round_no, exc)
+            what = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.filename else str(exc)
+            t.invalid = f"the server could not run it: {what.splitlines()[0][:500]}"
+            status[t.round_no] = "done: invalid"
+
+    async def _run_trial(self, h: _Handle, st: SessionState, t: _Trial, batch: str,
+                         limiter: anyio.CapacityLimiter, status: dict[int, str]) -> None:
         """One candidate: precision on its own bytes, then the measurement — each run on a private copy."""
         async with limiter:
             status[t.round_no] = "verifying"
@@ -313,6 +349,10 @@ class SearchOps(OperationsBase):
                 # the first chip behind; if they fail again, the code is at fault and no chip is blamed.
                 avoid += (str(t.device),)
                 status[t.round_no] = f"retrying on another chip (chip {t.device}: {result_type})"
+            if out.environment_discard:  # the server discarded the run: nothing was learnt about the candidate
+                t.invalid = reason
+                status[t.round_no] = "done: invalid (run discarded)"
+                return
             if v != "passed":
                 t.result_type, t.error = result_type or "precision-failure", reason
                 if t.chip_failures:  # the retry failed too: the code, not a chip
@@ -333,7 +373,9 @@ class SearchOps(OperationsBase):
             self._record_measurement(h, st, m, round_no=t.round_no, code=code,  # type: ignore[attr-defined]
                                      label=f"round{t.round_no}")
             t.measured = m
-            if not m.valid:
+            if m.discarded:
+                t.invalid = m.discarded
+            elif not m.valid:
                 t.result_type, t.error = "runtime-error", "invalid measurement: " + "; ".join(m.invalid)
             else:
                 t.samples = list(m.samples)
@@ -386,6 +428,10 @@ class SearchOps(OperationsBase):
         """Judge every measured trial against the kept state; the best gain is kept, other gains not chosen."""
         gains: list[_Trial] = []
         for t in trials:
+            if t.invalid:
+                t.decision = t.result_type = "invalid"
+                t.samples = []
+                continue
             if not t.samples:
                 t.decision = "failed"
                 t.result_type = t.result_type or "runtime-error"
@@ -419,14 +465,31 @@ class SearchOps(OperationsBase):
         return winner
 
     def _record_batch(self, h: _Handle, st: SessionState, trials: list[_Trial], winner: _Trial | None,
-                      batch: str) -> None:
-        """One transaction for the whole batch (after the winner's bytes are written, intent first)."""
+                      batch: str) -> str:
+        """One transaction for the whole batch (after the winner's bytes are written, intent first). Returns '' or
+        why the winner was not written: an operator file changed while the batch ran and nobody recorded the edit
+        (``_write`` refuses to write over it). The decision is recorded all the same and the edit stays on disk:
+        the workspace then differs from the recorded state (drift), and revert_patch writes the kept bytes after
+        keeping a copy of the edit in quarantine."""
+        held = ""
         if winner is not None:
-            self._write(h, st, winner.sources, "run_candidates")
+            try:
+                self._write(h, st, winner.sources, "run_candidates")
+            except UnrecordedEdit as edit:
+                held = (f"{edit.message}; round {winner.round_no} is kept all the same (held): revert_patch writes "
+                        "it after copying the edit to quarantine, or adopt the edit later as a round of its own")
         stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         ordered = sorted(trials, key=lambda t: (t is winner, t.round_no))  # the kept one decides last
         with h.ledger.transaction() as tx:
             for t in ordered:
+                if t.invalid:
+                    # no round: the trial says nothing of its code (no decision, no R19, no stage count); its runs
+                    # keep their round number, which is never reused (_next_round)
+                    tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,
+                              round=t.round_no, outcome="invalid", operator_time_us=None,
+                              info={"verdict": t.verdict, "result_type": "invalid", "reason": t.invalid,
+                                    "device_id": t.device, "chip_failures": t.chip_failures})
+                    continue
                 desc = f"{t.change.knob_id}: {t.change.before!r} → {t.change.after!r}" if t.change else t.knob
                 tx.insert("rounds", session_id=st.id, number=t.round_no, opened_at=now_iso(), stage=st.stage,
                           outer_round=st.outer_round, kind="trial", catalog_id=t.catalog_id, change=desc,
@@ -439,7 +502,8 @@ class SearchOps(OperationsBase):
                 if t is winner:
                     tx.insert("patches", **_patch_row(st.id, kind="trial-apply", round_no=t.round_no,
                                                       before=st.expected_sources, after=t.sources,
-                                                      note=f"batch {batch}: best candidate written and kept",
+                                                      note=f"batch {batch}: best candidate written and kept" if not held
+                                                      else f"batch {batch}: best candidate kept, NOT written: {held}",
                                                       catalog_id=t.catalog_id,
                                                       changes=[t.change] if t.change else []))
                 after_us = statistics.median(t.samples) if t.samples else None
@@ -459,4 +523,5 @@ class SearchOps(OperationsBase):
                                 "margin_pct": t.margin_pct,
                                 "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason,
                                 "chip_failures": t.chip_failures})
+        return held
 

@@ -208,6 +208,8 @@ class SetupOps(RunWorldOps):
         st, note = self._check_world(h, st)
         msg += note
         st = self._heal(h, st)
+        st, note = self._void_discarded(h, st)
+        msg += note
         return StartSessionResult(**self._base(st, msg), resumed=True, operator_files=files,
                                   test_command=st.test_command, run_mode=run_mode, goal=_goal_text(row))
 

@@ -8,9 +8,12 @@ number that could be edited later would be worth nothing. Current state is *deri
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -20,10 +23,12 @@ from typing import Any
 import orjson
 
 from pypto_tune.tools.errors import LedgerError
-from pypto_tune.tools.session.ledger_seal import Sealer, load_key
+from pypto_tune.tools.session.ledger_seal import Sealer, key_path, load_key
 from pypto_tune.tools.code.workspace import LEDGER_DIR  # noqa: F401  (re-exported: the ledger's folder)
 
 LEDGER_FILE = "ledger.sqlite3"
+
+log = logging.getLogger("pypto_tune.ledger")
 
 # Each migration runs once, in its own transaction, and leaves a row in schema_migrations.
 MIGRATIONS: list[tuple[int, str, str]] = [
@@ -234,6 +239,7 @@ class Ledger:
                 raise LedgerError(f"{p} is a symbolic link (to {os.readlink(p)}): the ledger is opened only as the "
                                   "server's own file", hint="remove the link and restore the ledger file; the "
                                   "server never writes through a link")
+        existed = path.exists()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10)
@@ -243,16 +249,22 @@ class Ledger:
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._migrate()
             self._open_seals()
+            self._history = HistoryRecord(path)
+            # the record before the count: another server's commit between the two then only raises the count
+            recorded = self._history.read() if existed else None
+            self._sealed_rows = self._sealed_count()
+            if existed:
+                self._history.check(self._sealed_rows, recorded)
+            else:  # a new ledger at this path: whatever was recorded for an earlier one here is not its history
+                self._note_history()
         except sqlite3.Error as exc:
-            raise LedgerError(
-                f"cannot open the ledger {path}: {exc}",
-                hint="check that the workspace is writable and has free space; nothing was recorded",
-            ) from exc
+            raise ledger_fault(path, exc, "cannot open the ledger") from exc
         except OSError as exc:
             raise LedgerError(
                 f"cannot create the ledger folder {path.parent}: {exc}",
                 hint="check that the workspace exists and is writable; nothing was recorded",
             ) from exc
+        _OPEN.add(self)
 
     @classmethod
     def for_workspace(cls, workspace: Path) -> Ledger:
@@ -309,6 +321,33 @@ class Ledger:
                     hint=f"set {KEY_ENV} to the key file of the server that wrote this ledger")
             self._legacy = {str(t): int(m) for t, m in self._conn.execute("SELECT tbl, max_id FROM seal_legacy")}
 
+    def _sealed_count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM seals").fetchone()[0])
+
+    def checkpoint(self, *, own_connection: bool = False) -> None:
+        """Copy the write-ahead log into the main file (and empty the log when no reader holds it), then record
+        how many sealed rows the main file holds (:class:`HistoryRecord`). Called after each decided round and when
+        the server exits: a ledger file copied or backed up alone then holds the session's history, not a 4 KiB
+        header whose rows are all in ``ledger.sqlite3-wal``. ``own_connection``: on a connection of its own, for
+        a signal handler that may interrupt this one mid-transaction. Best effort: a failed checkpoint loses nothing
+        (the rows stay in the log), so it is logged, never raised."""
+        try:
+            if own_connection:
+                conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=2)
+                try:
+                    _checkpoint(conn)
+                    sealed = int(conn.execute("SELECT COUNT(*) FROM seals").fetchone()[0])
+                finally:
+                    conn.close()
+            else:
+                with self._lock:
+                    _checkpoint(self._conn)
+                    sealed = self._sealed_rows = self._sealed_count()
+            self._history.write(sealed)
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("ledger checkpoint of %s failed: %s", self.path, exc)
+
     def schema_version(self) -> int:
         row = self._conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
         return int(row[0] or 0)
@@ -321,20 +360,31 @@ class Ledger:
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise LedgerError(f"ledger is not writable: {exc}", hint="free disk space or fix permissions") from exc
+                raise ledger_fault(self.path, exc, "the ledger is not writable") from exc
             tx = _Tx(self._conn, self._sealer)
             try:
                 yield tx
                 self._conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._safe_rollback()
-                raise LedgerError(
-                    f"ledger write failed and was rolled back: {exc}",
-                    hint="nothing of this event was recorded; free disk space or fix permissions, then retry",
-                ) from exc
+                raise ledger_fault(self.path, exc, "a ledger write failed and was rolled back (nothing of this "
+                                   "event was recorded)") from exc
             except BaseException:
                 self._safe_rollback()
                 raise
+            self._sealed_rows += tx.count
+            if "round_decisions" in tx.tables:
+                self.checkpoint()
+            elif tx.count:
+                self._note_history()
+
+    def _note_history(self) -> None:
+        """Record the sealed rows committed so far beside the seal key (:class:`HistoryRecord`): a ledger file later
+        found with fewer — copied without its log mid-session, or its log lost — is refused, not started afresh."""
+        try:
+            self._history.write(self._sealed_rows)
+        except OSError as exc:
+            log.warning("cannot record %s's history at %s: %s", self.path, self._history.path, exc)
 
     def _safe_rollback(self) -> None:
         try:
@@ -363,7 +413,10 @@ class Ledger:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY " + ("number" if table in ("rounds", "round_decisions") else "id")
         with self._lock:
-            result = self._conn.execute(sql, args).fetchall()
+            try:
+                result = self._conn.execute(sql, args).fetchall()
+            except sqlite3.Error as exc:
+                raise ledger_fault(self.path, exc, f"the ledger's {table} cannot be read") from exc
         return [_decode(r) for r in result if self._sealed(table, r)]
 
     def _sealed(self, table: str, r: sqlite3.Row) -> bool:
@@ -391,6 +444,17 @@ class Ledger:
                 sorted(self.rejected.items())]
         return out
 
+    def stored_output_bytes(self, session_id: str) -> int:
+        """Bytes of run output the session's runs hold (what bounds the next run's, ``operations/runs.py``)."""
+        with self._lock:
+            try:
+                row = self._conn.execute("SELECT COALESCE(SUM(LENGTH(CAST(output_head AS BLOB)) + "
+                                         "LENGTH(CAST(output_tail AS BLOB))), 0) FROM runs WHERE session_id = ?",
+                                         (session_id,)).fetchone()
+            except sqlite3.Error as exc:
+                raise ledger_fault(self.path, exc, "the ledger's runs cannot be read") from exc
+        return int(row[0])
+
     def integrity_ok(self) -> bool:
         with self._lock:
             return self._conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -400,14 +464,106 @@ class Ledger:
             self._conn.close()
 
 
+#: every ledger this process opened, so that the server's exit (a signal or the end of its input) can checkpoint them
+_OPEN: "weakref.WeakSet[Ledger]" = weakref.WeakSet()
+
+
+def checkpoint_all() -> None:
+    """Checkpoint every ledger this process has open (see :meth:`Ledger.checkpoint`); called on the way out, each on
+    a connection of its own."""
+    for ledger in list(_OPEN):
+        ledger.checkpoint(own_connection=True)
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    if busy:  # a reader of another connection holds the log: copy what can be copied
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+
+def ledger_fault(path: Path, exc: sqlite3.Error, doing: str) -> LedgerError:
+    """A SQLite failure as a cause and a next step that name the file: a damaged file, a full disk, a read-only or
+    locked file each need a different action (a generic "check permissions" for a malformed file sends a person to
+    the wrong place)."""
+    text = str(exc)
+    low = text.lower()
+    if "malformed" in low or "not a database" in low or "corrupt" in low:
+        return LedgerError(
+            f"{doing}: the ledger file {path} is damaged ({text})",
+            hint=f"restore {path} (with its -wal file, if the copy has one) from a backup; or keep it for the record "
+            f"(`sqlite3 {path} .recover` salvages the rows it can) and start a new session in a clean workspace. "
+            "The server writes nothing to a damaged ledger", code="ledger-damaged")
+    if "full" in low:
+        return LedgerError(f"{doing}: the disk holding {path} is full ({text})",
+                           hint=f"free space on the file system of {path.parent}, then retry the call; nothing "
+                           "half-recorded stays behind", code="disk-full")
+    if "readonly" in low or "read-only" in low or "permission" in low or "unable to open" in low:
+        return LedgerError(f"{doing}: {path} cannot be written ({text})",
+                           hint=f"make {path.parent} and its files writable by the server's account (is the file "
+                           "system mounted read-only?), then retry", code="ledger-readonly")
+    if "locked" in low or "busy" in low:
+        return LedgerError(f"{doing}: {path} is locked by another process ({text})",
+                           hint="another server or a sqlite3 shell holds a write lock on it; close it, then retry")
+    return LedgerError(f"{doing}: {path}: {text}",
+                       hint="check that the workspace is writable and has free space; nothing half-recorded stays "
+                       "behind")
+
+
+class HistoryRecord:
+    """How many sealed rows a ledger held at its last checkpoint, kept outside the workspace beside the seal key
+    (``<key folder>/ledgers/<hash of the ledger's path>.json``).
+
+    A ledger whose rows were in its write-ahead log when the file was copied, backed up or moved alone opens as an
+    empty or older ledger: SQLite cannot tell, and a server would start a fresh session over a workspace that has
+    one. With the count kept elsewhere, a ledger that holds fewer sealed rows than it did is refused, naming what is
+    missing. Only a ledger file that exists is checked: a workspace whose ``.pypto-tune/`` was removed on purpose
+    starts anew, and its new ledger resets the record."""
+
+    def __init__(self, ledger: Path) -> None:
+        self.ledger = ledger.resolve()
+        digest = hashlib.sha256(str(self.ledger).encode()).hexdigest()[:20]
+        self.path = key_path().parent / "ledgers" / f"{digest}.json"
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            data = orjson.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and data.get("ledger") == str(self.ledger) else None
+
+    def check(self, sealed: int, rec: dict[str, Any] | None) -> None:
+        """Refuse a ledger holding fewer sealed rows than ``rec`` (read before ``sealed`` was counted)."""
+        if rec is None or sealed >= int(rec.get("sealed_rows", 0)):
+            return
+        wal = self.ledger.with_name(self.ledger.name + "-wal")
+        raise LedgerError(
+            f"the ledger {self.ledger} holds {sealed} sealed rows, but held {rec['sealed_rows']} at its last "
+            f"checkpoint ({rec.get('at', '?')}): its history is missing — was the file copied or restored without "
+            f"its write-ahead log {wal.name}? A fresh session over this workspace would hide the one it has",
+            hint=f"put back the ledger file together with {wal.name} (or the whole .pypto-tune/ folder) from where "
+            f"it was copied; to start over on purpose, move {self.ledger.parent} away first (the record of the old "
+            f"ledger is {self.path})", code="ledger-history-lost")
+
+    def write(self, sealed: int) -> None:
+        """Atomically; a failure is left to the caller's logging (the ledger itself is unaffected)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_bytes(orjson.dumps({"ledger": str(self.ledger), "sealed_rows": sealed, "at": now_iso()}))
+        os.replace(tmp, self.path)
+
+
 class _Tx:
     def __init__(self, conn: sqlite3.Connection, sealer: Sealer) -> None:
         self._conn = conn
         self._sealer = sealer
+        self.tables: set[str] = set()
+        self.count = 0  # rows inserted (each with its seal)
 
     def insert(self, table: str, **fields: Any) -> int:
         if table not in APPEND_ONLY_TABLES:
             raise ValueError(table)
+        self.tables.add(table)
+        self.count += 1
         cols = list(fields)
         values = [_dumps(v) if c in _JSON_COLUMNS else _scalar(v) for c, v in fields.items()]
         cur = self._conn.execute(

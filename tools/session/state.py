@@ -15,6 +15,7 @@ from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.chips import chip_health
 from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
 from pypto_tune.tools.code.codestate import FileEntry, entries_for_sources
+from pypto_tune.tools.session.discarded import voided_rounds
 from pypto_tune.tools.session.ledger import Ledger, Row
 
 TABLES = (
@@ -229,10 +230,11 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
         kept = decisions.get(n, {}).get("decision") == "kept"
         return (first_of[b], int(kept), n)
 
+    voided = voided_rounds(rows)  # decided on runs the server discarded: no result of the code (discarded.py)
     for r in sorted(rows["rounds"], key=judge_order):
         d = decisions.get(int(r["number"]))
         c = counters.setdefault(r["stage"], StageCounters())
-        if not d:
+        if not d or int(r["number"]) in voided:
             continue
         c.rounds += 1
         if d["result_type"] in ("gain", "not-chosen"):  # a batch that found a gain reset the streak
