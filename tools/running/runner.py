@@ -343,7 +343,7 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
                       output_cap_bytes: int = 4 * 1024 * 1024,
                       on_progress: ProgressCallback | None = None,
                       progress_interval_s: float = 2.0,
-                      kill_grace_s: float = KILL_GRACE_S) -> RunResult:
+                      kill_grace_s: float = KILL_GRACE_S, pass_fds: tuple[int, ...] = ()) -> RunResult:
     """Run ``argv`` in ``cwd`` with exactly ``env``; return what happened.
 
     * stdin is /dev/null, stdout and stderr are merged into one capture (head + tail of ``output_cap_bytes``).
@@ -355,6 +355,8 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
       re-raised.
     * ``on_progress(elapsed_s, last_output_line)`` is awaited every ``progress_interval_s`` while the child runs,
       also when it prints nothing. An exception from it aborts the run (group killed) and propagates.
+
+    * ``pass_fds`` stay open in the child under their numbers (a sealed sandbox's copy and handback descriptors).
 
     Raises :class:`RunError` when the program cannot be started (not found, not executable, bad cwd).
     """
@@ -370,7 +372,7 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
         with anyio.CancelScope(shield=True):
             proc = await anyio.open_process(
                 _with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=str(cwd), env=env, start_new_session=True,
+                cwd=str(cwd), env=env, start_new_session=True, pass_fds=tuple(pass_fds),
             )
     except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
         raise RunError(f"cannot start {argv[0]!r} in {cwd}: {exc}",
