@@ -12,7 +12,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-PYC_TAG = importlib.util.cache_from_source("m.py").split("/")[-1][2:]  # ".cpython-311.pyc"
+PYC_TAG = importlib.util.cache_from_source("m.py").split("/")[-1][1:]  # ".cpython-311.pyc"
 
 
 def sandboxed_copies(ws: Path, name: str) -> list[Path]:
