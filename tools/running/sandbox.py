@@ -6,10 +6,14 @@ reachable: the live workspace spelled ``/./ws``, a data file in ``/tmp``, a ``si
 ``PYTHONPATH``, a ``pytest.ini`` found by walking upward from the run copy. Now a run executes under bubblewrap
 (``bwrap``, Debian package ``bubblewrap``) in a mount namespace built from nothing, holding:
 
-* the private copy of the recorded tree, mounted **at the workspace's own path** (so every spelling of a workspace
-  path — ``//``, ``/./``, ``..`` walks, ``/proc/self/cwd`` — reaches the copy, and nothing above it exists);
+* the private copy of the recorded tree **at the workspace's own path** (so every spelling of a workspace path —
+  ``//``, ``/./``, ``..`` walks, ``/proc/self/cwd`` — reaches the copy, and nothing above it exists): a tmpfs of the
+  sandbox's own mount namespace that bwrap fills from descriptors holding the ledger's bytes and remounts read-only
+  (:class:`SealedLayout`) — it exists in no host folder, so no process outside can plant a ``__pycache__`` beside
+  its modules or change a file of it while it runs;
 * a fresh, empty, writable ``WORKSPACE/output/`` (the only output folders that count are born there), a fresh
-  ``/tmp`` and a fresh folder at the recorded ``HOME`` path;
+  ``/tmp`` and a fresh folder at the recorded ``HOME`` path — tmpfs of the sandbox too; what the run leaves comes
+  back after the command as one tar stream through a descriptor (:func:`handback_script`, ``handback.py``);
 * the closure's read-only roots (:class:`Closure`: the interpreter, every root on the run's ``sys.path``, the
   recorded ``PATH`` folders, declared toolchain roots) and its device paths (NPU device nodes), each at its own path;
   inside a root, the package folders the interpreter does not use (``Closure.hidden``) are empty;
