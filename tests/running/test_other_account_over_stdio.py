@@ -266,3 +266,57 @@ def test_the_agent_of_another_account_tunes_and_every_same_account_attack_is_ref
     assert "write into a measured output folder" in outside, outside
     assert set(outside.values()) <= REFUSED, outside
     assert not (ws / "__pycache__").exists() and not Path(site, "zz_agent.pth").exists()
+
+
+def test_over_http_the_server_runs_as_its_own_account_and_answers_only_the_token(accounts: dict) -> None:
+    """The HTTP way: the server is a service of its own account (here started as the README's unit would: that
+    account, its HOME, the token in its environment), the agent's client holds the token."""
+    import secrets
+
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.reliability.helpers import free_port, kill_group
+
+    ws = accounts["root"] / "ws-http"
+    ws.mkdir()
+    shutil.copy(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    _run(["chown", "-R", f"{SERVER}:{SERVER}", str(ws)], check=True)
+    port, token = free_port(), secrets.token_urlsafe(18)
+    argv = _in_namespace(accounts, ["setpriv", f"--reuid={SERVER}", f"--regid={SERVER}", "--init-groups",
+                                    "--reset-env", "--", "env", f"PYPTO_TUNE_TOKEN={token}",
+                                    str(Path(sys.executable).parent / "pypto-tune"), "serve", "--transport", "http",
+                                    "--port", str(port), "--workspace", str(ws), "--log-level", "WARNING"])
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()  # type: ignore[union-attr]
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=0.5)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "the HTTP server did not come up"
+                time.sleep(0.2)
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "a", "version": "0"}}}
+        assert httpx.post(f"http://127.0.0.1:{port}/mcp", json=init, timeout=5,
+                          headers={"Accept": "application/json, text/event-stream"}).status_code == 401
+
+        async def go() -> dict:
+            http = httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+            async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                                    mode="legacy") as client:  # type: ignore[arg-type]
+                s = Session(client)
+                return await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                                  test_command=[sys.executable, "softmax.py", "--run-mode", "sim"], run_mode="sim",
+                                  goal_speedup=100.0)
+
+        started = anyio.run(go)
+        assert started["session_id"]
+        uid = int(_run(["id", "-u", SERVER]).stdout)
+        assert (ws / ".pypto-tune" / "ledger.sqlite3").stat().st_uid == uid
+        assert (accounts["server_home"] / ".config" / "pypto-tune" / "ledger-seal.key").stat().st_uid == uid
+    finally:
+        kill_group(proc.pid)
+        proc.wait()

@@ -242,3 +242,23 @@ def test_a_run_that_breaks_its_handback_is_discarded(tmp_path: Path) -> None:
 
     iso = anyio.run(go)
     assert iso.tampered and "handed nothing back" in iso.tampered[0], (iso.tampered, iso.result)
+
+
+def test_a_fed_descriptor_refuses_a_writer_that_opens_it_again() -> None:
+    """Until bwrap has copied it, a recorded file's memfd is open in the server, where a process of the same account
+    can open it again (``/proc/<server pid>/fd/N``); sealed against writes, it refuses that writer."""
+    from pypto_tune.tools.running.execution import _feeds
+
+    feeds, fds = _feeds({"mod.py": ExecFile(data=b"X = 1\n"), "link.py": ExecFile(data=b"mod.py", link="mod.py")})
+    try:
+        assert [f.rel for f in feeds] == ["link.py", "mod.py"] and feeds[0].fd == -1
+        fd = os.open(f"/proc/self/fd/{fds[0]}", os.O_WRONLY)
+        try:
+            with pytest.raises(PermissionError):
+                os.write(fd, b"X = 2\n")
+        finally:
+            os.close(fd)
+        assert os.pread(fds[0], 100, 0) == b"X = 1\n"
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -11,7 +11,7 @@ Every run the server measures or verifies goes through :func:`run_isolated`:
    account, can reach a folder of the running sandbox through a host path (a ``__pycache__`` planted beside the
    copy's module, a file written into its output folder);
 3. once the command ended, the sandbox hands back the copy, the output folders and the capture folder as one tar
-   stream through a descriptor (``handback.py``): a copy that holds anything but the recorded files with their
+   stream through a socket (``handback.py``): a copy that holds anything but the recorded files with their
    recorded bytes marks the run tampered, and the caller discards it;
 4. the output folders are unpacked into the run's private folder, digested from the stream as they arrive, checked
    against what the run compiled (``run_outputs.py``) and moved into ``WORKSPACE/output/`` where users and the
@@ -25,13 +25,18 @@ while it runs; the session says so everywhere.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import io
 import os
 import shutil
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import anyio
 
 from pypto_tune.tools.code.codestate import ExecFile, changed_in_copy, files_hash, materialize
 from pypto_tune.tools.code.workspace import LEDGER_DIR
@@ -268,9 +273,16 @@ def _check_startable_sealed(prog: str, files: dict[str, ExecFile], *, inside: st
     _check_startable(prog, cwd=Path("/"), env=env)
 
 
+#: What a fed descriptor may no longer do once it holds the recorded bytes: be written, shrunk, grown, or unsealed.
+_FEED_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
 def _feeds(files: dict[str, ExecFile]) -> tuple[list[sandbox.Feed], list[int]]:
     """One descriptor per recorded file (a memfd holding its bytes, read from the start by bwrap ``--file``); links
-    are fed as links. Returns the feeds and the descriptors to pass to the run (and close after it)."""
+    are fed as links. Returns the feeds and the descriptors to pass to the run (and close after it).
+
+    Each memfd is sealed against writes once filled: a process of the server's account can open it again through
+    ``/proc/<server pid>/fd/N`` until bwrap has copied it, and a sealed file refuses that writer (EPERM)."""
     feeds: list[sandbox.Feed] = []
     fds: list[int] = []
     try:
@@ -282,11 +294,12 @@ def _feeds(files: dict[str, ExecFile]) -> tuple[list[sandbox.Feed], list[int]]:
             if f.link is not None:
                 feeds.append(sandbox.Feed(rel=rel, link=f.link))
                 continue
-            fd = os.memfd_create(f"pypto-tune-copy-{len(fds)}", os.MFD_CLOEXEC)
+            fd = os.memfd_create(f"pypto-tune-copy-{len(fds)}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             fds.append(fd)
             view = memoryview(f.data)
             while view:
                 view = view[os.write(fd, view):]
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _FEED_SEALS)
             os.lseek(fd, 0, os.SEEK_SET)
             feeds.append(sandbox.Feed(rel=rel, fd=fd, executable=f.executable))
     except BaseException:
@@ -294,6 +307,27 @@ def _feeds(files: dict[str, ExecFile]) -> tuple[list[sandbox.Feed], list[int]]:
             os.close(fd)
         raise
     return feeds, fds
+
+
+#: Seconds the handback may take to reach its end once the run ended (a holder of the socket's other end that
+#: outlived the run's process group would otherwise keep the server waiting).
+HANDBACK_GRACE_S = 30.0
+
+
+async def _drain(sock: socket.socket, into: bytearray, done: anyio.Event) -> None:
+    """Read ``sock`` until its end (every holder of the other end closed it) into ``into``."""
+    try:
+        while True:
+            await anyio.wait_readable(sock)
+            try:
+                chunk = sock.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return
+            into += chunk
+    finally:
+        done.set()
 
 
 async def _run_sealed(box: sandbox.Status, files: dict[str, ExecFile], argv: list[str], *, workspace: Path,
@@ -306,24 +340,35 @@ async def _run_sealed(box: sandbox.Status, files: dict[str, ExecFile], argv: lis
     clo = closure if closure is not None else await default_closure(argv, env, inside)
     aux.mkdir(parents=True)
     feeds, fds = _feeds(files)
+    mine, theirs = socket.socketpair()
+    received = bytearray()
     try:
-        back_fd = os.memfd_create("pypto-tune-handback", os.MFD_CLOEXEC)
-        fds.append(back_fd)
-        layout = sandbox.SealedLayout(workspace=inside, feeds=tuple(feeds), handback_fd=back_fd,
-                                      capture=capture_env is not None,
+        mine.setblocking(False)
+        layout = sandbox.SealedLayout(workspace=inside, feeds=tuple(feeds), capture=capture_env is not None,
                                       extra_ro=tuple(ro_binds) + tuple(pythonpath_first))
         run_argv = sandbox.command(box.bwrap, list(argv), layout=layout, closure=clo, home=env.get("HOME", ""))
         run_env = sandbox.run_env(env, pythonpath_first=pythonpath_first, capture_env=capture_env)
-        result = await run_command(run_argv, cwd=aux, env=run_env, timeout_s=timeout_s, on_progress=on_progress,
-                                   pass_fds=tuple(fds))
-        result = result.model_copy(update={"argv": list(argv)})
-        for fd in fds[:-1]:  # the copy's descriptors: bwrap has read them
-            os.close(fd)
-        fds = fds[-1:]
-        back = take_handback(back_fd, files=files, inside=inside, capture=capture_env is not None, dest=aux)
+        done = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_drain, mine, received, done)
+            try:
+                result = await run_command(run_argv, cwd=aux, env=run_env, timeout_s=timeout_s,
+                                           on_progress=on_progress, pass_fds=tuple(fds), stdin=theirs.fileno())
+            finally:
+                theirs.close()
+                for fd in fds:  # bwrap has copied them
+                    os.close(fd)
+                fds = []
+            with anyio.move_on_after(HANDBACK_GRACE_S):
+                await done.wait()
+            tg.cancel_scope.cancel()
     finally:
+        theirs.close()
+        mine.close()
         for fd in fds:
             os.close(fd)
+    result = result.model_copy(update={"argv": list(argv)})
+    back = take_handback(bytes(received), files=files, inside=inside, capture=capture_env is not None, dest=aux)
     tampered = list(back.copy_problems)
     stopped = result.timed_out or result.cancelled or result.signal is not None
     if not back.received and not stopped:
@@ -352,14 +397,13 @@ async def _run_sealed(box: sandbox.Status, files: dict[str, ExecFile], argv: lis
                        sandbox=box.tool, captured=back.captured)
 
 
-def take_handback(fd: int, *, files: dict[str, ExecFile], inside: str, capture: bool, dest: Path) -> handback.Handback:
-    """Read the handback stream a sealed run wrote to ``fd`` (from its start) and unpack its output folders under
-    ``dest/output`` (``handback.unpack``)."""
-    with os.fdopen(os.dup(fd), "rb") as stream:
-        stream.seek(0)
-        return handback.unpack(stream, copy_prefix=os.path.normpath(inside).lstrip("/"),
-                               capture_prefix=sandbox.CAPTURE_DIR.lstrip("/") if capture else None, files=files,
-                               output_dest=dest / "output", capture_max_bytes=CAPTURE_MAX_BYTES)
+def take_handback(stream: bytes, *, files: dict[str, ExecFile], inside: str, capture: bool,
+                  dest: Path) -> handback.Handback:
+    """Read the handback stream a sealed run wrote and unpack its output folders under ``dest/output``
+    (``handback.unpack``)."""
+    return handback.unpack(io.BytesIO(stream), copy_prefix=os.path.normpath(inside).lstrip("/"),
+                           capture_prefix=sandbox.CAPTURE_DIR.lstrip("/") if capture else None, files=files,
+                           output_dest=dest / "output", capture_max_bytes=CAPTURE_MAX_BYTES)
 
 
 async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace: Path, env: dict[str, str],

@@ -247,11 +247,10 @@ class SealedLayout:
     """One sandboxed run with no host folder the run's account could write while it executes (see
     :func:`command`): the copy is fed from descriptors into a tmpfs at ``workspace`` and made read-only; output, temp,
     home and capture folders are tmpfs of the sandbox; what the run leaves is handed back as one tar stream written
-    to descriptor ``handback_fd`` once the command ended (:data:`HANDBACK`)."""
+    to the sandbox's stdin — a socket the server reads — once the command ended (:func:`handback_script`)."""
 
     workspace: str
     feeds: tuple[Feed, ...]
-    handback_fd: int
     capture: bool = False
     extra_ro: tuple[str, ...] = field(default_factory=tuple)
 
@@ -285,8 +284,8 @@ def command(bwrap: str, argv: list[str], *, layout: Layout | SealedLayout, closu
     and the capture folder are tmpfs of the sandbox's own mount namespace, and the workspace path is a tmpfs that
     bwrap fills from the feeds' descriptors and remounts read-only before the command starts — no process outside
     can add a ``__pycache__/*.pyc`` to it or change a file in it by any path (a read-only mount stays read-only
-    through ``/proc/<pid>/root`` too), and the run cannot either. The command runs under :data:`HANDBACK`, which
-    writes the copy, ``output/`` and the capture folder as one tar stream to ``handback_fd`` once it ended.
+    through ``/proc/<pid>/root`` too), and the run cannot either. The command runs under :func:`handback_script`,
+    which writes the copy, ``output/`` and the capture folder as one tar stream to its stdin once it ended.
     """
     ws = os.path.normpath(layout.workspace)
     sealed = isinstance(layout, SealedLayout)
@@ -328,7 +327,7 @@ def command(bwrap: str, argv: list[str], *, layout: Layout | SealedLayout, closu
         args += a
     if isinstance(layout, SealedLayout):
         taken = [ws.lstrip("/") or "."] + ([CAPTURE_DIR.lstrip("/")] if layout.capture else [])
-        argv = [SHELL, "-c", handback_script(layout.handback_fd, taken), "pypto-tune-run", *argv]
+        argv = [SHELL, "-c", handback_script(taken), "pypto-tune-run", *argv]
     return [*args, "--remount-ro", "/", "--chdir", ws, "--", *argv]
 
 
@@ -336,17 +335,18 @@ def command(bwrap: str, argv: list[str], *, layout: Layout | SealedLayout, closu
 SHELL = "/bin/sh"
 
 
-def handback_script(fd: int, paths: Iterable[str]) -> str:
-    """The ``sh -c`` script around a sealed run's command (its arguments): run it, then write what the run leaves
-    (``paths`` relative to ``/``: the copy as it is now with ``output/`` inside it, the capture folder) as one tar
-    stream to descriptor ``fd``, and leave with the command's status (128 + N for a signal, as bwrap reports it).
+def handback_script(paths: Iterable[str]) -> str:
+    """The ``sh -c`` script around a sealed run's command (its arguments): run it with stdin from /dev/null, then
+    write what the run leaves (``paths`` relative to ``/``: the copy as it is now with ``output/`` inside it, the
+    capture folder) as one tar stream to the shell's own stdin — a socket whose other end the server reads — and
+    leave with the command's status (128 + N for a signal, as bwrap reports it).
 
-    The descriptor is reopened through ``/proc/self/fd`` with truncation, so the stream starts empty whatever the
-    command wrote to the descriptor it inherited; tar is the system's (never one of a recorded PATH folder), stores
-    links as links and crosses into ``output/``'s own tmpfs. A run stopped by a signal to its group (timeout,
-    cancellation) hands back nothing: its caller treats it as a run without outputs."""
+    A socket, not a file or a pipe: no process can open it again through ``/proc/<pid>/fd`` (a socket cannot be
+    reopened by path), and the command never holds it (its stdin is /dev/null). tar is the system's (never one of a
+    recorded PATH folder), stores links as links and crosses into ``output/``'s own tmpfs. A run stopped by a signal
+    to its group (timeout, cancellation) hands back nothing: its caller treats it as a run without outputs."""
     quoted = " ".join(shlex.quote(p) for p in paths)
-    return (f'"$@"; rc=$?; {shlex.quote(tar_program())} -c -f /proc/self/fd/{int(fd)} -C / {quoted} 2>/dev/null; '
+    return (f'"$@" </dev/null; rc=$?; {shlex.quote(tar_program())} -c -f - -C / {quoted} >&0 2>/dev/null; '
             'exit $rc')
 
 
