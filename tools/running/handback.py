@@ -21,6 +21,7 @@ unpacked; names are relative, without ``..``; a link is created as a link and ne
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import tarfile
 from collections.abc import Mapping
@@ -30,7 +31,6 @@ from typing import BinaryIO
 
 from pypto_tune.tools.code.codestate import ExecFile
 
-CHUNK = 1 << 20
 
 
 @dataclass
@@ -44,6 +44,9 @@ class Handback:
     digests: dict[str, str] = field(default_factory=dict)
     captured: dict[str, bytes] = field(default_factory=dict)
     error: str = ""
+    # while reading: the copy's members (name → kind, payload) and each output folder's digest records
+    _seen: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
+    _folders: dict[str, list[tuple[tuple[str, ...], bytes]]] = field(default_factory=dict, repr=False)
 
 
 def _clean(name: str) -> str | None:
@@ -94,73 +97,70 @@ def unpack(stream: BinaryIO, *, copy_prefix: str, capture_prefix: str | None, fi
            output_dest: Path, capture_max_bytes: int) -> Handback:
     """Read a handback stream: ``copy_prefix`` is the workspace path without its leading ``/`` (as tar names it),
     ``capture_prefix`` the capture folder's; output folders are unpacked into ``output_dest`` (created), which no
-    run folder may leave."""
+    run folder may leave. The stream is read whole (the server drained it from the socket); members' bytes are
+    hashed and written from slices of it, never copied."""
     back = Handback()
-    seen: dict[str, tuple[str, str]] = {}
-    folders: dict[str, list[tuple[tuple[str, ...], bytes]]] = {}
-    budget = capture_max_bytes
     output_dest.mkdir(parents=True, exist_ok=True)
+    data = stream.read()
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with memoryview(data) as view, tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for m in tar:
                 back.received = True
-                name = _clean(m.name)
-                if name is None:
-                    back.copy_problems.append(f"{m.name} (a name outside the run's folders)")
-                    continue
-                if capture_prefix and name.startswith(capture_prefix + "/"):
-                    rel = name[len(capture_prefix) + 1:]
-                    if m.isfile() and "/" not in rel and m.size <= budget:
-                        fh = tar.extractfile(m)
-                        if fh is not None:
-                            back.captured[rel] = fh.read()
-                            budget -= m.size
-                    continue
-                if name == copy_prefix or not name.startswith(copy_prefix + "/") and copy_prefix:
-                    continue
-                rel = name[len(copy_prefix) + 1:] if copy_prefix else name
-                if rel != "output" and not rel.startswith("output/"):
-                    kind = "file" if m.isfile() else "link" if m.issym() else "dir" if m.isdir() else "other"
-                    payload = ""
-                    if kind == "file":
-                        fh = tar.extractfile(m)
-                        payload = hashlib.sha256(fh.read() if fh is not None else b"").hexdigest()
-                    elif kind == "link":
-                        payload = m.linkname
-                    seen[rel] = (kind, payload)
-                    continue
-                inner = rel[len("output/"):] if rel != "output" else ""
-                if not inner:
-                    continue
-                top, _, within = inner.partition("/")
-                target = output_dest / inner
-                if m.isdir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    folders.setdefault(top, [])
-                    continue
-                if not within:
-                    continue  # a file or link directly in output/: no run folder (run_outputs counts only folders)
-                if not (m.isfile() or m.issym()):
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                parts = tuple(within.split("/"))
-                if m.issym():
-                    os.symlink(m.linkname, target)
-                    record = b"L" + within.encode() + b"\0" + m.linkname.encode() + b"\0"
-                else:
-                    digest = hashlib.sha256()
-                    src = tar.extractfile(m)
-                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-                    with os.fdopen(fd, "wb") as out:
-                        while src is not None and (chunk := src.read(CHUNK)):
-                            digest.update(chunk)
-                            out.write(chunk)
-                    record = b"F" + within.encode() + b"\0" + digest.digest()
-                folders.setdefault(top, []).append((parts, record))
+                _take(back, m, view[m.offset_data:m.offset_data + m.size] if m.isfile() else view[:0],
+                      copy_prefix=copy_prefix, capture_prefix=capture_prefix, output_dest=output_dest,
+                      capture_max_bytes=capture_max_bytes)
     except (tarfile.TarError, OSError, EOFError) as exc:
         back.error = f"the run's handback stream could not be read: {exc}"
         return back
     if back.received:
-        back.copy_problems += judge_copy(seen, files)
-        back.digests = {top: _folder_digest(entries) for top, entries in folders.items()}
+        back.copy_problems += judge_copy(back._seen, files)
+        back.digests = {top: _folder_digest(entries) for top, entries in back._folders.items()}
     return back
+
+
+def _take(back: Handback, m: tarfile.TarInfo, content: memoryview, *, copy_prefix: str,
+          capture_prefix: str | None, output_dest: Path, capture_max_bytes: int) -> None:
+    """One member of the stream: a capture file, a file of the copy (noted for :func:`judge_copy`), or a member of
+    an output folder (written under ``output_dest``, its digest record noted)."""
+    name = _clean(m.name)
+    if name is None:
+        back.copy_problems.append(f"{m.name} (a name outside the run's folders)")
+        return
+    if capture_prefix and name.startswith(capture_prefix + "/"):
+        rel = name[len(capture_prefix) + 1:]
+        if m.isfile() and "/" not in rel and sum(map(len, back.captured.values())) + m.size <= capture_max_bytes:
+            back.captured[rel] = bytes(content)
+        return
+    if name == copy_prefix or not name.startswith(copy_prefix + "/"):
+        return
+    rel = name[len(copy_prefix) + 1:]
+    if rel != "output" and not rel.startswith("output/"):
+        kind = "file" if m.isfile() else "link" if m.issym() else "dir" if m.isdir() else "other"
+        payload = hashlib.sha256(content).hexdigest() if kind == "file" else m.linkname if kind == "link" else ""
+        back._seen[rel] = (kind, payload)
+        return
+    inner = rel[len("output/"):] if rel != "output" else ""
+    if not inner:
+        return
+    top, _, within = inner.partition("/")
+    target = output_dest / inner
+    if m.isdir():
+        target.mkdir(parents=True, exist_ok=True)
+        back._folders.setdefault(top, [])
+        return
+    if not within or not (m.isfile() or m.issym()):
+        return  # a file or link directly in output/ is no run folder (run_outputs counts only folders)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if m.issym():
+        os.symlink(m.linkname, target)
+        record = b"L" + within.encode() + b"\0" + m.linkname.encode() + b"\0"
+    else:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            done = 0
+            while done < len(content):
+                done += os.write(fd, content[done:])
+        finally:
+            os.close(fd)
+        record = b"F" + within.encode() + b"\0" + hashlib.sha256(content).digest()
+    back._folders.setdefault(top, []).append((tuple(within.split("/")), record))
