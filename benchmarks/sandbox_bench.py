@@ -1,13 +1,15 @@
 """What the run sandbox costs per run: sandboxed against unsandboxed runs of the same SIM kernel, interleaved.
 
-Each run is what a session's run is: ``run_isolated`` of the fixture operator's file (materialised into a private
-copy, ``python softmax.py --run-mode sim``, the copy verified, the output folders checked and moved into the
-workspace's ``output/``) — once with ``sandboxed=True`` (bubblewrap, the closure the server would record: found
-once, as ``start_session`` does, and reused) and once with ``sandboxed=False`` (the same run on the copy directly).
+Each run is what a session's run is: ``run_isolated`` of the fixture operator's file (``python softmax.py
+--run-mode sim``, the output folders checked and moved into the workspace's ``output/``) — once with
+``sandboxed=True`` (the sealed bubblewrap sandbox: the file fed from a descriptor into a read-only tmpfs, outputs in
+the sandbox's own tmpfs and handed back as a tar stream, the copy verified from it; the closure the server would
+record, found once as ``start_session`` does, and reused) and once with ``sandboxed=False`` (the file materialised
+into a private copy under ``.pypto-tune/exec/`` and run there directly).
 The two kinds alternate (A B B A A B …) so that load drifting on the shared machine hits both alike; one warm-up
 pair is not counted. Printed: the median wall time of each kind, their ratio (goal ≤ 1.02× for a ~3 s SIM run) and
 the difference in ms; and, for the sandbox's own price without the kernel, ``bwrap … /bin/true`` with the same
-mounts against ``/bin/true`` (goal ≤ 50 ms). The load average is printed first. Never asserted in tests.
+mounts (sealed: one fed file, the handback) against ``/bin/true`` (goal ≤ 50 ms). The load average is printed first. Never asserted in tests.
 
 Usage: python benchmarks/sandbox_bench.py [-n 8] [--operator softmax] [--true 40]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -56,7 +59,8 @@ async def _kernel_runs(ws: Path, operator: str, pairs: int) -> dict[str, list[fl
 
 
 def _true_runs(ws: Path, count: int) -> dict[str, list[float]]:
-    """``/bin/true`` alone against the same command inside a sandbox with a session's mounts."""
+    """``/bin/true`` alone against the same command inside a sealed sandbox with a session's mounts: one recorded
+    file fed from a descriptor, the copy remounted read-only, the handback written (the shape every run has)."""
     from pypto_tune.tools.running import closure as closure_mod
     from pypto_tune.tools.running import sandbox
     from pypto_tune.tools.running.runner import build_child_env
@@ -64,19 +68,23 @@ def _true_runs(ws: Path, count: int) -> dict[str, list[float]]:
     status = sandbox.require()
     env = build_child_env(run_mode="sim")
     clo, _ = closure_mod.find_sync(sys.executable, env, workspace=ws)
-    tmp = Path(tempfile.mkdtemp(prefix="sandbox-bench-"))
-    for sub in ("copy", "output", "tmp", "home"):
-        (tmp / sub).mkdir()
-    layout = sandbox.Layout(workspace=str(ws), copy=tmp / "copy", output=tmp / "output", tmp=tmp / "tmp",
-                            home=tmp / "home")
-    boxed = sandbox.command(status.bwrap, ["/bin/true"], layout=layout, closure=clo, home=env["HOME"])
     times: dict[str, list[float]] = {"bwrap /bin/true": [], "/bin/true": []}
+    data = (OPERATORS / "softmax" / "softmax.py").read_bytes()
     for i in range(count + 1):
+        feed = os.memfd_create("bench-feed")
+        os.write(feed, data)
+        os.lseek(feed, 0, os.SEEK_SET)
+        mine, theirs = socket.socketpair()  # the handback (a few kB here: fits the socket's buffer)
+        layout = sandbox.SealedLayout(workspace=str(ws), feeds=(sandbox.Feed(rel="softmax.py", fd=feed),))
+        boxed = sandbox.command(status.bwrap, ["/bin/true"], layout=layout, closure=clo, home=env["HOME"])
         for kind, argv in (("bwrap /bin/true", boxed), ("/bin/true", ["/bin/true"])):
             t0 = time.perf_counter()
-            subprocess.run(argv, check=True, env=env)
+            subprocess.run(argv, check=True, env=env, pass_fds=(feed,), stdin=theirs)
             if i > 0:
                 times[kind].append(time.perf_counter() - t0)
+        os.close(feed)
+        theirs.close()
+        mine.close()
     return times
 
 

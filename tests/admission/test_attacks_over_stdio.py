@@ -33,6 +33,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests.attacker import host_copies, sandboxed_copies, write
 from tests.conftest import OPERATORS, sim_command
 from tests.server.mcp_client import Session, connect
 from tests.sessions import run_in_pty
@@ -144,28 +145,33 @@ def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_record
             r2 = await s.ok("record_round", session_id=sid)
             assert r2["decision"] == "kept" and r2["after_us"] == pytest.approx(8.546, abs=1e-3)
 
-            # 5b': tampering with the run's private copy itself is detected and the run discarded: it is neither a
-            # verdict nor a sample
+            # 5b': the run's private copy itself cannot be tampered with while it runs: no host folder holds it
+            # (.pypto-tune/exec/ has only the run's empty folder), and the copy inside the sandbox is a read-only
+            # mount, also where the agent's account still names it (/proc/<pid>/root)
             await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2, catalog_id="F-3",
                        rationale="two rows per body")
             job = await s.ok("run_precision_check", session_id=sid, wait=False)
-            copy = None
+            copies: list[Path] = []
             deadline = time.monotonic() + 60
-            while copy is None and time.monotonic() < deadline:
-                copy = next(iter(exec_dir.glob("precision-r3*/softmax.py")), None)
+            while not copies and time.monotonic() < deadline:
+                copies = sandboxed_copies(ws, "softmax.py")
                 await anyio.sleep(0.02)
-            assert copy is not None
-            copy.write_text(fast)
+            assert copies, "the precision run of round 3 never started"
+            assert host_copies(ws, "softmax.py") == []
+            refusals = {write(c, fast) for c in copies}
+            assert refusals == {"Read-only file system"}, refusals
             done = (await s.ok("wait_job", job_id=job["job_id"], timeout_s=50))["result"]
-            assert done["verdict"] != "passed" and "private copy changed" in done["reason"], done
-            assert "GATE" in await s.refused("collect_swimlane", session_id=sid)  # nothing verified to measure
+            assert done["verdict"] == "passed", done
+            m3 = await s.ok("collect_swimlane", session_id=sid)
+            assert m3["operator_time_us"] != pytest.approx(2.726, abs=1e-3), "the swapped bytes were measured"
             r3 = await s.ok("record_round", session_id=sid)
-            assert r3["decision"] == "failed" and r3["best_us"] == r2["after_us"]
-            assert op.read_text() == patched  # rolled back to the kept state
+            assert r3["after_us"] == pytest.approx(m3["operator_time_us"], abs=1e-3)
+            if r3["decision"] != "kept":
+                assert op.read_text() == patched  # rolled back to the kept state
 
             # 9: the kept time is the median of all its samples: re-collecting the kept code cannot pick a number.
             st = await s.ok("get_status", session_id=sid)
-            assert st["best_us"] == pytest.approx(8.546, abs=1e-3)
+            assert st["best_us"] == pytest.approx(min(8.546, r3["after_us"]), abs=1e-3)
             assert kept_src != op.read_text()
 
     anyio.run(scenario)

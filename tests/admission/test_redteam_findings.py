@@ -458,21 +458,23 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
 
 def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_trace(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rewritten while the run still executes (so the digest taken as the folder leaves the copy already holds the
-    forged log): the log's figures no longer match the ones recomputed from merged_swimlane.json (B.9)."""
+    """Rewritten before the folder leaves the sandbox (so the digest of the handed-back bytes already holds the forged
+    log — only the run itself can still do that): the log's figures no longer match the ones recomputed from
+    merged_swimlane.json (B.9)."""
     from pypto_tune.tools.running import execution
 
     ws = _fake_ws(tmp_path)
     armed = {"on": False}
-    real_run = execution.run_command
+    real_take = execution.take_handback
 
-    async def run_then_rewrite(argv: list[str], *, cwd: Path, **kw: Any) -> Any:
-        result = await real_run(argv, cwd=cwd, **kw)
-        if armed["on"]:  # the run's fresh output folder, beside its copy (the sandbox mounts it at output/)
-            assert _scale_logs(execution.private_folders(Path(cwd)) / "output") > 0
-        return result
+    def take_forged(fd: int, *, dest: Path, **kw: Any) -> Any:
+        back = real_take(fd, dest=dest, **kw)
+        if armed["on"]:  # as if the run had written these bytes: the stream's digests are the forged folder's
+            assert _scale_logs(dest / "output") > 0
+            back.digests = {name: execution.dir_digest(dest / "output" / name) for name in back.digests}
+        return back
 
-    monkeypatch.setattr(execution, "run_command", run_then_rewrite)
+    monkeypatch.setattr(execution, "take_handback", take_forged)
 
     async def scenario() -> None:
         await _measured_while_forged(ws, armed, "disagree")
@@ -481,25 +483,24 @@ def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_tra
 
 
 def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A watcher polling .pypto-tune/exec/ does this for real (tried on a kernel module imported after torch: swap
-    when the copy appears, restore when its output/ appears: kept at -92.5 %); here the swap and the restore happen
-    deterministically around the command."""
+    """A watcher polling .pypto-tune/exec/ did this for real on the unsealed sandbox (a kernel module imported after
+    torch: swap when the copy appears, restore when its output/ appears: kept at -92.5 %). The sealed run has no host
+    folder that holds its copy: the swap, deterministically around the command, lands in the run's own empty folder
+    — its only host folder — and reaches nothing; the run measures the recorded bytes."""
     from pypto_tune.tools.running import execution
 
     ws = _fake_ws(tmp_path)
     armed = {"on": False}
     real_run = execution.run_command
+    swapped: list[str] = []
 
     async def swap_during_run(argv: list[str], *, cwd: Path, **kw: Any) -> Any:
         target = Path(cwd) / "fakeop.py"
-        original = target.read_bytes()
         if armed["on"]:
-            target.write_bytes(original.replace(b'src = "softmax_base"', b'src = "softmax_tuned"'))
-        try:
-            return await real_run(argv, cwd=cwd, **kw)
-        finally:
-            if armed["on"]:
-                target.write_bytes(original)  # put back before the server hashes the copy
+            swapped.extend(p.name for p in Path(cwd).iterdir())  # what a watcher finds there: nothing
+            recorded = (ws / "fakeop.py").read_bytes()
+            target.write_bytes(recorded.replace(b'src = "softmax_base"', b'src = "softmax_tuned"'))
+        return await real_run(argv, cwd=cwd, **kw)
 
     monkeypatch.setattr(execution, "run_command", swap_during_run)
 
@@ -509,9 +510,11 @@ def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monke
         armed["on"] = True
         svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
         result = await svc.run_precision_check(sid)
-        # the swap was put back before the run ended, so only the watch over the copy can see it
-        assert result.verdict == "error", f"a run whose copy was swapped mid-run was accepted: {result.verdict}"
-        assert svc._find(sid).ledger.rows("runs", sid)[-1]["tampered"] == ["fakeop.py"]
+        assert result.verdict == "passed" and swapped == []
+        assert svc._find(sid).ledger.rows("runs", sid)[-1]["tampered"] == []
+        collected = await svc.collect_swimlane(sid)
+        assert collected.operator_time_us == pytest.approx(HONEST_US, abs=1e-3), \
+            "the swapped file reached the run: it measured the tuned recording"
 
     anyio.run(scenario)
 

@@ -309,3 +309,59 @@ def test_e_an_output_folder_from_another_kernel_is_not_this_rounds(tmp_path: Pat
             assert st["best_us"] == _approx(US["base"])
 
     anyio.run(scenario)
+
+
+# ============================================================================================================ f
+IMPORTING_HARNESS = '''"""Imports the operator as a module (after pypto, whose import takes a while), as most harnesses do."""
+import sys
+
+import pypto  # noqa: F401
+
+import softmax
+
+sys.exit(softmax.main())
+'''
+
+
+def test_f_bytecode_planted_beside_a_running_copy_never_yields_a_kept_number(tmp_path: Path) -> None:
+    """The agent, as the server's own account, polls ``.pypto-tune/exec/`` for the round's new private copy, reads
+    the operator module's size and modification time with ``stat`` and writes a matching
+    ``__pycache__/softmax.cpython-311.pyc`` compiled from another tiling (TILE_B = 1, tile (1, 32, 256): 2.726 µs);
+    the harness imports the module, and Python prefers valid-looking bytecode. It tries every path it can name: the
+    host run folders, and ``/proc/<pid>/root`` of the sandbox's processes. On the unsealed sandbox the host copy took
+    it (the round was kept at the planted tiling's time); sealed, the host folder holds no copy and the copy inside
+    is read-only: the round keeps the recorded code's 15.463 µs."""
+    from tests.attacker import host_copies, plant_pyc, sandboxed_copies
+
+    ws = _ws(tmp_path)
+    (ws / "run_softmax.py").write_text(IMPORTING_HARNESS)
+    cmd = [sys.executable, "run_softmax.py", "--run-mode", "sim"]
+    fast = SOFTMAX.replace("TILE_B = 4", "TILE_B = 1").replace("set_vec_tile_shapes(1, 4, 256)",
+                                                               "set_vec_tile_shapes(1, 32, 256)")
+    outcomes: dict[str, str] = {}
+
+    async def plant_while_it_runs() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            targets = host_copies(ws, "softmax.py") + sandboxed_copies(ws, "softmax.py")
+            for module in targets:
+                if str(module) not in outcomes:
+                    outcomes[str(module)] = plant_pyc(module, fast, compiled_as=str(ws / "softmax.py"))
+            if any("/proc/" in t for t in outcomes):
+                return
+            await anyio.sleep(0.01)
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, ["softmax.py"], cmd)
+            r = await _round(s, sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", during_run=plant_while_it_runs)
+            assert r["after_us"] == _approx(US["vec16"]), (
+                f"kept {r['after_us']} µs: the planted bytecode ran ({outcomes})")
+            assert r["decision"] == "kept"
+            st = await s.ok("get_status", session_id=sid)
+            assert st["best_us"] == _approx(US["vec16"]) and not st.get("drift")
+
+    anyio.run(scenario)
+    inside = {t: o for t, o in outcomes.items() if t.startswith("/proc/")}
+    assert inside and set(inside.values()) == {"Read-only file system"}, outcomes
+    assert not [t for t in outcomes if not t.startswith("/proc/")], f"a host folder held the copy: {outcomes}"

@@ -18,6 +18,7 @@ from pypto_tune.tools.code.codestate import ExecFile
 from pypto_tune.tools.running import sandbox
 from pypto_tune.tools.running.execution import run_isolated
 from pypto_tune.tools.running.runner import build_child_env
+from tests.attacker import sandboxed_copies
 from tests.conftest import require_real
 
 RECORDED = b"recorded bytes\n"
@@ -175,3 +176,89 @@ def test_a_package_folder_the_interpreter_does_not_use_is_empty_and_read_only_in
     assert "# the standard library stays" in out, out
     assert "HIDDEN" not in out and "no planted file" in out and "read-only" in out, out
     assert (std / "site-packages" / "planted.pth").exists() and not (std / "site-packages" / "new").exists()
+
+
+# ------------------------------------------------------------------------------------- the sealed run (issue #32)
+def test_a_running_copy_lives_in_no_host_folder_and_is_read_only_even_through_proc(tmp_path: Path) -> None:
+    """While the run executes, no host folder holds its copy or its outputs (the agent's account, polling
+    ``.pypto-tune/exec/``, finds only the run's empty private folder); the copy inside the sandbox cannot be added
+    to or changed — not by the run, not through ``/proc/<pid>/root`` from outside (a read-only mount)."""
+    ws = _workspace(tmp_path)
+    files = {"data.txt": ExecFile(data=RECORDED), "mod.py": ExecFile(data=b"X = 1\n")}
+    script = ("echo out > output/seen; touch planted 2>&1; mkdir __pycache__ 2>&1; echo x >> data.txt 2>&1; "
+              "i=0; while [ ! -e /tmp/go ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done")
+    seen: dict[str, object] = {}
+
+    async def attacker() -> None:
+        copies: list[Path] = []
+        for _ in range(400):
+            copies = sandboxed_copies(ws, "mod.py")
+            if copies:
+                break
+            await anyio.sleep(0.02)
+        assert copies, "the run never started"
+        host = [p.relative_to(ws).as_posix() for p in (ws / ".pypto-tune").rglob("*")]
+        seen["host"] = host
+        refusals = []
+        for copy in copies:
+            for act in (lambda: (copy.parent / "__pycache__").mkdir(),
+                        lambda: copy.write_bytes(b"X = 2\n"),
+                        lambda: (copy.parent / "planted.py").write_text("X = 3\n")):
+                try:
+                    act()
+                    refusals.append("WRITTEN")
+                except OSError as exc:
+                    refusals.append(os.strerror(exc.errno or 0))
+            root = Path(str(copy)[:-len(f"{ws}/mod.py")])
+            (root / "tmp" / "go").write_text("")  # /proc/<pid>/root/tmp: the run's own /tmp (let it end)
+        seen["refusals"] = refusals
+
+    async def go():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(attacker)
+            iso = await run_isolated(files, ["/bin/sh", "-c", script], workspace=ws,
+                                     env=build_child_env(run_mode="sim"), timeout_s=60, tag="t")
+        return iso
+
+    iso = anyio.run(go)
+    out = iso.result.output
+    assert out.count("Read-only file system") == 3, out
+    assert not [h for h in seen["host"] if h.endswith(("data.txt", "mod.py", "seen"))], seen["host"]
+    in_exec = [h for h in seen["host"] if h.startswith(".pypto-tune/exec/")]
+    assert len(in_exec) == 1 and in_exec[0].startswith(".pypto-tune/exec/t.run-"), seen["host"]  # empty, its own
+    assert seen["refusals"] and set(seen["refusals"]) == {"Read-only file system"}, seen["refusals"]
+    assert iso.tampered == [] and iso.result.exit_code == 0
+
+
+def test_a_run_that_breaks_its_handback_is_discarded(tmp_path: Path) -> None:
+    """The sandbox's shell hands the copy back after the command; a command that kills it leaves a run whose copy
+    nobody can vouch for: tampered, never a verdict."""
+    ws = _workspace(tmp_path)
+    files = {"data.txt": ExecFile(data=RECORDED)}
+
+    async def go():
+        return await run_isolated(files, ["/bin/sh", "-c", "kill -9 $PPID; sleep 1"], workspace=ws,
+                                  env=build_child_env(run_mode="sim"), timeout_s=60, tag="t")
+
+    iso = anyio.run(go)
+    assert iso.tampered and "handed nothing back" in iso.tampered[0], (iso.tampered, iso.result)
+
+
+def test_a_fed_descriptor_refuses_a_writer_that_opens_it_again() -> None:
+    """Until bwrap has copied it, a recorded file's memfd is open in the server, where a process of the same account
+    can open it again (``/proc/<server pid>/fd/N``); sealed against writes, it refuses that writer."""
+    from pypto_tune.tools.running.execution import _feeds
+
+    feeds, fds = _feeds({"mod.py": ExecFile(data=b"X = 1\n"), "link.py": ExecFile(data=b"mod.py", link="mod.py")})
+    try:
+        assert [f.rel for f in feeds] == ["link.py", "mod.py"] and feeds[0].fd == -1
+        fd = os.open(f"/proc/self/fd/{fds[0]}", os.O_WRONLY)
+        try:
+            with pytest.raises(PermissionError):
+                os.write(fd, b"X = 2\n")
+        finally:
+            os.close(fd)
+        assert os.pread(fds[0], 100, 0) == b"X = 1\n"
+    finally:
+        for fd in fds:
+            os.close(fd)

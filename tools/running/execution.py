@@ -2,36 +2,47 @@
 
 Every run the server measures or verifies goes through :func:`run_isolated`:
 
-1. the exact files the ledger records (``codestate.exec_files``) are written into a new folder;
-2. the command runs in the sandbox (``sandbox.py``), where that copy is mounted at the workspace's own path and
-   nothing else of the file system exists but the closure (interpreter, ``sys.path`` roots, declared toolchain
-   roots, read-only) and fresh output, temp and home folders — so no spelling of a path reaches the live workspace
-   and no file the ledger does not record can reach the run;
-3. afterwards the copy's recorded files are hashed again and any write to them during the run was watched
-   (inotify): if any changed, the run is marked tampered and the caller discards it;
-4. the output folders the run created in its fresh output folder are checked against what it compiled
-   (``run_outputs.py``), digested, and moved into ``WORKSPACE/output/`` where users and the skill's workflow look for
-   them; the copy and the run's private folders are removed.
+1. the exact files the ledger records (``codestate.exec_files``) are put into descriptors, never into a host folder;
+2. the command runs in the sealed sandbox (``sandbox.py``, :class:`sandbox.SealedLayout`): bwrap copies those
+   descriptors into a tmpfs of the sandbox's own mount namespace at the workspace's own path and makes it read-only;
+   output, temp, home and capture folders are tmpfs there too; nothing else of the file system exists but the
+   closure (interpreter, ``sys.path`` roots, declared toolchain roots, read-only) — so no spelling of a path reaches
+   the live workspace, no file the ledger does not record can reach the run, and no process outside, of any
+   account, can reach a folder of the running sandbox through a host path (a ``__pycache__`` planted beside the
+   copy's module, a file written into its output folder);
+3. once the command ended, the sandbox hands back the copy, the output folders and the capture folder as one tar
+   stream through a socket (``handback.py``): a copy that holds anything but the recorded files with their
+   recorded bytes marks the run tampered, and the caller discards it;
+4. the output folders are unpacked into the run's private folder, digested from the stream as they arrive, checked
+   against what the run compiled (``run_outputs.py``) and moved into ``WORKSPACE/output/`` where users and the
+   skill's workflow look for them; the run's private folder is removed.
 
 Where the person starting the server allowed it (``serve --unsandboxed``, a machine that cannot build the sandbox),
-``sandboxed=False`` runs the command on the copy directly, with the old argument rewriting as a best effort; the
-session says so everywhere.
+``sandboxed=False`` writes the copy into ``.pypto-tune/exec/`` and runs the command on it directly, with the old
+argument rewriting as a best effort, the copy's recorded files hashed again after the run and watched (inotify)
+while it runs; the session says so everywhere.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import io
 import os
 import shutil
+import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+
 from pypto_tune.tools.code.codestate import ExecFile, changed_in_copy, files_hash, materialize
 from pypto_tune.tools.code.workspace import LEDGER_DIR
+from pypto_tune.tools.errors import InputError, RunError
 from pypto_tune.tools.running import closure as closure_mod
-from pypto_tune.tools.running import sandbox
+from pypto_tune.tools.running import handback, sandbox
 from pypto_tune.tools.running.run_outputs import check_folder, run_folders
 from pypto_tune.tools.running.runner import ProgressCallback, RunResult, _check_startable, run_command
 
@@ -46,7 +57,7 @@ class IsolatedRun:
 
     result: RunResult
     exec_hash: str  # tree hash of the materialised files = what executed
-    exec_dir: str  # where the copy lived (program.json names source files under it)
+    exec_dir: str  # the copy's name (unsandboxed: where it lived; sealed: it existed only inside the sandbox)
     tampered: list[str] = field(default_factory=list)
     output_dirs: list[Path] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # as executed (after rewriting)
@@ -170,10 +181,12 @@ def dir_digest(folder: Path) -> str:
 
 
 def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = None, *,
-                  only: set[str] | None = None, names: dict[str, str] | None = None) -> list[Path]:
+                  only: set[str] | None = None, names: dict[str, str] | None = None,
+                  known: dict[str, str] | None = None) -> list[Path]:
     """Move the run folders the run wrote under ``copy/output/`` into ``WORKSPACE/output/`` (sorted by name).
 
-    With ``digests``, each folder's :func:`dir_digest` is taken before the move and stored under its new path;
+    With ``digests``, each folder's :func:`dir_digest` is taken before the move and stored under its new path —
+    or, when ``known`` gives it (name as born → digest computed from the sandbox's handback stream), that one;
     ``only`` restricts the move to those folder names; ``names`` receives new path → name as born.
     """
     src = copy / "output"
@@ -193,7 +206,7 @@ def adopt_outputs(copy: Path, workspace: Path, digests: dict[str, str] | None = 
             target = dest_root / f"{d.name}_{n}"
             n += 1
         if digests is not None:
-            digests[str(target)] = dir_digest(d)
+            digests[str(target)] = known[d.name] if known is not None and d.name in known else dir_digest(d)
         shutil.move(str(d), str(target))
         if names is not None:
             names[str(target)] = d.name
@@ -243,20 +256,154 @@ def _take_captured(folder: Path | None) -> dict[str, bytes]:
     return out
 
 
-def _in_sandbox(box: sandbox.Status, argv: list[str], env: dict[str, str], *, inside: str, copy: Path, aux: Path,
-                capture: Path | None, closure: sandbox.Closure, ro_binds: tuple[str, ...],
-                pythonpath_first: tuple[str, ...], capture_env: str | None) -> tuple[list[str], dict[str, str]]:
-    """The bwrap command line and environment of one sandboxed run. "Cannot start" stays a RunError, as without the
-    sandbox: the program is checked as the run will see it (a path in the workspace is the copy's) before bwrap
-    would only report it as a failed run."""
-    prog = argv[0]
-    if os.path.isabs(prog) and prog.startswith(inside.rstrip("/") + "/"):
-        prog = str(copy) + prog[len(inside.rstrip("/")):]
-    _check_startable(prog, cwd=copy, env=env)
-    layout = sandbox.Layout(workspace=inside, copy=copy, output=aux / "output", tmp=aux / "tmp", home=aux / "home",
-                            capture=capture, extra_ro=tuple(ro_binds) + tuple(pythonpath_first))
-    run_env = sandbox.run_env(env, pythonpath_first=pythonpath_first, capture_env=capture_env)
-    return sandbox.command(box.bwrap, list(argv), layout=layout, closure=closure, home=env.get("HOME", "")), run_env
+def _check_startable_sealed(prog: str, files: dict[str, ExecFile], *, inside: str, env: dict[str, str]) -> None:
+    """"Cannot start" stays a RunError, as without the sandbox: the program is checked as the run will see it — a
+    path in the workspace must be a recorded file (the copy holds nothing else), any other program must exist."""
+    ws = inside.rstrip("/")
+    if os.sep in prog:
+        full = os.path.normpath(prog if os.path.isabs(prog) else os.path.join(ws, prog))
+        if full.startswith(ws + "/"):
+            rel = full[len(ws) + 1:]
+            f = files.get(rel)
+            if f is None or not (f.executable or f.link is not None):
+                raise RunError(f"cannot start {prog!r}: {rel} is not an executable file of the recorded tree",
+                               hint="record the file with its executable bit (chmod +x, then start a new session), "
+                                    "or run it through its interpreter (python3 script.py)")
+            return
+    _check_startable(prog, cwd=Path("/"), env=env)
+
+
+#: What a fed descriptor may no longer do once it holds the recorded bytes: be written, shrunk, grown, or unsealed.
+_FEED_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def _feeds(files: dict[str, ExecFile]) -> tuple[list[sandbox.Feed], list[int]]:
+    """One descriptor per recorded file (a memfd holding its bytes, read from the start by bwrap ``--file``); links
+    are fed as links. Returns the feeds and the descriptors to pass to the run (and close after it).
+
+    Each memfd is sealed against writes once filled: a process of the server's account can open it again through
+    ``/proc/<server pid>/fd/N`` until bwrap has copied it, and a sealed file refuses that writer (EPERM)."""
+    feeds: list[sandbox.Feed] = []
+    fds: list[int] = []
+    try:
+        for rel, f in sorted(files.items()):
+            pure = Path(rel)
+            if pure.is_absolute() or ".." in pure.parts or not pure.parts:
+                raise InputError(f"refusing to materialise {rel!r}: not a relative path inside the tree",
+                                 hint="this is a bug in the recorded tree; start a new session")
+            if f.link is not None:
+                feeds.append(sandbox.Feed(rel=rel, link=f.link))
+                continue
+            fd = os.memfd_create(f"pypto-tune-copy-{len(fds)}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            fds.append(fd)
+            view = memoryview(f.data)
+            while view:
+                view = view[os.write(fd, view):]
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _FEED_SEALS)
+            os.lseek(fd, 0, os.SEEK_SET)
+            feeds.append(sandbox.Feed(rel=rel, fd=fd, executable=f.executable))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return feeds, fds
+
+
+#: Seconds the handback may take to reach its end once the run ended (a holder of the socket's other end that
+#: outlived the run's process group would otherwise keep the server waiting).
+HANDBACK_GRACE_S = 30.0
+
+
+async def _drain(sock: socket.socket, into: bytearray, done: anyio.Event) -> None:
+    """Read ``sock`` until its end (every holder of the other end closed it) into ``into``."""
+    try:
+        while True:
+            await anyio.wait_readable(sock)
+            try:
+                chunk = sock.recv(1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return
+            into += chunk
+    finally:
+        done.set()
+
+
+async def _run_sealed(box: sandbox.Status, files: dict[str, ExecFile], argv: list[str], *, workspace: Path,
+                      inside: str, env: dict[str, str], timeout_s: float, on_progress: ProgressCallback | None,
+                      copy: Path, aux: Path, closure: sandbox.Closure | None, ro_binds: tuple[str, ...],
+                      pythonpath_first: tuple[str, ...], capture_env: str | None) -> IsolatedRun:
+    """:func:`run_isolated` in the sealed sandbox (see the module docstring). ``aux`` is the run's only host folder:
+    the working folder of its processes outside the sandbox, and where its output folders arrive after it ended."""
+    _check_startable_sealed(argv[0], files, inside=inside, env=env)
+    clo = closure if closure is not None else await default_closure(argv, env, inside)
+    aux.mkdir(parents=True)
+    feeds, fds = _feeds(files)
+    mine, theirs = socket.socketpair()
+    received = bytearray()
+    try:
+        mine.setblocking(False)
+        layout = sandbox.SealedLayout(workspace=inside, feeds=tuple(feeds), capture=capture_env is not None,
+                                      extra_ro=tuple(ro_binds) + tuple(pythonpath_first))
+        run_argv = sandbox.command(box.bwrap, list(argv), layout=layout, closure=clo, home=env.get("HOME", ""))
+        run_env = sandbox.run_env(env, pythonpath_first=pythonpath_first, capture_env=capture_env)
+        done = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_drain, mine, received, done)
+            try:
+                result = await run_command(run_argv, cwd=aux, env=run_env, timeout_s=timeout_s,
+                                           on_progress=on_progress, pass_fds=tuple(fds), stdin=theirs.fileno())
+            finally:
+                theirs.close()
+                for fd in fds:  # bwrap has copied them
+                    os.close(fd)
+                fds = []
+            with anyio.move_on_after(HANDBACK_GRACE_S):
+                await done.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        theirs.close()
+        mine.close()
+        for fd in fds:
+            os.close(fd)
+    result = result.model_copy(update={"argv": list(argv)})
+    back = take_handback(bytes(received), files=files, inside=inside, capture=capture_env is not None, dest=aux)
+    tampered = list(back.copy_problems)
+    stopped = result.timed_out or result.cancelled or result.signal is not None
+    if not back.received and not stopped:
+        # the command ended on its own but nothing came back (the run killed the sandbox's shell, or broke the
+        # stream): its copy cannot be shown to have held the recorded bytes only
+        tampered.append("(the sandbox handed nothing back: " + (back.error or "an empty stream") + ")")
+    # the server's own read-only folders are the run's too: PyPTO names an operation after the Python frame that
+    # made it, and the COPY_IN a ``pypto.view`` makes inside the probe hook's wrapper names the hook's file
+    # (upstream_rope pinned to a (2, 256) tile: a run that compiled was recorded as a compile failure)
+    given = [*clo.roots, *ro_binds, *pythonpath_first]
+
+    def closure_file(path: str) -> bool:
+        return sandbox.under(path, given) or sandbox.is_system_path(path)
+
+    checks = [check_folder(folder, run_root=inside, files=files.keys(), started_at=result.started_at,
+                           ended_at=result.ended_at, closure_file=closure_file)
+              for folder in run_folders(aux / "output") if folder.name in back.digests]
+    sources = {c.name: c.sources for c in checks if c.ok}
+    digests: dict[str, str] = {}
+    names: dict[str, str] = {}
+    outputs = adopt_outputs(aux, workspace, digests, only=set(sources), names=names, known=back.digests)
+    return IsolatedRun(result=result, exec_hash=files_hash(files), exec_dir=str(copy), tampered=tampered,
+                       output_dirs=outputs, argv=list(argv), output_digests=digests,
+                       output_sources={p: sources[n] for p, n in names.items()},
+                       rejected_outputs={c.name: c.problems for c in checks if not c.ok},
+                       sandbox=box.tool, captured=back.captured)
+
+
+def take_handback(stream: bytes, *, files: dict[str, ExecFile], inside: str, capture: bool,
+                  dest: Path) -> handback.Handback:
+    """Read the handback stream a sealed run wrote and unpack its output folders under ``dest/output``
+    (``handback.unpack``)."""
+    return handback.unpack(io.BytesIO(stream), copy_prefix=os.path.normpath(inside).lstrip("/"),
+                           capture_prefix=sandbox.CAPTURE_DIR.lstrip("/") if capture else None, files=files,
+                           output_dest=dest / "output", capture_max_bytes=CAPTURE_MAX_BYTES)
 
 
 async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace: Path, env: dict[str, str],
@@ -264,7 +411,8 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
                        keep_copy: bool = False, sandboxed: bool = True, closure: sandbox.Closure | None = None,
                        mount_at: str | None = None, ro_binds: tuple[str, ...] = (),
                        pythonpath_first: tuple[str, ...] = (), capture_env: str | None = None) -> IsolatedRun:
-    """Materialise ``files`` into a private copy, run ``argv`` on it in the sandbox, verify, move outputs out.
+    """Run ``argv`` on exactly ``files`` — fed into the sealed sandbox, or (``sandboxed=False``) materialised into a
+    private copy under ``.pypto-tune/exec/`` — verify what the run leaves, move its output folders out.
 
     ``workspace`` is where the copy and the outputs live on this machine; ``mount_at`` the path the copy appears at
     inside the sandbox (default: ``workspace``; a Ray worker mounts the driver's workspace path). ``closure`` is what
@@ -273,13 +421,21 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
 
     Raises what :func:`run_command` raises (RunError when the program cannot start, cancellation), and
     ``sandbox.SandboxUnavailable`` when ``sandboxed`` and the sandbox cannot be built; the copy and the run's
-    private folders are removed on every path.
+    private folders are removed on every path (``keep_copy`` keeps an unsandboxed run's copy).
     """
     parent = exec_parent(workspace)
     copy = parent / f"{tag or 'run'}-{uuid.uuid4().hex[:10]}"
     aux = private_folders(copy)
     inside = os.path.normpath(mount_at or str(workspace))
-    box = sandbox.require() if sandboxed else None
+    if sandboxed:
+        box = sandbox.require()
+        try:
+            return await _run_sealed(box, files, argv, workspace=workspace, inside=inside, env=env,
+                                     timeout_s=timeout_s, on_progress=on_progress, copy=copy, aux=aux,
+                                     closure=closure, ro_binds=ro_binds, pythonpath_first=pythonpath_first,
+                                     capture_env=capture_env)
+        finally:
+            shutil.rmtree(aux, ignore_errors=True)
     materialize(copy, files)
     try:
         for sub in ("output", "tmp", "home"):
@@ -287,48 +443,33 @@ async def run_isolated(files: dict[str, ExecFile], argv: list[str], *, workspace
         capture = aux / "capture" if capture_env else None
         if capture is not None:
             capture.mkdir()
-        if box is not None:
-            clo = closure if closure is not None else await default_closure(argv, env, inside)
-            run_argv, run_env = _in_sandbox(box, argv, env, inside=inside, copy=copy, aux=aux, capture=capture,
-                                            closure=clo, ro_binds=ro_binds, pythonpath_first=pythonpath_first,
-                                            capture_env=capture_env)
-            run_root, out_parent = inside, aux
-            # the server's own read-only folders are the run's too: PyPTO names an operation after the Python frame
-            # that made it, and the COPY_IN a ``pypto.view`` makes inside the probe hook's wrapper names the hook's
-            # file (upstream_rope pinned to a (2, 256) tile: a run that compiled was recorded as a compile failure)
-            given = [*clo.roots, *ro_binds, *pythonpath_first]
+        run_argv, run_env = rewrite_command(argv, env, workspace, copy)
+        run_env = sandbox.run_env(run_env, pythonpath_first=pythonpath_first, capture_env=capture_env,
+                                  capture_path=str(capture) if capture is not None else None)
 
-            def closure_file(path: str) -> bool:
-                return sandbox.under(path, given) or sandbox.is_system_path(path)
-        else:
-            run_argv, run_env = rewrite_command(argv, env, workspace, copy)
-            run_env = sandbox.run_env(run_env, pythonpath_first=pythonpath_first, capture_env=capture_env,
-                                      capture_path=str(capture) if capture is not None else None)
-            run_root, out_parent = str(copy), copy
+        def closure_file(path: str) -> bool:  # anything but the live workspace (a spelling the rewrite missed)
+            return not sandbox.under(path, [str(workspace), inside])
 
-            def closure_file(path: str) -> bool:  # anything but the live workspace (a spelling the rewrite missed)
-                return not sandbox.under(path, [str(workspace), inside])
         watch = CopyWatch(copy, files)  # every write to a recorded file of the copy while the run executes
         try:
             result = await run_command(run_argv, cwd=copy, env=run_env, timeout_s=timeout_s,
                                        on_progress=on_progress)
         finally:
             touched = watch.close()
-        shown_argv = list(argv) if box is not None else run_argv
-        result = result.model_copy(update={"argv": shown_argv})
+        result = result.model_copy(update={"argv": run_argv})
         tampered = sorted(set(changed_in_copy(copy, files)) | set(touched))
-        checks = [check_folder(folder, run_root=run_root, files=files.keys(), started_at=result.started_at,
+        checks = [check_folder(folder, run_root=str(copy), files=files.keys(), started_at=result.started_at,
                                ended_at=result.ended_at, closure_file=closure_file)
-                  for folder in run_folders(out_parent / "output")]
+                  for folder in run_folders(copy / "output")]
         sources = {c.name: c.sources for c in checks if c.ok}
         digests: dict[str, str] = {}
         names: dict[str, str] = {}
-        outputs = adopt_outputs(out_parent, workspace, digests, only=set(sources), names=names)
+        outputs = adopt_outputs(copy, workspace, digests, only=set(sources), names=names)
         return IsolatedRun(result=result, exec_hash=files_hash(files), exec_dir=str(copy), tampered=tampered,
-                           output_dirs=outputs, argv=shown_argv, output_digests=digests,
+                           output_dirs=outputs, argv=run_argv, output_digests=digests,
                            output_sources={p: sources[n] for p, n in names.items()},
                            rejected_outputs={c.name: c.problems for c in checks if not c.ok},
-                           sandbox=box.tool if box is not None else "none", captured=_take_captured(capture))
+                           sandbox="none", captured=_take_captured(capture))
     finally:
         if not keep_copy:
             shutil.rmtree(copy, ignore_errors=True)

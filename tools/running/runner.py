@@ -343,7 +343,8 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
                       output_cap_bytes: int = 4 * 1024 * 1024,
                       on_progress: ProgressCallback | None = None,
                       progress_interval_s: float = 2.0,
-                      kill_grace_s: float = KILL_GRACE_S) -> RunResult:
+                      kill_grace_s: float = KILL_GRACE_S, pass_fds: tuple[int, ...] = (),
+                      stdin: int | None = None) -> RunResult:
     """Run ``argv`` in ``cwd`` with exactly ``env``; return what happened.
 
     * stdin is /dev/null, stdout and stderr are merged into one capture (head + tail of ``output_cap_bytes``).
@@ -355,6 +356,9 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
       re-raised.
     * ``on_progress(elapsed_s, last_output_line)`` is awaited every ``progress_interval_s`` while the child runs,
       also when it prints nothing. An exception from it aborts the run (group killed) and propagates.
+
+    * ``pass_fds`` stay open in the child under their numbers (a sealed sandbox's copy descriptors); ``stdin`` is a
+      descriptor for the child's stdin instead of /dev/null (a sealed sandbox's handback socket).
 
     Raises :class:`RunError` when the program cannot be started (not found, not executable, bad cwd).
     """
@@ -369,8 +373,8 @@ async def run_command(argv: list[str], *, cwd: Path, env: dict[str, str], timeou
         # handle to. A pending cancellation is delivered at the first await inside the try/finally below.
         with anyio.CancelScope(shield=True):
             proc = await anyio.open_process(
-                _with_parent_death_signal(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=str(cwd), env=env, start_new_session=True,
+                _with_parent_death_signal(argv), stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                cwd=str(cwd), env=env, start_new_session=True, pass_fds=tuple(pass_fds),
             )
     except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as exc:
         raise RunError(f"cannot start {argv[0]!r} in {cwd}: {exc}",

@@ -6,10 +6,14 @@ reachable: the live workspace spelled ``/./ws``, a data file in ``/tmp``, a ``si
 ``PYTHONPATH``, a ``pytest.ini`` found by walking upward from the run copy. Now a run executes under bubblewrap
 (``bwrap``, Debian package ``bubblewrap``) in a mount namespace built from nothing, holding:
 
-* the private copy of the recorded tree, mounted **at the workspace's own path** (so every spelling of a workspace
-  path — ``//``, ``/./``, ``..`` walks, ``/proc/self/cwd`` — reaches the copy, and nothing above it exists);
+* the private copy of the recorded tree **at the workspace's own path** (so every spelling of a workspace path —
+  ``//``, ``/./``, ``..`` walks, ``/proc/self/cwd`` — reaches the copy, and nothing above it exists): a tmpfs of the
+  sandbox's own mount namespace that bwrap fills from descriptors holding the ledger's bytes and remounts read-only
+  (:class:`SealedLayout`) — it exists in no host folder, so no process outside can plant a ``__pycache__`` beside
+  its modules or change a file of it while it runs;
 * a fresh, empty, writable ``WORKSPACE/output/`` (the only output folders that count are born there), a fresh
-  ``/tmp`` and a fresh folder at the recorded ``HOME`` path;
+  ``/tmp`` and a fresh folder at the recorded ``HOME`` path — tmpfs of the sandbox too; what the run leaves comes
+  back after the command as one tar stream through a descriptor (:func:`handback_script`, ``handback.py``);
 * the closure's read-only roots (:class:`Closure`: the interpreter, every root on the run's ``sys.path``, the
   recorded ``PATH`` folders, declared toolchain roots) and its device paths (NPU device nodes), each at its own path;
   inside a root, the package folders the interpreter does not use (``Closure.hidden``) are empty;
@@ -35,6 +39,7 @@ server refuses to measure unless the person starting it passed ``pypto-tune serv
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import threading
@@ -168,6 +173,9 @@ def _probe() -> Status:
             f"{bwrap} cannot create a sandbox here ({detail}): user namespaces are probably disabled — allow them "
             "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0; on Ubuntu 23.10+ also "
             "kernel.apparmor_restrict_unprivileged_userns=0) or install bwrap setuid root"))
+    if not any(os.access(t, os.X_OK) for t in ("/usr/bin/tar", "/bin/tar")):
+        return Status(ok=False, bwrap=bwrap, tool=tool, missing=(
+            "the system has no tar (/usr/bin/tar), with which a sandboxed run hands its outputs back — install it"))
     return Status(ok=True, bwrap=bwrap, tool=tool)
 
 
@@ -223,6 +231,30 @@ def outermost(paths: Iterable[str]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Feed:
+    """One recorded file put into a sealed sandbox (:class:`SealedLayout`): bwrap copies descriptor ``fd``'s content
+    into the sandbox's own tmpfs at ``rel`` under the workspace path (``--file``); a link is created as a link."""
+
+    rel: str
+    fd: int = -1
+    executable: bool = False
+    link: str | None = None
+
+
+@dataclass
+class SealedLayout:
+    """One sandboxed run with no host folder the run's account could write while it executes (see
+    :func:`command`): the copy is fed from descriptors into a tmpfs at ``workspace`` and made read-only; output, temp,
+    home and capture folders are tmpfs of the sandbox; what the run leaves is handed back as one tar stream written
+    to the sandbox's stdin — a socket the server reads — once the command ended (:func:`handback_script`)."""
+
+    workspace: str
+    feeds: tuple[Feed, ...]
+    capture: bool = False
+    extra_ro: tuple[str, ...] = field(default_factory=tuple)
+
+
 @dataclass
 class Layout:
     """One sandboxed run, seen from the host: where its private folders are and where they appear inside.
@@ -240,23 +272,32 @@ class Layout:
     extra_ro: tuple[str, ...] = field(default_factory=tuple)
 
 
-def command(bwrap: str, argv: list[str], *, layout: Layout, closure: Closure, home: str) -> list[str]:
+def command(bwrap: str, argv: list[str], *, layout: Layout | SealedLayout, closure: Closure,
+            home: str) -> list[str]:
     """The bwrap command line that runs ``argv`` with ``layout`` and ``closure`` (see the module docstring).
 
     Mounts are applied in order, shallow before deep, so a deeper mount shadows what a shallower one put there: the
     copy shadows whatever a read-only root holds at the workspace's path (a ``PATH`` folder that contains the
     workspace shows the copy, never the live files), the fresh output folder shadows the copy's ``output/``.
+
+    With a :class:`SealedLayout` nothing of the run lives in a host folder: ``/tmp``, the home folder, ``output/``
+    and the capture folder are tmpfs of the sandbox's own mount namespace, and the workspace path is a tmpfs that
+    bwrap fills from the feeds' descriptors and remounts read-only before the command starts — no process outside
+    can add a ``__pycache__/*.pyc`` to it or change a file in it by any path (a read-only mount stays read-only
+    through ``/proc/<pid>/root`` too), and the run cannot either. The command runs under :func:`handback_script`,
+    which writes the copy, ``output/`` and the capture folder as one tar stream to its stdin once it ended.
     """
     ws = os.path.normpath(layout.workspace)
+    sealed = isinstance(layout, SealedLayout)
     plan: list[tuple[int, int, list[str]]] = []  # (depth, tie-break, args)
 
     def depth(p: str) -> int:
         return len(Path(p).parts)
 
-    plan.append((depth("/tmp"), 0, ["--bind", str(layout.tmp), "/tmp"]))
+    plan.append((depth("/tmp"), 0, ["--tmpfs", "/tmp"] if sealed else ["--bind", str(layout.tmp), "/tmp"]))
     home = os.path.normpath(home) if home and os.path.isabs(home) else ""
     if home and home != "/" and not is_system_path(home):
-        plan.append((depth(home), 0, ["--bind", str(layout.home), home]))
+        plan.append((depth(home), 0, ["--tmpfs", home] if sealed else ["--bind", str(layout.home), home]))
     for root in outermost([*closure.roots, *layout.extra_ro]):
         if root in ("/", ws) or is_system_path(root) or under(root, [ws]):
             continue  # the system is mounted anyway; the workspace is the copy's, never a root's
@@ -267,16 +308,77 @@ def command(bwrap: str, argv: list[str], *, layout: Layout, closure: Closure, ho
             plan.append((depth(folder), 1, ["--tmpfs", folder, "--remount-ro", folder]))
     for dev in sorted(set(closure.devices)):
         plan.append((depth(dev), 1, ["--dev-bind-try", dev, dev]))
-    plan.append((depth(ws), 2, ["--bind", str(layout.copy), ws]))
-    plan.append((depth(ws) + 1, 3, ["--bind", str(layout.output), os.path.join(ws, "output")]))
-    if layout.capture is not None:
-        plan.append((depth(CAPTURE_DIR), 4, ["--bind", str(layout.capture), CAPTURE_DIR]))
+    output = os.path.join(ws, "output")
+    if isinstance(layout, SealedLayout):
+        below = [a[-1] for _, _, a in plan if under(a[-1], [ws]) and a[-1] != ws]
+        plan.append((depth(ws), 2, _sealed_copy(ws, layout.feeds, mount_points=[output, *below])))
+        plan.append((depth(ws) + 1, 3, ["--tmpfs", output]))
+        if layout.capture:
+            plan.append((depth(CAPTURE_DIR), 4, ["--tmpfs", CAPTURE_DIR]))
+    else:
+        plan.append((depth(ws), 2, ["--bind", str(layout.copy), ws]))
+        plan.append((depth(ws) + 1, 3, ["--bind", str(layout.output), output]))
+        if layout.capture is not None:
+            plan.append((depth(CAPTURE_DIR), 4, ["--bind", str(layout.capture), CAPTURE_DIR]))
     plan.sort(key=lambda t: (t[0], t[1]))
     args = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", *system_mounts(), "--proc", "/proc", "--dev", "/dev"]
     for _, _, a in plan:
         args += a
+    if isinstance(layout, SealedLayout):
+        taken = [ws.lstrip("/") or "."] + ([CAPTURE_DIR.lstrip("/")] if layout.capture else [])
+        argv = [SHELL, "-c", handback_script(taken), "pypto-tune-run", *argv]
     return [*args, "--remount-ro", "/", "--chdir", ws, "--", *argv]
+
+
+#: The shell the handback runs in (POSIX ``sh`` of the system, mounted read-only with /usr).
+SHELL = "/bin/sh"
+
+
+def handback_script(paths: Iterable[str]) -> str:
+    """The ``sh -c`` script around a sealed run's command (its arguments): run it with stdin from /dev/null, then
+    write what the run leaves (``paths`` relative to ``/``: the copy as it is now with ``output/`` inside it, the
+    capture folder) as one tar stream to the shell's own stdin — a socket whose other end the server reads — and
+    leave with the command's status (128 + N for a signal, as bwrap reports it).
+
+    A socket, not a file or a pipe: no process can open it again through ``/proc/<pid>/fd`` (a socket cannot be
+    reopened by path), and the command never holds it (its stdin is /dev/null). tar is the system's (never one of a
+    recorded PATH folder), stores links as links and crosses into ``output/``'s own tmpfs. A run stopped by a signal
+    to its group (timeout, cancellation) hands back nothing: its caller treats it as a run without outputs."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return (f'"$@" </dev/null; rc=$?; {shlex.quote(tar_program())} -c -f - -C / {quoted} >&0 2>/dev/null; '
+            'exit $rc')
+
+
+def _sealed_copy(ws: str, feeds: Iterable[Feed], *, mount_points: Iterable[str]) -> list[str]:
+    """bwrap arguments that build the copy at ``ws`` from ``feeds`` in a fresh tmpfs, make the folders later mounts
+    land on, and remount the whole read-only."""
+    args = ["--tmpfs", ws]
+    folders: set[str] = set()
+    for feed in sorted(feeds, key=lambda f: f.rel):
+        dest = os.path.join(ws, feed.rel)
+        if under(dest, [os.path.join(ws, "output")]):
+            continue  # shadowed by the run's fresh output folder, as a host copy's output/ was
+        parent = os.path.dirname(feed.rel)
+        while parent and parent not in folders:
+            folders.add(parent)
+            parent = os.path.dirname(parent)
+        if feed.link is not None:
+            args += ["--symlink", feed.link, dest]
+        else:
+            args += ["--perms", "0755" if feed.executable else "0644", "--file", str(feed.fd), dest]
+    for point in sorted(set(mount_points)):
+        args += ["--dir", point]
+    return [*args, "--remount-ro", ws]
+
+
+def tar_program() -> str:
+    """The system's tar (``/usr/bin/tar`` or ``/bin/tar``): the handback's, never one a recorded PATH folder holds."""
+    for candidate in ("/usr/bin/tar", "/bin/tar"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise SandboxUnavailable("the system has no tar (/usr/bin/tar): a sandboxed run hands its outputs back as a "
+                             "tar stream", hint="install tar (Debian/Ubuntu: apt-get install tar)")
 
 
 def run_env(env: dict[str, str], *, pythonpath_first: Iterable[str] = (), capture_env: str | None = None,
