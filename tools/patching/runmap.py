@@ -143,6 +143,11 @@ def _calls(text: str) -> dict[int, list[tuple[int, str]]]:
     return out
 
 
+def call_span(text: str, line: int, name: str) -> tuple[int, int]:
+    """(first, last) line of the call of ``name`` that starts at ``line`` (``(line, line)`` when there is none)."""
+    return next(((line, end) for end, n in _calls(text).get(line, []) if n == name), (line, line))
+
+
 class RunMap:
     """The join of one source state's knob sites with the probe record of a run of that state."""
 

@@ -471,6 +471,8 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
         trips = kd.get("trips") or []
         if len(trips) == 1 and trips[0]:
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
+    if "unroll" in k.context.get("consumers", []):
+        kd = dict(kd or {}, _unroll_trip=_unroll_trip(ctx, k))
     reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
             if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
     if ctx.runmap is not None and kernel is not None and kernel.get("kernel_key"):
@@ -481,6 +483,26 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
         (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
     return values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector,
                       view=tile_view(k, kernel))
+
+
+def _unroll_trip(ctx: _Context, k: Knob) -> int | None:
+    """The trip count of the loop an unroll list reaches (the ``loop_unroll`` its value feeds): as the run called it
+    when the probe recorded the call, else the static reading of that loop (the loop option's ``trip_count``)."""
+    fed = linked.feeds(k) or {(k.file, k.line)}
+    if ctx.runmap is not None:
+        for f, line in sorted(fed):
+            for c in ctx.runmap.calls_at(f, line, {"loop_unroll"}):
+                a = [x for x in (c.get("args") or []) if isinstance(x, int) and not isinstance(x, bool)]
+                if len(a) == len(c.get("args") or []) and len(a) in (2, 3) and (a[2] if len(a) == 3 else 1) > 0:
+                    return max(0, -(-(a[1] - a[0]) // (a[2] if len(a) == 3 else 1)))
+    from pypto_tune.tools.patching.runmap import call_span
+
+    spans = {(f, *call_span(ctx.kept.get(f) or (ctx.context or {}).get(f, ""), line, "loop_unroll")) for f, line in fed}
+    for o in ctx.knobs:
+        if o.kind == "loop_option" and o.name == "unroll_list" and any(f == o.file and lo <= o.line <= hi
+                                                                        for f, lo, hi in spans):
+            return o.context.get("trip_count")
+    return None
 
 
 def _pair_plans(ctx: _Context, knobs: list[Knob], by: Literal["model", "knowledge"],
@@ -774,9 +796,14 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     if knob is not None:
         chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
         if not chosen:
+            asked_dead = [d for d in dead if knob == d or d.endswith(knob) or d.rsplit(".", 1)[-1] == knob]
+            if asked_dead:
+                why = ctx.runmap.of(runpicture.site_of(ctx.runmap, asked_dead[0])).why if ctx.runmap else ""
+                raise InputError(f"knob {asked_dead[0]!r} is dead: the test never runs it ({why or 'not executed'})",
+                                 hint="a change there would not run; list_knobs shows the live knobs")
             raise InputError(f"no tunable knob {knob!r} in the operator files",
                              hint="list_knobs shows every knob; pass its id or name")
-        knobs = chosen
+        knobs = chosen + _feeders(ctx, chosen, live)
 
     # the pairs are planned by the model when it ranks, else by the store when it ranks alone (the benchmark's
     # "store alone" arm: without a planner it could never reach a point two knobs make together)
@@ -898,9 +925,69 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     if ctx.run is None:
         notes.append("no run-time probe record of the kept state: live and dead sites are not known, values come "
                      "from the source text")
+    why_none = _why_none(ctx, knobs, group, excluded, considered, refusals) if knob is not None and not out else ""
+    if why_none:
+        notes.insert(0, why_none)
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
-                    exhausted=checked_all and not out, considered=considered, excluded=excluded,
+                    why_none=why_none, exhausted=checked_all and not out, considered=considered, excluded=excluded,
                     refusals=refusals, notes=notes, ranking_flat=flat, dead_sites=dead)
+
+
+def _feeders(ctx: _Context, chosen: list[Knob], live: list[Knob]) -> list[Knob]:
+    """The live tiling sources whose literal an asked knob written as an expression runs with (``unroll_list=
+    cfg.unroll_list`` and the test's ``Cfg(unroll_list=[4, 2, 1])``): asking for the site asks for them too, so that
+    a suggestion that names the site (``unroll_list``) can be followed with ``propose_candidates(knob=…)``."""
+    ids = {k.id for k in chosen}
+    out: list[Knob] = []
+    for k in chosen:
+        if not _has_expr(k.value) or k.kind == "tile_source":
+            continue
+        for o in live:
+            if o.id in ids or o.kind != "tile_source":
+                continue
+            # the source feeds the call the asked site sits in (a keyword of a multi-line call: below the call's line)
+            if any(f == k.file and line <= k.line and _span_holds(ctx, f, line, k.line) for f, line in linked.feeds(o)):
+                ids.add(o.id)
+                out.append(o)
+    return out
+
+
+def _span_holds(ctx: _Context, file: str, start: int, line: int) -> bool:
+    """Does the call that starts at ``file:start`` span ``line``?"""
+    from pypto_tune.tools.patching.runmap import _calls
+
+    text = ctx.kept.get(file) or (ctx.context or {}).get(file, "")
+    return start == line or any(start <= line <= end for end, _ in _calls(text).get(start, []))
+
+
+def _why_none(ctx: _Context, knobs: list[Knob], group: StageGroup, excluded: dict[str, int], considered: int,
+              refusals: list[str]) -> str:
+    """Why a knob that was asked for got no candidate, in words the agent can act on: no value to generate (and which
+    knob carries its value instead), none for this stage, every value measured or failed already, or refused (the
+    first refusal)."""
+    k = knobs[0]
+    name = k.id
+    if not considered:
+        if _has_expr(k.value):
+            feeders = [o.id for o in ctx.knobs if o.tunable and o.kind == "tile_source"
+                       and any(f == k.file and line <= k.line for f, line in linked.feeds(o))
+                       and ctx.live(o) is not False]
+            return (f"{name}: its value is written as an expression ({k.value}); no literal to change at this site"
+                    + (f" — the value it runs with comes from {', '.join(feeders[:3])}: propose_candidates(knob=…) "
+                       "with that id" if feeders else " — list_knobs shows the knob whose literal it reads"))
+        return (f"{name}: no candidate value for a {k.kind} knob written as {k.value!r} (the search generates values "
+                "for tiles, blocks, unroll lists, buffer counts and the catalogue's options)")
+    if excluded.get("not-this-stage", 0) == considered:
+        ids = ", ".join(k.catalog_ids) or "none"
+        return (f"{name}: none of its catalogue items ({ids}) belongs to the {group} stage; it is proposed in the "
+                "stage that has one")
+    parts = [f"{n} {why}" for why, n in sorted(excluded.items()) if n]
+    if refusals and excluded.get("illegal"):
+        parts.append(f"first refusal: {refusals[0]}")
+    measured = excluded.get("tried", 0) + excluded.get("failed-code", 0) + excluded.get("failed-larger", 0)
+    head = "every value was already measured or failed from this kept state" if measured == considered else \
+        "no value is left"
+    return f"{name}: {head} ({considered} considered; " + "; ".join(parts) + ")"
 
 
 def _candidate(raw: _Raw, kept_hash: str, ranking: Ranking, priors: Priors, group: StageGroup, rank: int,

@@ -103,9 +103,20 @@ def block_values(current: int, axis: int | None) -> list[Value]:
     return [Value(v) for v in sorted(vals)]
 
 
+def unroll_factors(value: Any) -> tuple[int, ...] | None:
+    """The factors ``pypto.loop_unroll`` runs with for an ``unroll_list``: distinct, descending, 1 appended (what
+    pypto 0.2.0's ``loop_unroll`` does with the list); None for a value that is no list of ints. ``[1, 2, 4]`` and
+    ``[4, 2, 1]`` are the same loop."""
+    if not isinstance(value, (list, tuple)) or not value or not all(_is_int(x) and x >= 1 for x in value):
+        return None
+    out = sorted(set(value), reverse=True)
+    return tuple(out if 1 in out else [*out, 1])
+
+
 def unroll_values(current: Any, trip: int | None) -> list[Value]:
     """Descending power-of-two chains ending in 1 ([2, 1], [4, 2, 1], ...), largest factor ≤ the trip count; [1]
-    (no unrolling) when the loop unrolls now."""
+    (no unrolling) when the loop unrolls now. A chain that runs the same factors as the current list (written in
+    another order, or without its trailing 1) is the same loop and is not proposed."""
     hi = trip if trip and trip >= 1 else 64
     out = []
     for top in _pow2_upto(min(hi, 64))[1:]:
@@ -113,7 +124,8 @@ def unroll_values(current: Any, trip: int | None) -> list[Value]:
         out.append(Value(chain, note=f"largest factor {top} ≤ trip count {trip}" if trip else ""))
     if current not in (None, [1]) and not _is_expr(current):
         out.append(Value([1], note="no unrolling"))
-    return [v for v in out if v.value != current]
+    now = unroll_factors(current) if current is not None else (1,)
+    return [v for v in out if v.value != current and unroll_factors(v.value) != now]
 
 
 def _pairs(axis: int | None, lo: int, ratios: tuple[int, ...]) -> list[list[int]]:
@@ -297,6 +309,10 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
     if consumers & {"loop", "slice", "view"} and _is_int(cur):
         axis = (kernel or {}).get("_axis_for_block")
         return block_values(cur, axis)
+    if consumers == {"unroll"} and unroll_factors(cur) is not None:
+        # the unroll_list of a pypto.loop_unroll, carried by a config (``Cfg(unroll_list=[4, 2, 1])`` read as
+        # ``unroll_list=cfg.unroll_list``): the chains the loop's trip count allows, in the author's form (a list)
+        return unroll_values(cur, (kernel or {}).get("_unroll_trip"))
     if consumers == {"jit_options"} and _is_int(cur) and cur >= 1:
         # a number the jit's options take from the config (``{-1: tiling["vec_nbuffer"]}``): the merge / buffer
         # counts the catalogue's options use, in the author's form (the admission judges the option it makes)
