@@ -80,6 +80,7 @@ class Execution:
     dtypes: list[str] = field(default_factory=list)
     reductions: list[roles.Reduction] = field(default_factory=list)
     tests: list[str] = field(default_factory=list)
+    cast_dtypes: list[str] = field(default_factory=list)  # what the kernel's pypto.cast calls produced
 
     def describe(self) -> str:
         shapes = ", ".join(str(s) for s in self.shapes[:4]) or "no concrete shapes"
@@ -279,6 +280,20 @@ class RunMap:
         reds = [r for f, rs in self.program.reductions.items() for r in rs if (f, r.scope) in reach]
         return shapes, dtypes, reds
 
+    def cast_dtypes(self, key: str | None) -> list[str]:
+        """The dtypes the kernel's own ``pypto.cast`` calls produced while it was traced (the probe records each
+        call's target): the dtypes its vector ops hold in the unified buffer besides its tensors' own."""
+        out: list[str] = []
+        for c in self.run.get("calls", []) if self.run else []:
+            if c.get("api") != "cast" or c.get("kernel") != key or c.get("origin") != "direct":
+                continue
+            args, kwargs = c.get("args") or [], c.get("kwargs") or {}
+            target = kwargs.get("dtype", args[1] if len(args) > 1 else None)
+            name = str((target or {}).get("$enum", "") if isinstance(target, dict) else target or "").rsplit(".", 1)[-1]
+            if name.startswith("DT_") and name not in out:
+                out.append(name)
+        return sorted(out)
+
     # ------------------------------------------------------------------------------------------- per knob
     def of(self, site: Site) -> KnobRun:
         k = site.knob
@@ -429,7 +444,8 @@ class RunMap:
             shapes, dtypes, reds = self.kernel_context(c.get("kernel"))
             out.append(Execution(kernel=self.kernel_name(c.get("kernel")), kernel_key=c.get("kernel"),
                                  value=effective_value(k, c), count=int(c.get("count", 1)), shapes=shapes,
-                                 dtypes=dtypes, reductions=reds, tests=self.tests_of([c.get("stack", [])])))
+                                 dtypes=dtypes, reductions=reds, tests=self.tests_of([c.get("stack", [])]),
+                                 cast_dtypes=self.cast_dtypes(c.get("kernel"))))
         return out
 
 

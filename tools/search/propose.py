@@ -348,7 +348,7 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     try:
         if knob.kind == "vec_tile":
             reds = ctx.model.program.reductions.get(knob.file, [])
-            sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, dict(knob.context))
+            sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, _ran_context(ctx, knob))
             effective.check_vec_tile(sv, reds, knob.value)
         elif knob.kind in ("tile_constant", "local_constant") and isinstance(value, int):
             before = ctx.loops_before()
@@ -367,6 +367,17 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     except Exception:  # noqa: BLE001, S110 — a pre-screen that cannot decide leaves it to the admission
         pass
     return value, ""
+
+
+def _ran_context(ctx: _Context, knob: Knob) -> dict[str, Any]:
+    """A tile call's legality context with the dtypes its kernels ran with and cast to, when the probe recorded them
+    (the admission judges on the same: tools/patching/runcheck.py)."""
+    out = dict(knob.context)
+    site = runpicture.site_of(ctx.runmap, knob.id) if ctx.runmap is not None else None
+    for e in ctx.runmap.executions(site) if site is not None else []:
+        out["dtypes"] = sorted(set(out.get("dtypes", [])) | set(e.dtypes))
+        out["cast_dtypes"] = sorted(set(out.get("cast_dtypes", [])) | set(e.cast_dtypes))
+    return out
 
 
 def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Term], dict[str, Any]]:
@@ -473,6 +484,8 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
     if "unroll" in k.context.get("consumers", []):
         kd = dict(kd or {}, _unroll_trip=_unroll_trip(ctx, k))
+    if kd is not None:
+        kd["ub_elem_bytes"] = _ub_elem(ctx, kd)
     reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
             if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
     if ctx.runmap is not None and kernel is not None and kernel.get("kernel_key"):
@@ -483,6 +496,17 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
         (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
     return values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector,
                       view=tile_view(k, kernel))
+
+
+def _ub_elem(ctx: _Context, kernel: dict[str, Any]) -> int:
+    """The element size a kernel's vector tiles hold in the unified buffer: its tensors' and what its casts produce
+    (as the run recorded them, else as its text names them), the largest."""
+    key = kernel.get("kernel_key")
+    casts = (ctx.runmap.cast_dtypes(key) if ctx.runmap is not None and key else []) or \
+        ctx.model.cast_dtypes(kernel.get("file", ""), kernel.get("scope", ""))
+    from pypto_tune.tools.patching.models import DTYPE_BYTES
+
+    return max([int(kernel.get("elem_bytes") or 4), *(DTYPE_BYTES.get(d, 0) for d in casts)])
 
 
 def _unroll_trip(ctx: _Context, k: Knob) -> int | None:

@@ -206,7 +206,7 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
         if not isinstance(cur, list) or not all(_is_int(x) for x in cur):
             return []  # written as an expression (*VEC_TILE): the name it reads is the knob
         dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
-        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_ub_elem(kernel))
     if kind == "cube_tile":
         if not isinstance(cur, dict) or not all(isinstance(cur.get(a), list) for a in ("m", "k", "n")):
             return []
@@ -224,7 +224,7 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
             return block_values(cur, axis)
         if isinstance(cur, list) and all(_is_int(x) for x in cur) and "vec_tile" in consumers:
             dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
-            return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+            return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_ub_elem(kernel))
         if isinstance(cur, list) and consumers <= {"unroll", "loop"} and "unroll" in consumers:
             trip = (kernel or {}).get("trips", [None])[-1] if kernel and kernel.get("trips") else None
             return unroll_values(cur, trip)
@@ -265,7 +265,7 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
     consumers = set(knob.context.get("consumers", []))
     if "vec_tile" in consumers and isinstance(cur, list) and all(_is_int(x) for x in cur):
         dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
-        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_ub_elem(kernel))
     if consumers & {"vec_tile", "cube_tile"} and _is_int(cur) and knob.context.get("source") != "comprehension":
         # one number of a tile, named in the author's form (a config field ``cfg.vec_rows``, a dict entry): powers of
         # two up to the longest axis it could size; the kernel picture under each value (the model) and the
@@ -290,7 +290,7 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
         reduce = bool(reduce_axes)
         out = []
         for v in sorted(set(_pow2_upto(hi)) | ({hi} if dims else set())):
-            if v == cur or (reduce and v < cur) or v ** rank * _elem(kernel) > MAX_VEC_TILE_BYTES:
+            if v == cur or (reduce and v < cur) or v ** rank * _ub_elem(kernel) > MAX_VEC_TILE_BYTES:
                 continue
             out.append(Value(v, note=f"every axis of the tile: {[v] * rank}"))
         return out
@@ -327,6 +327,12 @@ def _view_dims(view: list[int | None] | None, rank: int) -> list[int | None] | N
 
 def _elem(kernel: dict[str, Any] | None) -> int:
     return int((kernel or {}).get("elem_bytes") or 4)
+
+
+def _ub_elem(kernel: dict[str, Any] | None) -> int:
+    """The element size the tile's data takes in the unified buffer: after the kernel's casts (``ub_elem_bytes``,
+    set by the search from what ran) when known, else the tensors' own."""
+    return int((kernel or {}).get("ub_elem_bytes") or _elem(kernel))
 
 
 def _dims_for(kernel: dict[str, Any] | None, rank: int) -> list[int | None] | None:
