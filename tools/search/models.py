@@ -130,7 +130,8 @@ class Proposal(BaseModel):
     considered: int = Field(0, description="candidate values generated for the stage's knobs")
     excluded: dict[str, int] = Field(default_factory=dict, description="how many were dropped and why: 'tried' "
                                      "(same knob+value from this kept state), 'failed-code' (same code failed or "
-                                     "did not pay off), 'illegal' (refused by the server's admission), 'no-change'")
+                                     "did not pay off), 'failed-larger' (at or past a value that did not compile from "
+                                     "this kept state), 'illegal' (refused by the server's admission), 'no-change'")
     refusals: list[str] = Field(default_factory=list, description="first few admission refusals, for the record")
     notes: list[str] = Field(default_factory=list)
     ranking_flat: bool = Field(False, description="the first candidates score the same (within FLAT_SCORE): nothing "

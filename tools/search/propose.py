@@ -41,7 +41,7 @@ from pypto_tune.tools.errors import (
 from pypto_tune.tools.knowledge.situation import change_class
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
-from pypto_tune.tools.search import linked, runpicture
+from pypto_tune.tools.search import failures, linked, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -498,6 +498,10 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
                       view=tile_view(k, kernel))
 
 
+def _is_unroll(k: Knob) -> bool:
+    return k.name == "unroll_list" or "unroll" in k.context.get("consumers", [])
+
+
 def _ub_elem(ctx: _Context, kernel: dict[str, Any]) -> int:
     """The element size a kernel's vector tiles hold in the unified buffer: its tensors' and what its casts produce
     (as the run recorded them, else as its text names them), the largest."""
@@ -857,6 +861,10 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             key = (k.id, value_key(value))
             if key in ctx.tried_here or key in skip:
                 excluded["tried"] = excluded.get("tried", 0) + 1
+                continue
+            if failures.bounded_by_failure(ctx.history, kept_hash, k.id, value, unroll=_is_unroll(k)) is not None:
+                # at or past a value that did not compile from this same state: it would not compile either
+                excluded["failed-larger"] = excluded.get("failed-larger", 0) + 1
                 continue
             raw = _Raw(k, value, cid, note=v.note)
             raw.step = R.step_distance(k.value, value)
