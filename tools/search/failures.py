@@ -42,12 +42,20 @@ def compile_failures(history: Iterable[TriedChange], kept_hash: str, knob_id: st
             and t.outcome == "failed" and t.failure_type == COMPILE_FAILURE]
 
 
+def grew(t: TriedChange, *, unroll: bool = False) -> bool:
+    """Did the failed change only grow the knob (at least as large on every component, larger on one)? Only then
+    is its size the cause to bound by; a failure of a smaller or reshaped value (a buffer count of 0, a tile narrower
+    on one axis) says nothing about larger ones."""
+    a, b = extent(t.before_value, unroll=unroll), extent(t.value, unroll=unroll)
+    return a is not None and b is not None and len(a) == len(b) and all(y >= x for x, y in zip(a, b)) and a != b
+
+
 def bounded_by_failure(history: Iterable[TriedChange], kept_hash: str, knob_id: str, value: Any, *,
                        unroll: bool = False) -> TriedChange | None:
-    """The compile failure, from this same kept state and on this same knob, that ``value`` is at or past (so it
-    would not compile either); None when there is none."""
+    """The compile failure, from this same kept state and on this same knob, of a change that grew the knob, which
+    ``value`` is at or past (so it would not compile either); None when there is none."""
     return next((t for t in compile_failures(history, kept_hash, knob_id)
-                 if at_or_past(value, t.value, unroll=unroll)), None)
+                 if grew(t, unroll=unroll) and at_or_past(value, t.value, unroll=unroll)), None)
 
 
-__all__ = ["COMPILE_FAILURE", "at_or_past", "bounded_by_failure", "compile_failures", "extent"]
+__all__ = ["COMPILE_FAILURE", "at_or_past", "bounded_by_failure", "compile_failures", "extent", "grew"]
