@@ -70,8 +70,9 @@ def rows_run(tmp_path_factory) -> tuple[str, dict, list[Path], list[Path]]:
 
 
 @pytest.mark.sim
-def test_the_probe_records_casts_and_unroll_variants_and_changes_nothing_the_run_computes(rows_run):
+def test_the_probe_records_unroll_variants_and_changes_nothing_the_run_computes(rows_run):
     from pypto_tune.tools.analysis import analyze_runs
+    from pypto_tune.tools.running.run_outputs import program_sources
 
     text, record, dirs, plain_dirs = rows_run
     probed, plain = analyze_runs(dirs, run_mode="sim"), analyze_runs(plain_dirs, run_mode="sim")
@@ -83,8 +84,11 @@ def test_the_probe_records_casts_and_unroll_variants_and_changes_nothing_the_run
     variants = {(u["factor"], u["iterations"]) for c in record["calls"] for u in c["unroll"]
                 if (u["file"], u["line"]) == (ROWS_FILE, loop_line)}
     assert variants == {(2, 32), (1, 0)}  # 64 rows: 32 blocks of 2, nothing left for the factor 1
-    casts = {c["args"][1]["$enum"] for c in record["calls"] if c["api"] == "cast" and c["origin"] == "direct"}
-    assert casts == {"DataType.DT_FP32", "DataType.DT_FP16"}
+    # nor what the compiled program says about its sources: pypto names the frame that calls an op, and a wrapper
+    # around one (a cast) had become that frame, leaving a kernel no source of the workspace to be checked against
+    for d in dirs:
+        named = program_sources(d / "program.json")
+        assert any(n.endswith("/" + ROWS_FILE) for n in named) and not any("pypto_tune_probe" in n for n in named)
 
 
 @pytest.mark.sim

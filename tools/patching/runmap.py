@@ -205,6 +205,34 @@ def call_span(text: str, line: int, name: str) -> tuple[int, int]:
     return next(((line, end) for end, n in _calls(text).get(line, []) if n == name), (line, line))
 
 
+@functools.lru_cache(maxsize=64)
+def _casts(text: str) -> dict[str, set[str]]:
+    """(dotted) function scope → the dtypes its own ``pypto.cast(x, pypto.DT_…)`` calls name as their target."""
+    from .models import DTYPE_BYTES
+
+    try:
+        tree = pysource.parse(text)
+    except SyntaxError:
+        return {}
+    out: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, child.name if scope == roles.MODULE else f"{scope}.{child.name}")
+                continue
+            if isinstance(child, ast.Call) and roles.dotted(child.func).rsplit(".", 1)[-1] == "cast":
+                arg = next((kw.value for kw in child.keywords if kw.arg == "dtype"),
+                           child.args[1] if len(child.args) > 1 else None)
+                name = roles.dotted(arg).rsplit(".", 1)[-1] if arg is not None else ""
+                if name in DTYPE_BYTES:
+                    out.setdefault(scope, set()).add(name)
+            visit(child, scope)
+
+    visit(tree, roles.MODULE)
+    return out
+
+
 class RunMap:
     """The join of one source state's knob sites with the probe record of a run of that state."""
 
@@ -339,17 +367,18 @@ class RunMap:
         return shapes, dtypes, reds
 
     def cast_dtypes(self, key: str | None) -> list[str]:
-        """The dtypes the kernel's own ``pypto.cast`` calls produced while it was traced (the probe records each
-        call's target): the dtypes its vector ops hold in the unified buffer besides its tensors' own."""
-        out: list[str] = []
-        for c in self.run.get("calls", []) if self.run else []:
-            if c.get("api") != "cast" or c.get("kernel") != key or c.get("origin") != "direct":
-                continue
-            args, kwargs = c.get("args") or [], c.get("kwargs") or {}
-            target = kwargs.get("dtype", args[1] if len(args) > 1 else None)
-            name = str((target or {}).get("$enum", "") if isinstance(target, dict) else target or "").rsplit(".", 1)[-1]
-            if name.startswith("DT_") and name not in out:
-                out.append(name)
+        """The dtypes the ``pypto.cast`` calls of everything the kernel that ran reaches (its body, its nested defs,
+        the workspace helpers it calls) name as their target: what its vector ops hold in the unified buffer besides
+        its tensors' own dtypes. Read from the text of the kernel the run names, not recorded by the probe: pypto
+        attributes an op to the frame that calls it, and a wrapper around ``cast`` would have become that frame in
+        the compiled program's source locations."""
+        k = self.kernels.get(key or "")
+        if k is None:
+            return []
+        scope = (k["file"], _scope_of_qualname(k["qualname"]))
+        out: set[str] = set()
+        for f, sc in self.program.kernel_reach.get(scope, {scope}):
+            out |= _casts(self.files.get(f, "")).get(sc, set())
         return sorted(out)
 
     # ------------------------------------------------------------------------------------------- per knob

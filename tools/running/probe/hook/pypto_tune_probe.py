@@ -8,8 +8,7 @@ import, domain.md G.2), into ``$PYPTO_TUNE_PROBE_DIR/probe-<pid>.json``:
 
 * every call of the tiling and option APIs — ``set_vec_tile_shapes``, ``set_cube_tile_shapes``, ``set_pass_options``,
   ``set_options`` / the other ``set_*_options``, ``experimental.set_operation_options``, ``loop`` / ``loop_unroll``,
-  ``view`` / ``reshape`` / ``assemble`` (function and ``Tensor`` method forms), ``Tensor.set_cache_policy``, ``cast``
-  (the dtype the vector ops after it hold in the unified buffer) — with the
+  ``view`` / ``reshape`` / ``assemble`` (function and ``Tensor`` method forms), ``Tensor.set_cache_policy`` — with the
   effective arguments, the call site (the first frame outside pypto: file, line, function, and the user frames
   above it), the jit kernel being compiled at that moment, and how often that exact call ran;
 * every jit kernel: where it is defined, how often it was called, the shapes and dtypes of the tensors it got, its
@@ -46,15 +45,12 @@ _MAX_SITES = 5000  # distinct call sites kept (a runaway loop of views must not 
 _FUNCTIONS = {
     "pypto": ("set_vec_tile_shapes", "set_cube_tile_shapes", "set_pass_options", "set_options", "set_host_options",
               "set_codegen_options", "set_verify_options", "set_debug_options", "loop", "loop_unroll", "view",
-              "reshape", "assemble", "cast"),
+              "reshape", "assemble"),
     "pypto._controller": ("set_vec_tile_shapes", "set_cube_tile_shapes", "loop", "loop_unroll"),
     "pypto.config": ("set_pass_options", "set_options", "set_host_options", "set_codegen_options",
                      "set_verify_options", "set_debug_options"),
     "pypto.operation": ("view", "reshape", "assemble"),
     "pypto.experimental": ("set_operation_options",),
-    # the dtype a cast produces is what the vector ops after it hold in the unified buffer (legality on what ran)
-    "pypto.op": ("cast",),
-    "pypto.op.mutating": ("cast",),
 }
 _TENSOR_METHODS = ("view", "reshape", "set_cache_policy")
 _VIEW_APIS = {"view", "reshape", "assemble", "Tensor.view", "Tensor.reshape"}
