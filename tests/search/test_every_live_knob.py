@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.patching.effective import UB_TILE_MAX_BYTES
 from pypto_tune.tools.search import AdmissionCache, TriedChange, search
 from pypto_tune.tools.search.failures import at_or_past, bounded_by_failure
@@ -113,9 +114,16 @@ def test_a_knob_asked_for_says_why_it_has_no_candidate(record, cache):
     done = search(KEPT, stage="frontend", knob=CONFIG, limit=3, cache=cache, run=record, history=tried)
     assert not done.candidates and done.exhausted and "already measured" in done.why_none
     # a dead site asked for by name: named dead, with the reason the run gives
-    with pytest.raises(Exception) as dead:
+    with pytest.raises(InputError) as dead:
         search(KEPT, stage="frontend", knob=ONLY_TRACED, limit=1, cache=cache, run=record)
     assert "dead" in str(dead.value) and "never execute" in str(dead.value)
+    # a knob the catalogue names that this operator has no site of: which items name it, and what adding one is
+    with pytest.raises(InputError) as absent:
+        search(KEPT, stage="frontend", knob="BLOCK_SIZE", limit=1, cache=cache, run=record)
+    assert "F-1" in absent.value.message and "ALGORITHM" in absent.value.hint
+    with pytest.raises(InputError) as fixed:
+        search(KEPT, stage="frontend", knob="run_mode", limit=1, cache=cache, run=record)
+    assert "not tunable" in fixed.value.message
 
 
 @pytest.mark.sim

@@ -344,8 +344,8 @@ def _fail(message: str, rule: str, legal: str) -> KnobValueError:
 
 def ub_dtypes_of(context: dict[str, Any]) -> tuple[list[str], int]:
     """The dtypes a tile's operations hold in the unified buffer, and the largest element size among them: the
-    kernel's tensors' and every dtype a ``pypto.cast`` in the kernel produces (``cast_dtypes``, from the run's record
-    or the source). Sizing a tile by the dtype before a cast let tiles through that did not compile (an FP16 input
+    kernel's tensors' and every dtype a ``pypto.cast`` in what the kernel runs produces (``cast_dtypes``: read from
+    the text of the kernel the run names and the helpers it calls, or of the kernel around the tile call). Sizing a tile by the dtype before a cast let tiles through that did not compile (an FP16 input
     cast to FP32 takes twice the bytes: ``Errcode: FFFFFF``). The tail rule keeps the tensors' own dtypes: a cast to a
     wider type does not make a narrow tensor's short tail whole."""
     names = list(dict.fromkeys([*context.get("dtypes", []), *context.get("cast_dtypes", [])]))

@@ -449,8 +449,8 @@ class RunMap:
             return KnobRun(live=False, why=f"none of the tiling calls it feeds ran ({where})")
         hits = [c for _, f, line in ran for c in self.calls_at(f, line, set().union(*CONSUMER_APIS.values()))
                 if executes(c)]
-        unroll = "; ".join(x for x in (unroll_variants(self.calls, f, line) for kind, f, line in ran if kind == "unroll")
-                           if x)
+        unroll = "; ".join(x for x in (unroll_variants(self.calls, f, line) for kind, f, line in ran
+                                       if kind == "unroll") if x)
         return KnobRun(live=True, effective=[k.value], kernels=sorted({self.kernel_name(c.get("kernel"))
                                                                         for c in hits if c.get("kernel")}),
                        tests=self.tests_of([c.get("stack", []) for c in hits]), unroll=unroll)

@@ -824,11 +824,26 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     if knob is not None:
         chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
         if not chosen:
-            asked_dead = [d for d in dead if knob == d or d.endswith(knob) or d.rsplit(".", 1)[-1] == knob]
+            asked_dead = [k.id for k in ctx.knobs if k.id in dead and (knob in (k.id, k.name) or k.id.endswith(knob))]
             if asked_dead:
-                why = ctx.runmap.of(runpicture.site_of(ctx.runmap, asked_dead[0])).why if ctx.runmap else ""
-                raise InputError(f"knob {asked_dead[0]!r} is dead: the test never runs it ({why or 'not executed'})",
+                site = runpicture.site_of(ctx.runmap, asked_dead[0]) if ctx.runmap is not None else None
+                why = ctx.runmap.of(site).why if site is not None else ""  # type: ignore[union-attr]
+                raise InputError(f"knob {asked_dead[0]!r} is dead: the test never runs it ({why or 'not executed'})"
+                                 + (f"; {len(asked_dead) - 1} more site(s) of that name are dead too"
+                                    if len(asked_dead) > 1 else ""),
                                  hint="a change there would not run; list_knobs shows the live knobs")
+            fixed = [k.id for k in ctx.knobs if not k.tunable and (knob in (k.id, k.name) or k.id.endswith(knob))]
+            if fixed:
+                raise InputError(f"knob {fixed[0]!r} is not tunable here (it reaches the problem, or it is the run "
+                                 "mode or a debug switch)", hint="list_knobs says why under not_tunable_because")
+            from pypto_tune.tools.analysis.catalog import load_catalog
+
+            items = [it.id for it in load_catalog().items if knob in (it.knobs or [])]
+            if items:
+                raise InputError(f"no site of {knob!r} in the operator files: the catalogue's {', '.join(items)} "
+                                 f"name it, and this operator has no live, tunable {knob} to change",
+                                 hint="adding one is a structural change (ALGORITHM stage); list_knobs shows the "
+                                 "knobs there are")
             raise InputError(f"no tunable knob {knob!r} in the operator files",
                              hint="list_knobs shows every knob; pass its id or name")
         knobs = chosen + _feeders(ctx, chosen, live)
