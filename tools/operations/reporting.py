@@ -159,7 +159,7 @@ class ReportOps(OperationsBase):
                 ran_in=[f"kernel {n}" for n in info.kernels] + [f"test {t}" for t in info.tests],
                 shapes=info.shapes, shared_with=info.shared_with,
                 tune_by=([k.id] + feeders.get(k.id, [])) if _is_expression(k.value) and k.tunable else [],
-                feeds=list(k.context.get("feeds", [])), why=info.why)
+                feeds=list(k.context.get("feeds", [])), why=info.why, unroll=info.unroll)
             (dead_out if info.live is False else live_out).append(out)
         idle = sum(1 for o in live_out if o.kernel_ran is False)
         text = (f"{len(knobs)} knobs in {len(st.expected_sources)} file(s)"

@@ -332,6 +332,8 @@ class KnobOut(BaseModel):
                                "the tiling sources its value flows from")
     feeds: list[str] = Field(default_factory=list, description="for a tiling source: the tile calls it feeds")
     why: str = Field("", description="why the site is dead, or why the run says nothing")
+    unroll: str = Field("", description="inside a pypto.loop_unroll body, or the loop itself: the unroll variants "
+                        "that executed at the test's shapes, and those only traced and compiled")
 
 
 class KnobsResult(_Result):

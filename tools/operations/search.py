@@ -99,7 +99,8 @@ class SearchOps(OperationsBase):
         proposal = self._search(h, st, limit=int(limit), knob=knob, budget_s=PROPOSE_BUDGET_S)
         cands = [c.model_dump(mode="json") for c in proposal.candidates]
         self._proposals.setdefault(st.id, {}).update({c["id"]: c for c in cands})
-        msg = (f"{len(cands)} candidate(s) for {st.stage}" + (" (the stage's knobs are exhausted)"
+        msg = (f"{len(cands)} candidate(s) for {st.stage}" + (f" ({proposal.why_none})" if proposal.why_none else
+                                                               " (the stage's knobs are exhausted)"
                                                                if proposal.exhausted else "")
                + "; run them with run_candidates(candidates=[ids...])")
         base = self._base(st, msg)

@@ -342,6 +342,16 @@ def _fail(message: str, rule: str, legal: str) -> KnobValueError:
                           hint="choose a value inside the legal range (list_knobs shows it for this operator)")
 
 
+def ub_dtypes_of(context: dict[str, Any]) -> tuple[list[str], int]:
+    """The dtypes a tile's operations hold in the unified buffer, and the largest element size among them: the
+    kernel's tensors' and every dtype a ``pypto.cast`` in what the kernel runs produces (``cast_dtypes``: read from
+    the text of the kernel the run names and the helpers it calls, or of the kernel around the tile call). Sizing a tile by the dtype before a cast let tiles through that did not compile (an FP16 input
+    cast to FP32 takes twice the bytes: ``Errcode: FFFFFF``). The tail rule keeps the tensors' own dtypes: a cast to a
+    wider type does not make a narrow tensor's short tail whole."""
+    names = list(dict.fromkeys([*context.get("dtypes", []), *context.get("cast_dtypes", [])]))
+    return names, max((DTYPE_BYTES.get(d, 0) for d in names), default=0)
+
+
 def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any, *, structural: bool = False) -> bool:
     """``structural``: an algorithm-level change may change the tile's rank (a reshape needs a new tile, F-4), so
     the rank of the old value is not imposed; everything else is."""
@@ -354,13 +364,15 @@ def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any
               and all(isinstance(d, int) for d in s)]
     dtypes = sv.context.get("dtypes", [])
     elem = max((DTYPE_BYTES.get(d, 0) for d in dtypes), default=0)
-    if elem:
-        size = math.prod(v) * elem
+    ub_dtypes, ub_elem = ub_dtypes_of(sv.context)
+    if ub_elem:
+        size = math.prod(v) * ub_elem
         if size > UB_TILE_MAX_BYTES:
-            raise _fail(f"vec tile {v} is {size // 1024} KB of {'/'.join(dtypes)}: a tile may take at most "
+            raise _fail(f"vec tile {v} is {size // 1024} KB of {'/'.join(ub_dtypes)}: a tile may take at most "
                         f"{UB_TILE_MAX_BYTES // 1024} KB, half the 192 KB unified buffer (a binary op holds two; "
                         "measured: 96 KB compiles, 128 KB fails with 'Run pass failed'; 16–64 KB is the recommended "
                         "size)", "C/F-10", legality.VEC_TILE_LEGAL)
+    if elem:
         tail = v[-1] * elem
         if tail < TAIL_MIN_BYTES or tail % TAIL_MIN_BYTES:
             raise _fail(f"vec tile tail {v[-1]} × {elem} B = {tail} B is not a multiple of {TAIL_MIN_BYTES} B (the "
@@ -507,7 +519,10 @@ def describe_legal(knob: Any, program: roles.Program, sources: dict[str, str]) -
             if reduced:
                 parts.append("whole along the reduced axis " + ", ".join(f"{a} (= {dims[a]})" for a in reduced))
         elem = max((DTYPE_BYTES.get(d, 0) for d in knob.context.get("dtypes", [])), default=0)
+        ub_elem = ub_dtypes_of(knob.context)[1]
         if elem:
-            parts.append(f"at most {UB_TILE_MAX_BYTES // elem} elements ({UB_TILE_MAX_BYTES // 1024} KB of "
-                         f"{elem}-byte data); the last dim a multiple of {TAIL_MIN_BYTES // elem}")
+            parts.append(f"at most {UB_TILE_MAX_BYTES // ub_elem} elements ({UB_TILE_MAX_BYTES // 1024} KB of "
+                         f"{ub_elem}-byte data"
+                         + (" after the kernel's casts" if ub_elem > elem else "")
+                         + f"); the last dim a multiple of {TAIL_MIN_BYTES // elem}")
     return "; ".join(parts)

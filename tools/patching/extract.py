@@ -299,6 +299,7 @@ class _Collector(cst.CSTVisitor):
         # (scope, family) -> members of a per-function grouped knob (see _emit_grouped)
         self.grouped: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
         self.func_tensors: dict[str, list[tuple[list[int | None], str | None]]] = {}
+        self.func_casts: dict[str, list[str]] = {}  # function -> the dtypes its pypto.cast calls produce
         self.kernel_funcs: set[str] = set()
         self.name_uses: dict[str, set[str]] = {}  # constant name -> {"kernel", "signature", "other"}
         # (scope, name) -> value nodes of every plain assignment; a name assigned once to a literal is a candidate
@@ -406,6 +407,7 @@ class _Collector(cst.CSTVisitor):
         name = node.name.value if not self.func_stack else f"{self.func_stack[-1]}.{node.name.value}"
         self.func_stack.append(name)
         self.func_tensors[name] = self._tensor_params(node)
+        self.func_casts[name] = self._cast_dtypes(node)
         for ordinal, dec in enumerate(node.decorators, 1):
             target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
             q = self.qname(target)
@@ -526,6 +528,21 @@ class _Collector(cst.CSTVisitor):
                 out.append((dims, dtype))
         return out
 
+    def _cast_dtypes(self, node: cst.FunctionDef) -> list[str]:
+        """The dtypes written as the target of a ``pypto.cast(x, pypto.DT_…)`` in the function (nested ones too)."""
+        out: set[str] = set()
+        for call in _calls_in(node.body):
+            if self.qname(call.func) != "cast":
+                continue
+            arg = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+            if arg is None:
+                pos = [a for a in call.args if a.keyword is None]
+                arg = pos[1].value if len(pos) > 1 else None
+            name = _dotted(arg).rsplit(".", 1)[-1] if arg is not None else ""
+            if name in DTYPE_BYTES:
+                out.add(name)
+        return sorted(out)
+
     def _func_context(self) -> dict[str, Any]:
         tensors = self.func_tensors.get(self.scope(), [])
         # Outer functions too: a nested helper tiles the tensors of the kernel around it.
@@ -537,6 +554,10 @@ class _Collector(cst.CSTVisitor):
             ctx["tensor_shapes"] = [dims for dims, _ in tensors]
         if dtypes:
             ctx["dtypes"] = dtypes
+        # what the kernel casts to reaches its vector ops too: the unified buffer holds a tile at that size
+        casts = sorted({d for f in self.func_stack[:1] + [self.scope()] for d in self.func_casts.get(f, [])})
+        if casts:
+            ctx["cast_dtypes"] = casts
         return ctx
 
     def _jit(self, func: str, ordinal: int, dec: cst.Decorator) -> None:

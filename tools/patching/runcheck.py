@@ -75,6 +75,7 @@ def overlay(files_before: dict[str, str], program_before: roles.Program, run: Ru
             key = f"{k.id}@{e.kernel}#{i + 1}"
             ctx = dict(k.context, tensor_shapes=e.shapes or k.context.get("tensor_shapes", []),
                        dtypes=e.dtypes or k.context.get("dtypes", []), reductions=e.reductions,
+                       cast_dtypes=sorted(set(e.cast_dtypes) | set(k.context.get("cast_dtypes", []))),
                        current=e.value, ran=e.describe())
             vb[key] = SiteValue(k.id, k.kind, k.line, e.value, ctx)
             va[key] = SiteValue(k.id, k.kind, k.line, new, ctx)

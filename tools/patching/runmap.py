@@ -66,6 +66,62 @@ class KnobRun(BaseModel):
     shapes: list[list[Any]] = Field(default_factory=list, description="tensor and view shapes of the kernels that "
                                     "ran it")
     why: str = ""
+    unroll: str = Field("", description="for a site inside a pypto.loop_unroll body, or the loop itself: which unroll "
+                        "variants executed at the test's shapes and which were only traced (compiled, never run)")
+
+
+def executes(call: dict[str, Any]) -> bool:
+    """Did this recorded call run at the test's shapes? False only when it sat in a ``loop_unroll`` variant whose
+    loop has no iteration there (traced and compiled for the other factors' sake, never executed); a variant whose
+    bounds are symbolic counts as executing."""
+    return all(u.get("iterations") != 0 for u in call.get("unroll") or [])
+
+
+def _factors(calls: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The loop_unroll variants the calls sat in: those that executed (with their trip counts) and those only traced."""
+    ran: dict[tuple, str] = {}
+    idle: dict[tuple, str] = {}
+    for c in calls:
+        for u in c.get("unroll") or []:
+            key = (u.get("file"), u.get("line"), u.get("factor"))
+            label = f"factor {u.get('factor')} of the loop_unroll at {u.get('file')}:{u.get('line')}"
+            if u.get("iterations") == 0:
+                idle.setdefault(key, label)
+            else:
+                ran.setdefault(key, label + (f" ({u['iterations']} iterations)" if u.get("iterations") else ""))
+    idle = {k: v for k, v in idle.items() if k not in ran}
+    return [ran[k] for k in sorted(ran, key=str)], [idle[k] for k in sorted(idle, key=str)]
+
+
+def _describe_variants(calls: list[dict[str, Any]]) -> str:
+    ran, idle = _factors(calls)
+    out = ("ran in " + ", ".join(ran)) if ran else ""
+    if idle:
+        out += ("; " if out else "") + "traced and compiled, never executed at the test's shapes: " + ", ".join(idle)
+    return out
+
+
+def unroll_variants(calls: list[dict[str, Any]], file: str, line: int) -> str:
+    """What the loop_unroll at ``file:line`` ran: each factor's trip count at the test's shapes (from the ``loop``
+    pypto opened for it)."""
+    import re
+
+    trips = []
+    for c in calls:
+        m = re.search(r"_LoopUnroll(\d+)$", str((c.get("kwargs") or {}).get("name", "")))
+        a = c.get("args") or []
+        if c.get("api") != "loop" or c.get("file") != file or c.get("line") != line or m is None or len(a) != 3:
+            continue
+        if all(isinstance(x, int) for x in a) and a[2] > 0:
+            trips.append((int(m.group(1)), max(0, -(-(a[1] - a[0]) // a[2]))))
+        else:
+            trips.append((int(m.group(1)), None))
+    if not trips:
+        return ""
+    ran = [f"{p} ({n} iterations)" if n else f"{p} (trip count symbolic)" for p, n in trips if n != 0]
+    idle = [str(p) for p, n in trips if n == 0]
+    return ("factors run at the test's shapes: " + (", ".join(ran) or "none")
+            + (f"; factor(s) {', '.join(idle)} traced and compiled, never executed" if idle else ""))
 
 
 @dataclass
@@ -80,6 +136,7 @@ class Execution:
     dtypes: list[str] = field(default_factory=list)
     reductions: list[roles.Reduction] = field(default_factory=list)
     tests: list[str] = field(default_factory=list)
+    cast_dtypes: list[str] = field(default_factory=list)  # what the kernel's pypto.cast calls produced
 
     def describe(self) -> str:
         shapes = ", ".join(str(s) for s in self.shapes[:4]) or "no concrete shapes"
@@ -140,6 +197,39 @@ def _calls(text: str) -> dict[int, list[tuple[int, str]]]:
         if isinstance(n, ast.Call):
             name = roles.dotted(n.func).rsplit(".", 1)[-1]
             out.setdefault(n.lineno, []).append((n.end_lineno or n.lineno, name))
+    return out
+
+
+def call_span(text: str, line: int, name: str) -> tuple[int, int]:
+    """(first, last) line of the call of ``name`` that starts at ``line`` (``(line, line)`` when there is none)."""
+    return next(((line, end) for end, n in _calls(text).get(line, []) if n == name), (line, line))
+
+
+@functools.lru_cache(maxsize=64)
+def _casts(text: str) -> dict[str, set[str]]:
+    """(dotted) function scope → the dtypes its own ``pypto.cast(x, pypto.DT_…)`` calls name as their target."""
+    from .models import DTYPE_BYTES
+
+    try:
+        tree = pysource.parse(text)
+    except SyntaxError:
+        return {}
+    out: dict[str, set[str]] = {}
+
+    def visit(node: ast.AST, scope: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, child.name if scope == roles.MODULE else f"{scope}.{child.name}")
+                continue
+            if isinstance(child, ast.Call) and roles.dotted(child.func).rsplit(".", 1)[-1] == "cast":
+                arg = next((kw.value for kw in child.keywords if kw.arg == "dtype"),
+                           child.args[1] if len(child.args) > 1 else None)
+                name = roles.dotted(arg).rsplit(".", 1)[-1] if arg is not None else ""
+                if name in DTYPE_BYTES:
+                    out.setdefault(scope, set()).add(name)
+            visit(child, scope)
+
+    visit(tree, roles.MODULE)
     return out
 
 
@@ -221,8 +311,10 @@ class RunMap:
         if kind == "jit_options":  # the jit decorator at this line: its kernel was called
             scope = _decorated_scope(self.files.get(file, ""), line)
             return scope is not None and (file, scope) in self.kernels_ran()
-        if apis and self.calls_at(file, line, apis):
-            return True
+        calls = self.calls_at(file, line, apis) if apis else []
+        if calls:
+            # a call traced only for loop_unroll variants the test's shapes never execute did not run
+            return any(executes(c) for c in calls)
         return self.executed(file, line)
 
     def scope_ran(self, file: str, scope: str) -> bool:
@@ -274,6 +366,21 @@ class RunMap:
         reds = [r for f, rs in self.program.reductions.items() for r in rs if (f, r.scope) in reach]
         return shapes, dtypes, reds
 
+    def cast_dtypes(self, key: str | None) -> list[str]:
+        """The dtypes the ``pypto.cast`` calls of everything the kernel that ran reaches (its body, its nested defs,
+        the workspace helpers it calls) name as their target: what its vector ops hold in the unified buffer besides
+        its tensors' own dtypes. Read from the text of the kernel the run names, not recorded by the probe: pypto
+        attributes an op to the frame that calls it, and a wrapper around ``cast`` would have become that frame in
+        the compiled program's source locations."""
+        k = self.kernels.get(key or "")
+        if k is None:
+            return []
+        scope = (k["file"], _scope_of_qualname(k["qualname"]))
+        out: set[str] = set()
+        for f, sc in self.program.kernel_reach.get(scope, {scope}):
+            out |= _casts(self.files.get(f, "")).get(sc, set())
+        return sorted(out)
+
     # ------------------------------------------------------------------------------------------- per knob
     def of(self, site: Site) -> KnobRun:
         k = site.knob
@@ -292,11 +399,22 @@ class RunMap:
         if k.kind in KIND_APIS:
             lines = k.context.get("lines")
             lines = list(lines.values()) if isinstance(lines, dict) else (lines or [self._anchor_line(site)])
-            hits = [c for line in lines for c in self.calls_at(k.file, line, KIND_APIS[k.kind])]
+            traced = [c for line in lines for c in self.calls_at(k.file, line, KIND_APIS[k.kind])]
+            hits = [c for c in traced if executes(c)]
+            variants = _describe_variants(traced)
+            if k.kind == "loop_option":
+                variants = "; ".join(x for x in [variants] + [unroll_variants(self.calls, k.file, line)
+                                                               for line in lines] if x)
             if not hits:
+                if traced:
+                    idle = ", ".join(_factors(traced)[1])
+                    return KnobRun(live=False, unroll=variants, why=f"the call at {k.file}:{lines[0]} sits only in "
+                                   f"loop_unroll variants the test's shapes never execute ({idle}): traced and "
+                                   "compiled, never run")
                 return KnobRun(live=False, why=f"the test never ran the call at {k.file}:{lines[0]}")
             effective: list[Any] = []
-            for c in hits:
+            own = [c for c in hits if c.get("origin") == "direct"] if k.kind == "loop_option" else []
+            for c in own or hits:  # a loop option: the user's call, not the loops pypto opened for its variants
                 v = effective_value(k, c)
                 if v not in effective:
                     effective.append(v)
@@ -306,7 +424,7 @@ class RunMap:
                 for s in self.kernel_context(c.get("kernel"))[0]:
                     if s not in shapes:
                         shapes.append(s)
-            return KnobRun(live=True, effective=effective, kernels=kernels, shapes=shapes,
+            return KnobRun(live=True, effective=effective, kernels=kernels, shapes=shapes, unroll=variants,
                            tests=self.tests_of([c.get("stack", []) for c in hits]))
         if k.kind in ("jit_option", "debug_option"):
             kernel = self._kernel_of(site)
@@ -329,10 +447,13 @@ class RunMap:
         if not ran:
             where = ", ".join(sorted({f"{f}:{line}" for _, f, line in consumers})[:3])
             return KnobRun(live=False, why=f"none of the tiling calls it feeds ran ({where})")
-        hits = [c for _, f, line in ran for c in self.calls_at(f, line, set().union(*CONSUMER_APIS.values()))]
+        hits = [c for _, f, line in ran for c in self.calls_at(f, line, set().union(*CONSUMER_APIS.values()))
+                if executes(c)]
+        unroll = "; ".join(x for x in (unroll_variants(self.calls, f, line) for kind, f, line in ran
+                                       if kind == "unroll") if x)
         return KnobRun(live=True, effective=[k.value], kernels=sorted({self.kernel_name(c.get("kernel"))
                                                                         for c in hits if c.get("kernel")}),
-                       tests=self.tests_of([c.get("stack", []) for c in hits]))
+                       tests=self.tests_of([c.get("stack", []) for c in hits]), unroll=unroll)
 
     def _anchor_line(self, site: Site) -> int:
         call = site.extra.get("call")
@@ -424,7 +545,8 @@ class RunMap:
             shapes, dtypes, reds = self.kernel_context(c.get("kernel"))
             out.append(Execution(kernel=self.kernel_name(c.get("kernel")), kernel_key=c.get("kernel"),
                                  value=effective_value(k, c), count=int(c.get("count", 1)), shapes=shapes,
-                                 dtypes=dtypes, reductions=reds, tests=self.tests_of([c.get("stack", [])])))
+                                 dtypes=dtypes, reductions=reds, tests=self.tests_of([c.get("stack", [])]),
+                                 cast_dtypes=self.cast_dtypes(c.get("kernel"))))
         return out
 
 

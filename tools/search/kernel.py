@@ -172,6 +172,18 @@ class KernelModel:
                 k.views.append((n, list(loop_vars), st))
             stack.extend(ast.iter_child_nodes(n))
 
+    def cast_dtypes(self, file: str, scope: str) -> list[str]:
+        """The dtypes the kernel's ``pypto.cast(x, pypto.DT_…)`` calls name as their target, read from its text."""
+        k = next((k for k in self.kernels if k.file == file and k.scope == scope), None)
+        out: set[str] = set()
+        for n in ast.walk(k.node) if k is not None else []:
+            if isinstance(n, ast.Call) and _callee(n) == "cast":
+                arg = next((kw.value for kw in n.keywords if kw.arg == "dtype"), n.args[1] if len(n.args) > 1 else None)
+                name = _dotted(arg).rsplit(".", 1)[-1] if arg is not None else ""
+                if name in DTYPE_BYTES:
+                    out.add(name)
+        return sorted(out)
+
     # ---------------------------------------------------------------------------------------------- evaluating
 
     def features(self, env_override: dict[str, Any] | None = None,

@@ -125,10 +125,13 @@ class Proposal(BaseModel):
     needs_algorithm_stage: list[AlgorithmNote] = Field(default_factory=list)
     exhausted: bool = Field(False, description="True when no legal, untried candidate is left for this stage "
                             "(within the knobs asked for)")
+    why_none: str = Field("", description="when one knob was asked for and got no candidate: why (no value to "
+                          "generate and which knob carries it, not this stage, every value measured, refused)")
     considered: int = Field(0, description="candidate values generated for the stage's knobs")
     excluded: dict[str, int] = Field(default_factory=dict, description="how many were dropped and why: 'tried' "
                                      "(same knob+value from this kept state), 'failed-code' (same code failed or "
-                                     "did not pay off), 'illegal' (refused by the server's admission), 'no-change'")
+                                     "did not pay off), 'failed-larger' (at or past a value that did not compile from "
+                                     "this kept state), 'illegal' (refused by the server's admission), 'no-change'")
     refusals: list[str] = Field(default_factory=list, description="first few admission refusals, for the record")
     notes: list[str] = Field(default_factory=list)
     ranking_flat: bool = Field(False, description="the first candidates score the same (within FLAT_SCORE): nothing "

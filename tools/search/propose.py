@@ -41,7 +41,7 @@ from pypto_tune.tools.errors import (
 from pypto_tune.tools.knowledge.situation import change_class
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
-from pypto_tune.tools.search import linked, runpicture
+from pypto_tune.tools.search import failures, linked, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -348,7 +348,7 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     try:
         if knob.kind == "vec_tile":
             reds = ctx.model.program.reductions.get(knob.file, [])
-            sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, dict(knob.context))
+            sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, _ran_context(ctx, knob))
             effective.check_vec_tile(sv, reds, knob.value)
         elif knob.kind in ("tile_constant", "local_constant") and isinstance(value, int):
             before = ctx.loops_before()
@@ -367,6 +367,17 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     except Exception:  # noqa: BLE001, S110 — a pre-screen that cannot decide leaves it to the admission
         pass
     return value, ""
+
+
+def _ran_context(ctx: _Context, knob: Knob) -> dict[str, Any]:
+    """A tile call's legality context with the dtypes its kernels ran with and cast to, when the probe recorded them
+    (the admission judges on the same: tools/patching/runcheck.py)."""
+    out = dict(knob.context)
+    site = runpicture.site_of(ctx.runmap, knob.id) if ctx.runmap is not None else None
+    for e in ctx.runmap.executions(site) if site is not None else []:
+        out["dtypes"] = sorted(set(out.get("dtypes", [])) | set(e.dtypes))
+        out["cast_dtypes"] = sorted(set(out.get("cast_dtypes", [])) | set(e.cast_dtypes))
+    return out
 
 
 def kernel_terms(ctx: _Context, after: list[dict[str, Any]]) -> tuple[list[R.Term], dict[str, Any]]:
@@ -471,6 +482,10 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
         trips = kd.get("trips") or []
         if len(trips) == 1 and trips[0]:
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
+    if "unroll" in k.context.get("consumers", []):
+        kd = dict(kd or {}, _unroll_trip=_unroll_trip(ctx, k))
+    if kd is not None:
+        kd["ub_elem_bytes"] = _ub_elem(ctx, kd)
     reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
             if kernel is None or r.scope == kernel["scope"] or r.scope.startswith(kernel["scope"] + ".")}
     if ctx.runmap is not None and kernel is not None and kernel.get("kernel_key"):
@@ -481,6 +496,41 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
         (lf.get("core_type") == "AIV") for lf in (ctx.analysis or {}).get("leaves", []) or [])
     return values_for(k, kernel=kd, reduce_axes=reds, has_cube=has_cube, has_vector=has_vector,
                       view=tile_view(k, kernel))
+
+
+def _is_unroll(k: Knob) -> bool:
+    return k.name == "unroll_list" or "unroll" in k.context.get("consumers", [])
+
+
+def _ub_elem(ctx: _Context, kernel: dict[str, Any]) -> int:
+    """The element size a kernel's vector tiles hold in the unified buffer: its tensors' and what its casts produce
+    (as the run recorded them, else as its text names them), the largest."""
+    key = kernel.get("kernel_key")
+    casts = (ctx.runmap.cast_dtypes(key) if ctx.runmap is not None and key else []) or \
+        ctx.model.cast_dtypes(kernel.get("file", ""), kernel.get("scope", ""))
+    from pypto_tune.tools.patching.models import DTYPE_BYTES
+
+    return max([int(kernel.get("elem_bytes") or 4), *(DTYPE_BYTES.get(d, 0) for d in casts)])
+
+
+def _unroll_trip(ctx: _Context, k: Knob) -> int | None:
+    """The trip count of the loop an unroll list reaches (the ``loop_unroll`` its value feeds): as the run called it
+    when the probe recorded the call, else the static reading of that loop (the loop option's ``trip_count``)."""
+    fed = linked.feeds(k) or {(k.file, k.line)}
+    if ctx.runmap is not None:
+        for f, line in sorted(fed):
+            for c in ctx.runmap.calls_at(f, line, {"loop_unroll"}):
+                a = [x for x in (c.get("args") or []) if isinstance(x, int) and not isinstance(x, bool)]
+                if len(a) == len(c.get("args") or []) and len(a) in (2, 3) and (a[2] if len(a) == 3 else 1) > 0:
+                    return max(0, -(-(a[1] - a[0]) // (a[2] if len(a) == 3 else 1)))
+    from pypto_tune.tools.patching.runmap import call_span
+
+    spans = {(f, *call_span(ctx.kept.get(f) or (ctx.context or {}).get(f, ""), line, "loop_unroll")) for f, line in fed}
+    for o in ctx.knobs:
+        if o.kind == "loop_option" and o.name == "unroll_list" and any(f == o.file and lo <= o.line <= hi
+                                                                        for f, lo, hi in spans):
+            return o.context.get("trip_count")
+    return None
 
 
 def _pair_plans(ctx: _Context, knobs: list[Knob], by: Literal["model", "knowledge"],
@@ -774,9 +824,29 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     if knob is not None:
         chosen = [k for k in knobs if knob in (k.id, k.name) or k.id.endswith(knob)]
         if not chosen:
+            asked_dead = [k.id for k in ctx.knobs if k.id in dead and (knob in (k.id, k.name) or k.id.endswith(knob))]
+            if asked_dead:
+                site = runpicture.site_of(ctx.runmap, asked_dead[0]) if ctx.runmap is not None else None
+                why = ctx.runmap.of(site).why if site is not None else ""  # type: ignore[union-attr]
+                raise InputError(f"knob {asked_dead[0]!r} is dead: the test never runs it ({why or 'not executed'})"
+                                 + (f"; {len(asked_dead) - 1} more site(s) of that name are dead too"
+                                    if len(asked_dead) > 1 else ""),
+                                 hint="a change there would not run; list_knobs shows the live knobs")
+            fixed = [k.id for k in ctx.knobs if not k.tunable and (knob in (k.id, k.name) or k.id.endswith(knob))]
+            if fixed:
+                raise InputError(f"knob {fixed[0]!r} is not tunable here (it reaches the problem, or it is the run "
+                                 "mode or a debug switch)", hint="list_knobs says why under not_tunable_because")
+            from pypto_tune.tools.analysis.catalog import load_catalog
+
+            items = [it.id for it in load_catalog().items if knob in (it.knobs or [])]
+            if items:
+                raise InputError(f"no site of {knob!r} in the operator files: the catalogue's {', '.join(items)} "
+                                 f"name it, and this operator has no live, tunable {knob} to change",
+                                 hint="adding one is a structural change (ALGORITHM stage); list_knobs shows the "
+                                 "knobs there are")
             raise InputError(f"no tunable knob {knob!r} in the operator files",
                              hint="list_knobs shows every knob; pass its id or name")
-        knobs = chosen
+        knobs = chosen + _feeders(ctx, chosen, live)
 
     # the pairs are planned by the model when it ranks, else by the store when it ranks alone (the benchmark's
     # "store alone" arm: without a planner it could never reach a point two knobs make together)
@@ -806,6 +876,10 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             key = (k.id, value_key(value))
             if key in ctx.tried_here or key in skip:
                 excluded["tried"] = excluded.get("tried", 0) + 1
+                continue
+            if failures.bounded_by_failure(ctx.history, kept_hash, k.id, value, unroll=_is_unroll(k)) is not None:
+                # at or past a value that did not compile from this same state: it would not compile either
+                excluded["failed-larger"] = excluded.get("failed-larger", 0) + 1
                 continue
             raw = _Raw(k, value, cid, note=v.note)
             raw.step = R.step_distance(k.value, value)
@@ -898,9 +972,69 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     if ctx.run is None:
         notes.append("no run-time probe record of the kept state: live and dead sites are not known, values come "
                      "from the source text")
+    why_none = _why_none(ctx, knobs, group, excluded, considered, refusals) if knob is not None and not out else ""
+    if why_none:
+        notes.insert(0, why_none)
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
-                    exhausted=checked_all and not out, considered=considered, excluded=excluded,
+                    why_none=why_none, exhausted=checked_all and not out, considered=considered, excluded=excluded,
                     refusals=refusals, notes=notes, ranking_flat=flat, dead_sites=dead)
+
+
+def _feeders(ctx: _Context, chosen: list[Knob], live: list[Knob]) -> list[Knob]:
+    """The live tiling sources whose literal an asked knob written as an expression runs with (``unroll_list=
+    cfg.unroll_list`` and the test's ``Cfg(unroll_list=[4, 2, 1])``): asking for the site asks for them too, so that
+    a suggestion that names the site (``unroll_list``) can be followed with ``propose_candidates(knob=…)``."""
+    ids = {k.id for k in chosen}
+    out: list[Knob] = []
+    for k in chosen:
+        if not _has_expr(k.value) or k.kind == "tile_source":
+            continue
+        for o in live:
+            if o.id in ids or o.kind != "tile_source":
+                continue
+            # the source feeds the call the asked site sits in (a keyword of a multi-line call: below the call's line)
+            if any(f == k.file and line <= k.line and _span_holds(ctx, f, line, k.line) for f, line in linked.feeds(o)):
+                ids.add(o.id)
+                out.append(o)
+    return out
+
+
+def _span_holds(ctx: _Context, file: str, start: int, line: int) -> bool:
+    """Does the call that starts at ``file:start`` span ``line``?"""
+    from pypto_tune.tools.patching.runmap import _calls
+
+    text = ctx.kept.get(file) or (ctx.context or {}).get(file, "")
+    return start == line or any(start <= line <= end for end, _ in _calls(text).get(start, []))
+
+
+def _why_none(ctx: _Context, knobs: list[Knob], group: StageGroup, excluded: dict[str, int], considered: int,
+              refusals: list[str]) -> str:
+    """Why a knob that was asked for got no candidate, in words the agent can act on: no value to generate (and which
+    knob carries its value instead), none for this stage, every value measured or failed already, or refused (the
+    first refusal)."""
+    k = knobs[0]
+    name = k.id
+    if not considered:
+        if _has_expr(k.value):
+            feeders = [o.id for o in ctx.knobs if o.tunable and o.kind == "tile_source"
+                       and any(f == k.file and line <= k.line for f, line in linked.feeds(o))
+                       and ctx.live(o) is not False]
+            return (f"{name}: its value is written as an expression ({k.value}); no literal to change at this site"
+                    + (f" — the value it runs with comes from {', '.join(feeders[:3])}: propose_candidates(knob=…) "
+                       "with that id" if feeders else " — list_knobs shows the knob whose literal it reads"))
+        return (f"{name}: no candidate value for a {k.kind} knob written as {k.value!r} (the search generates values "
+                "for tiles, blocks, unroll lists, buffer counts and the catalogue's options)")
+    if excluded.get("not-this-stage", 0) == considered:
+        ids = ", ".join(k.catalog_ids) or "none"
+        return (f"{name}: none of its catalogue items ({ids}) belongs to the {group} stage; it is proposed in the "
+                "stage that has one")
+    parts = [f"{n} {why}" for why, n in sorted(excluded.items()) if n]
+    if refusals and excluded.get("illegal"):
+        parts.append(f"first refusal: {refusals[0]}")
+    measured = excluded.get("tried", 0) + excluded.get("failed-code", 0) + excluded.get("failed-larger", 0)
+    head = "every value was already measured or failed from this kept state" if measured == considered else \
+        "no value is left"
+    return f"{name}: {head} ({considered} considered; " + "; ".join(parts) + ")"
 
 
 def _candidate(raw: _Raw, kept_hash: str, ranking: Ranking, priors: Priors, group: StageGroup, rank: int,

@@ -56,6 +56,21 @@ def _trips(args: list[Any]) -> int | None:
     return None
 
 
+def _unrolled_trips(calls: list[dict[str, Any]], call: dict[str, Any], whole: int | None) -> int | None:
+    """How often a loop_unroll's body runs: the iterations of each variant's loop (pypto opens one per factor,
+    ``<name>_LoopUnroll<p>``), summed; the loop's own trip count when no variant's bounds are concrete."""
+    n, known = 0, False
+    for c in calls:
+        name = str((c.get("kwargs") or {}).get("name", ""))
+        if c.get("api") == "loop" and c.get("origin") != "direct" and "_LoopUnroll" in name and \
+                (c.get("file"), c.get("line"), c.get("kernel")) == (call.get("file"), call.get("line"), call.get("kernel")):
+            t = _trips(list(c.get("args") or []))
+            if t is None:
+                return whole
+            n, known = n + t, True
+    return n if known else whole
+
+
 @dataclass
 class _Loop:
     file: str
@@ -117,11 +132,14 @@ class RunPicture:
                         tensors.append((list(a["$tensor"]), dt))
             kern = _Kernel(key, k["file"], runmap._scope_of_qualname(k["qualname"]), tensors)
             for c in rm.calls:
-                if c.get("kernel") != key:
-                    continue
+                if c.get("kernel") != key or not runmap.executes(c):
+                    continue  # a loop_unroll variant the test's shapes never execute is no part of what ran
                 api = c["api"]
                 if api in _LOOP_APIS and c.get("origin") == "direct":
-                    kern.loops.append(_Loop(c["file"], c["line"], _trips(list(c.get("args") or []))))
+                    trips = _trips(list(c.get("args") or []))
+                    if api == "loop_unroll":
+                        trips = _unrolled_trips(rm.calls, c, trips)
+                    kern.loops.append(_Loop(c["file"], c["line"], trips))
                 elif api in _VIEW_APIS and _ints(c.get("result_shape")):
                     kern.views.append(_View(c["file"], c["line"], list(c["result_shape"])))
                 elif api == "set_vec_tile_shapes":

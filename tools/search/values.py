@@ -103,9 +103,20 @@ def block_values(current: int, axis: int | None) -> list[Value]:
     return [Value(v) for v in sorted(vals)]
 
 
+def unroll_factors(value: Any) -> tuple[int, ...] | None:
+    """The factors ``pypto.loop_unroll`` runs with for an ``unroll_list``: distinct, descending, 1 appended (what
+    pypto 0.2.0's ``loop_unroll`` does with the list); None for a value that is no list of ints. ``[1, 2, 4]`` and
+    ``[4, 2, 1]`` are the same loop."""
+    if not isinstance(value, (list, tuple)) or not value or not all(_is_int(x) and x >= 1 for x in value):
+        return None
+    out = sorted(set(value), reverse=True)
+    return tuple(out if 1 in out else [*out, 1])
+
+
 def unroll_values(current: Any, trip: int | None) -> list[Value]:
     """Descending power-of-two chains ending in 1 ([2, 1], [4, 2, 1], ...), largest factor ≤ the trip count; [1]
-    (no unrolling) when the loop unrolls now."""
+    (no unrolling) when the loop unrolls now. A chain that runs the same factors as the current list (written in
+    another order, or without its trailing 1) is the same loop and is not proposed."""
     hi = trip if trip and trip >= 1 else 64
     out = []
     for top in _pow2_upto(min(hi, 64))[1:]:
@@ -113,7 +124,8 @@ def unroll_values(current: Any, trip: int | None) -> list[Value]:
         out.append(Value(chain, note=f"largest factor {top} ≤ trip count {trip}" if trip else ""))
     if current not in (None, [1]) and not _is_expr(current):
         out.append(Value([1], note="no unrolling"))
-    return [v for v in out if v.value != current]
+    now = unroll_factors(current) if current is not None else (1,)
+    return [v for v in out if v.value != current and unroll_factors(v.value) != now]
 
 
 def _pairs(axis: int | None, lo: int, ratios: tuple[int, ...]) -> list[list[int]]:
@@ -194,7 +206,7 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
         if not isinstance(cur, list) or not all(_is_int(x) for x in cur):
             return []  # written as an expression (*VEC_TILE): the name it reads is the knob
         dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
-        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_ub_elem(kernel))
     if kind == "cube_tile":
         if not isinstance(cur, dict) or not all(isinstance(cur.get(a), list) for a in ("m", "k", "n")):
             return []
@@ -212,7 +224,7 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
             return block_values(cur, axis)
         if isinstance(cur, list) and all(_is_int(x) for x in cur) and "vec_tile" in consumers:
             dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
-            return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+            return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_ub_elem(kernel))
         if isinstance(cur, list) and consumers <= {"unroll", "loop"} and "unroll" in consumers:
             trip = (kernel or {}).get("trips", [None])[-1] if kernel and kernel.get("trips") else None
             return unroll_values(cur, trip)
@@ -253,7 +265,7 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
     consumers = set(knob.context.get("consumers", []))
     if "vec_tile" in consumers and isinstance(cur, list) and all(_is_int(x) for x in cur):
         dims = _view_dims(view, len(cur)) or _dims_for(kernel, len(cur))
-        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_elem(kernel))
+        return vec_tile_values(cur, dims, reduce_axes, elem_bytes=_ub_elem(kernel))
     if consumers & {"vec_tile", "cube_tile"} and _is_int(cur) and knob.context.get("source") != "comprehension":
         # one number of a tile, named in the author's form (a config field ``cfg.vec_rows``, a dict entry): powers of
         # two up to the longest axis it could size; the kernel picture under each value (the model) and the
@@ -278,7 +290,7 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
         reduce = bool(reduce_axes)
         out = []
         for v in sorted(set(_pow2_upto(hi)) | ({hi} if dims else set())):
-            if v == cur or (reduce and v < cur) or v ** rank * _elem(kernel) > MAX_VEC_TILE_BYTES:
+            if v == cur or (reduce and v < cur) or v ** rank * _ub_elem(kernel) > MAX_VEC_TILE_BYTES:
                 continue
             out.append(Value(v, note=f"every axis of the tile: {[v] * rank}"))
         return out
@@ -297,6 +309,10 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
     if consumers & {"loop", "slice", "view"} and _is_int(cur):
         axis = (kernel or {}).get("_axis_for_block")
         return block_values(cur, axis)
+    if consumers == {"unroll"} and unroll_factors(cur) is not None:
+        # the unroll_list of a pypto.loop_unroll, carried by a config (``Cfg(unroll_list=[4, 2, 1])`` read as
+        # ``unroll_list=cfg.unroll_list``): the chains the loop's trip count allows, in the author's form (a list)
+        return unroll_values(cur, (kernel or {}).get("_unroll_trip"))
     if consumers == {"jit_options"} and _is_int(cur) and cur >= 1:
         # a number the jit's options take from the config (``{-1: tiling["vec_nbuffer"]}``): the merge / buffer
         # counts the catalogue's options use, in the author's form (the admission judges the option it makes)
@@ -311,6 +327,12 @@ def _view_dims(view: list[int | None] | None, rank: int) -> list[int | None] | N
 
 def _elem(kernel: dict[str, Any] | None) -> int:
     return int((kernel or {}).get("elem_bytes") or 4)
+
+
+def _ub_elem(kernel: dict[str, Any] | None) -> int:
+    """The element size the tile's data takes in the unified buffer: after the kernel's casts (``ub_elem_bytes``,
+    set by the search from what ran) when known, else the tensors' own."""
+    return int((kernel or {}).get("ub_elem_bytes") or _elem(kernel))
 
 
 def _dims_for(kernel: dict[str, Any] | None, rank: int) -> list[int | None] | None:

@@ -26,6 +26,21 @@ class Frame(BaseModel):
     in_workspace: bool = False
 
 
+class UnrollVariant(BaseModel):
+    """One variant of a ``pypto.loop_unroll`` (its body traced with one unroll factor) that a recorded call sat in."""
+
+    file: str
+    line: int = Field(description="line of the loop_unroll call")
+    factor: int | None = None
+    iterations: int | None = Field(None, description="how often the variant's loop runs at the test's shapes (the "
+                                   "trip count of the loop pypto opened for it); null when its bounds are symbolic")
+
+    @property
+    def executes(self) -> bool | None:
+        """False: traced and compiled, never executed at the test's shapes; None: the run cannot tell."""
+        return None if self.iterations is None else self.iterations > 0
+
+
 class ProbeCall(BaseModel):
     """One distinct call of a tiling / option / loop / view API: same site, kernel and effective values."""
 
@@ -46,6 +61,8 @@ class ProbeCall(BaseModel):
     result_shape: list[Any] | None = None
     count: int = 1
     stack: list[Frame] = Field(default_factory=list)
+    unroll: list[UnrollVariant] = Field(default_factory=list, description="the loop_unroll variants (outermost "
+                                        "first) whose body was being traced when the call was made")
 
 
 class TensorArg(BaseModel):

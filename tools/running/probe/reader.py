@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from pydantic import ValidationError
 
 from pypto_tune.tools.running.sandbox import run_env
 
-from .models import Frame, ProbeCall, ProbeKernel, ProbeRecord
+from .models import Frame, ProbeCall, ProbeKernel, ProbeRecord, UnrollVariant
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 DIR_ENV = "PYPTO_TUNE_PROBE_DIR"
@@ -126,12 +127,16 @@ def _merge(raws: list[dict[str, Any]], roots: list[str], bad: list[str]) -> Prob
                 kernel=keys.get(str(c["kernel"]), str(c["kernel"])) if c.get("kernel") else None,
                 origin=c.get("origin", "direct"), args=list(c.get("args") or []), kwargs=dict(c.get("kwargs") or {}),
                 result_shape=c.get("result_shape"), count=int(c.get("count", 1)),
-                stack=[_frame(fr, roots) for fr in c.get("stack") or []]))
+                stack=[_frame(fr, roots) for fr in c.get("stack") or []],
+                unroll=[UnrollVariant(file=_relative(str(u[0]), roots)[0], line=int(u[1]),
+                                      factor=u[2] if isinstance(u[2], int) else None)
+                        for u in c.get("unroll") or [] if isinstance(u, list) and len(u) == 3]))
         for file, lines in (raw.get("traced") or {}).items():
             rel, _ = _relative(str(file), roots)
             traced.setdefault(rel, set()).update(int(x) for x in lines)
         modules.update(str(m) for m in raw.get("modules") or [])
         faults.extend(str(f) for f in raw.get("faults") or [])
+    _variant_trips(calls)
     for p in main.get("sys_path") or []:
         if p not in sys_path:
             sys_path.append(str(p))
@@ -141,3 +146,24 @@ def _merge(raws: list[dict[str, Any]], roots: list[str], bad: list[str]) -> Prob
         modules=sorted(modules), kernels=kernels, calls=calls,
         self_s=round(sum(float(r.get("self_s") or 0.0) for r in raws), 6),
         traced={f: sorted(v) for f, v in sorted(traced.items())}, faults=faults)
+
+
+_UNROLL_NAME = re.compile(r"_LoopUnroll(\d+)$")
+
+
+def _variant_trips(calls: list[ProbeCall]) -> None:
+    """Each loop_unroll variant's trip count at the test's shapes. pypto 0.2.0's ``loop_unroll`` opens one ``loop``
+    per factor p (named ``<name>_LoopUnroll<p>``, bounds [start', stop − left, step · p]); the probe records it as a
+    call pypto made at the same line. Concrete bounds give the trip count (0: the variant is traced and compiled but
+    never executed for this shape); symbolic ones leave it unknown."""
+    trips: dict[tuple[str, int, str | None, int], int] = {}
+    for c in calls:
+        m = _UNROLL_NAME.search(str(c.kwargs.get("name", ""))) if c.api == "loop" and c.origin == "pypto" else None
+        a = c.args
+        if m is None or len(a) != 3 or not all(isinstance(x, int) and not isinstance(x, bool) for x in a) or a[2] <= 0:
+            continue
+        trips[(c.file, c.line, c.kernel, int(m.group(1)))] = max(0, -(-(a[1] - a[0]) // a[2]))
+    for c in calls:
+        for u in c.unroll:
+            if u.factor is not None:
+                u.iterations = trips.get((u.file, u.line, c.kernel, u.factor))

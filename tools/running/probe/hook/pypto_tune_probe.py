@@ -67,6 +67,8 @@ class _Probe:
         self.sites: dict[tuple, dict] = {}
         self.kernels: dict[str, dict] = {}
         self.active: list[str] = []  # kernels whose call is in progress (innermost last)
+        # the loop_unroll variants whose body is being traced (outermost first): [file, line, factor]
+        self.unroll: list[list] = []
         self.traced: dict[str, set[int]] = {}  # kernel source file -> statement lines pypto's parser traced
         self.stmt_frames: dict[int, tuple[str, int]] = {}  # id(parser visit frame) -> the statement it visits
         self.depth = 0  # > 0 while a recorded API runs: what it calls internally is not the user's call
@@ -152,8 +154,10 @@ class _Probe:
             shape = getattr(result, "shape", None)
             if shape is not None:
                 entry["result_shape"] = self.plain(list(shape))
-        key = (api, site[0], site[1], kernel, origin, json.dumps([pargs, pkw, entry.get("result_shape")],
-                                                                 sort_keys=True, default=str))
+        if self.unroll:
+            entry["unroll"] = [list(u) for u in self.unroll]
+        key = (api, site[0], site[1], kernel, origin, json.dumps([pargs, pkw, entry.get("result_shape"),
+                                                                  entry.get("unroll")], sort_keys=True, default=str))
         rec = self.sites.get(key)
         if rec is None:
             if len(self.sites) >= _MAX_SITES:
@@ -286,9 +290,45 @@ for _name in ("call", "kernel_call_begin", "kernel_call_end", "compiled", "write
 # ----------------------------------------------------------------------------------------------- wrappers
 
 
+def _unroll_variants(p: "_Probe", gen, frame):
+    """``loop_unroll`` traces its body once per unroll factor (``(idx, factor)`` per variant); while the body of one
+    variant is traced, every recorded call carries that variant (file, line of the loop, factor). Whether a variant
+    executes at the test's shapes is the trip count of the ``loop`` pypto opens for it (recorded as its own call)."""
+    site = p.user_frames(frame)[:1]
+    where = [site[0][0], site[0][1]] if site else ["", 0]
+    for item in gen:
+        factor = item[1] if isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int) else None
+        p.unroll.append([*where, factor])
+        try:
+            yield item
+        finally:
+            p.unroll.pop()
+
+
 def _wrap_function(api: str, fn):
     if getattr(fn, "__pypto_tune_probe__", False):
         return fn
+    recorded = _wrap_call(api, fn)
+    if api != "loop_unroll":
+        return recorded
+
+    @functools.wraps(fn)
+    def probe_unroll(*args, **kwargs):
+        gen = recorded(*args, **kwargs)  # recorded as any other call; its variants on top
+        p = _P
+        if p is None or p.depth:
+            return gen
+        try:
+            return _unroll_variants(p, gen, sys._getframe(1))
+        except Exception:
+            p.fault("loop_unroll variants")
+            return gen
+
+    probe_unroll.__pypto_tune_probe__ = True
+    return probe_unroll
+
+
+def _wrap_call(api: str, fn):
     records_result = api in _VIEW_APIS
 
     @functools.wraps(fn)

@@ -1,0 +1,135 @@
+"""Small operators written for the knob tests (candidate generation, legality on what ran), and a real probe record
+of one run of them in SIM, taken the way the server takes it.
+
+``ROWS_OP`` (``rows_op.py``, test ``test_rows``) holds the patterns upstream PyPTO code uses, each once:
+
+* ``sigmoid_kernel``: an FP16 [64, 1024] input cast to FP32 under a module-constant tile ``TILE = [8, 1024]``.
+  Measured in SIM: a [32, 1024] tile of that kernel fails to compile (``Errcode: FFFFFF``; 128 KB of FP32), [16,
+  1024] runs (64 KB);
+* ``scale_kernel``: a ``pypto.loop_unroll`` over the 64 rows whose ``unroll_list`` comes from a config dataclass the
+  test builds (``RowsConfig(unroll_list=[2, 1])``) and passes in; at 64 rows the factor-2 variant runs 32 times and
+  the factor-1 variant is traced and compiled but never executed. Inside the body, a branch-local list read by
+  subscripts sets the tile (``tiles[0], tiles[1]``), and a tile call under ``if n == 1:`` only the never-executed
+  variant reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROWS_FILE = "rows_op.py"
+ROWS_CMD = [ROWS_FILE, f"{ROWS_FILE}::test_rows", "--run_mode", "sim"]
+
+ROWS_OP = '''#!/usr/bin/env python3
+"""Two kernels a test runs one after the other: a sigmoid over FP16 rows computed in FP32 under one vector tile,
+and a row-block scale whose loop_unroll takes its unroll list from a config the test builds."""
+import argparse
+import sys
+from dataclasses import dataclass, field
+
+import pypto
+import torch
+
+ROWS, COLS = 64, 1024
+TILE = [8, 1024]
+
+
+@dataclass
+class RowsConfig:
+    unroll_list: list = field(default_factory=lambda: [1])
+    scale: float = 1.5
+
+
+def build_sigmoid(run_mode: str):
+    mode = {"npu": pypto.RunMode.NPU, "sim": pypto.RunMode.SIM}[run_mode]
+
+    @pypto.frontend.jit(runtime_options={"run_mode": mode})
+    def sigmoid_kernel(x: pypto.Tensor((ROWS, COLS), pypto.DT_FP16),
+                       y: pypto.Tensor((ROWS, COLS), pypto.DT_FP16)):
+        pypto.set_vec_tile_shapes(*TILE)
+        xf = pypto.cast(x, pypto.DT_FP32)
+        y[:] = pypto.cast(pypto.sigmoid(xf), pypto.DT_FP16)
+
+    return sigmoid_kernel
+
+
+def build_scale(cfg: RowsConfig, run_mode: str):
+    mode = {"npu": pypto.RunMode.NPU, "sim": pypto.RunMode.SIM}[run_mode]
+
+    @pypto.frontend.jit(runtime_options={"run_mode": mode})
+    def scale_kernel(y: pypto.Tensor((ROWS, COLS), pypto.DT_FP16),
+                     z: pypto.Tensor((ROWS, COLS), pypto.DT_FP32)):
+        tiles = [1, 256]
+        if COLS > 512:
+            tiles = [2, 512]
+        for i, n in pypto.loop_unroll(0, ROWS, 1, name="ROW_BLOCKS", idx_name="i", unroll_list=cfg.unroll_list):
+            pypto.set_vec_tile_shapes(tiles[0], tiles[1])
+            if n == 1:
+                pypto.set_vec_tile_shapes(1, 256)
+            yb = pypto.view(y, [n, COLS], [i, 0])
+            pypto.assemble(pypto.cast(yb, pypto.DT_FP32) * cfg.scale, [i, 0], z)
+
+    return scale_kernel
+
+
+def test_rows(run_mode: str = "npu") -> None:
+    cfg = RowsConfig(unroll_list=[2, 1])
+    torch.manual_seed(0)
+    x = torch.randn(ROWS, COLS, dtype=torch.float16)
+    y = torch.zeros(ROWS, COLS, dtype=torch.float16)
+    z = torch.zeros(ROWS, COLS, dtype=torch.float32)
+    build_sigmoid(run_mode)(x, y)
+    build_scale(cfg, run_mode)(y, z)
+    print("\\u2713 rows passed" + (" (SIM: simulated only; numerics not checked)" if run_mode == "sim" else ""))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("example_id", nargs="?")
+    parser.add_argument("--run_mode", choices=["npu", "sim"], default="npu")
+    test_rows(parser.parse_args().run_mode)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def write_rows_op(folder: Path, text: str = ROWS_OP) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / ROWS_FILE).write_text(text, encoding="utf-8")
+    return folder
+
+
+def probe_run(ws: Path, cmd: list[str] = ROWS_CMD, *, probed: bool = True) -> tuple[dict[str, Any] | None, list[Path]]:
+    """Run the test once in SIM in ``ws`` (with the server's probe hook when ``probed``): the record as the ledger
+    keeps it (``ProbeRecord.model_dump``), and the output folders the run wrote."""
+    from pypto_tune.tools.running.probe import probe_env, read_records
+    from pypto_tune.tools.running.runner import build_child_env
+
+    rec = Path(tempfile.mkdtemp(prefix="knob-probe-"))
+    try:
+        env = build_child_env(run_mode="sim")
+        if probed:
+            env = probe_env(env, rec)
+        before = set(ws.glob("output/output_*"))
+        proc = subprocess.run([sys.executable, *cmd], cwd=ws, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and "passed" in proc.stdout, (proc.stdout[-2000:], proc.stderr[-2000:])
+        dirs = sorted(set(ws.glob("output/output_*")) - before)
+        if not probed:
+            return None, dirs
+        record = read_records(rec, [str(ws.resolve())]).model_dump(mode="json")
+        return json.loads(json.dumps(record)), dirs
+    finally:
+        shutil.rmtree(rec, ignore_errors=True)
