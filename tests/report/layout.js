@@ -68,10 +68,34 @@
       clash, outside,
     };
   });
+  // Text a reader cannot finish: hidden behind an edge, or ended by an ellipsis with the whole text nowhere on the
+  // page (a details element below it, or a title on it or an ancestor).
+  const hidden = [...document.querySelectorAll("main *")].filter((el) => {
+    const cs = getComputedStyle(el);
+    return (cs.textOverflow === "ellipsis" || cs.overflowX === "hidden" || cs.overflowX === "clip")
+      && el.scrollWidth > el.clientWidth + 1 && (el.innerText || "").trim();
+  }).map((el) => `${describe(el)} hides ${el.scrollWidth - el.clientWidth}px of its text`);
+  const walker = document.createTreeWalker(document.querySelector("main"), NodeFilter.SHOW_TEXT);
+  const ellipsis = [];
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const text = n.textContent.trim();
+    if (!/(…|\.\.\.)$/.test(text)) continue;
+    const el = n.parentElement;
+    const whole = el.closest("details") || el.closest("[title]");
+    if (!whole) ellipsis.push(`${describe(el)} ends with an ellipsis and the whole text is nowhere`);
+  }
+  // Markdown that reached the HTML as characters: `code`, **bold**, [^note], [text](link).
+  const raw = [];
+  for (const el of document.querySelectorAll("main li, main dd, main dt, main p, main td, main th, main h2, main h3, main figcaption, main summary")) {
+    const text = el.innerText || "";
+    const m = text.match(/`[^`\n]+`|\*\*[^*\n]+\*\*|\[\^[\w-]+\]|\]\([^)\s]+\)/);
+    if (m) raw.push(`${describe(el)}: ${m[0]}`);
+  }
   const links = [...document.querySelectorAll("a.def")].map((a) => a.getAttribute("href"));
   const missing = links.filter((h) => !document.getElementById(h.slice(1)));
   return {
-    page, scrollWidth: document.documentElement.scrollWidth, overflow, cut, squeezed, charts,
+    page, scrollWidth: document.documentElement.scrollWidth, overflow, cut, squeezed, charts, hidden, ellipsis, raw,
+    text: document.querySelector("main").textContent,
     sections: [...document.querySelectorAll("main > section")].map((s) => s.id),
     definitions: [...document.querySelectorAll("dl.glossary dt")].map((d) => d.id),
     links: links.length, missingTargets: missing,

@@ -7,9 +7,13 @@ window and at the printable width of an A4 page (210 mm − 2 × 12 mm margins =
   the chart, none is drawn smaller than 7 px;
 * a swim-lane colour names the same kind of task in every panel;
 * every definition link lands on its definition;
-* zh text is drawn with a font that has CJK glyphs — checked twice: the fonts Chromium reports it drew with
-  (DevTools' "Rendered fonts") and two different characters drawn on a canvas must differ (a missing font draws
-  every character as the same empty box). A browser without a CJK font fails both checks.
+* the browser sees no CJK font of the system (a fontconfig file listing DejaVu only), as on a machine where none is
+  installed: every character of the page is in the cmap of the report's embedded CJK subset or of a DejaVu font
+  (no missing-glyph box), and zh text is drawn with the embedded font — checked twice: the fonts Chromium reports it
+  drew with (DevTools' "Rendered fonts") and three different characters drawn on a canvas must differ (a missing
+  font draws every character as the same empty box). The same report without its embedded font fails both checks;
+* no text is hidden behind an edge or ends in an ellipsis without the whole text on the page (details or title), and
+  no Markdown reached the HTML as characters (backticks, ``**``, footnote marks);
 
 Screenshots of every section, per report, language and width, are written to ``test-artifacts/report-layout/``
 (ignored by git). One browser pass per page feeds every check. Inputs are recorded ledgers: the demo session (SIM:
@@ -19,6 +23,7 @@ row (a batch, chips left behind, two kernels, kept-state references, a flag, a c
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,6 +33,7 @@ import pytest
 
 from pypto_tune.tools.operations.snapshot_builder import build_snapshot
 from pypto_tune.tools.report import render_report
+from pypto_tune.tools.report.fonts import FAMILY
 from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.session.state import derive_state, load_rows
 from tests.conftest import ROOT, RUNS, require_real
@@ -39,6 +45,7 @@ LAYOUT_JS = (Path(__file__).parent / "layout.js").read_text()
 WIDTHS = {"window-1280": (1280, "screen"), "a4-print": (703, "print")}
 LANGS = ("en", "zh")
 MIN_FONT_PX = 7.0
+DEJAVU = "/usr/share/fonts/truetype/dejavu"  # Debian's fonts-dejavu-core, which chromium depends on
 
 
 def _demo_snapshot(tmp: Path):
@@ -62,6 +69,29 @@ def _npu_snapshot(tmp: Path):
 
     w = build_npu_session(tmp / "npu-ws")
     return build_snapshot(derive_state(load_rows(w.ledger, w.sid)))
+
+
+def no_cjk_fonts(folder: Path) -> dict[str, str]:
+    """A fontconfig configuration that shows the browser DejaVu only: a machine with no CJK font installed."""
+    conf = folder / "fonts.conf"
+    conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
+                    f"<dir>{DEJAVU}</dir><cachedir>{folder / 'fc-cache'}</cachedir></fontconfig>")
+    env = {"FONTCONFIG_FILE": str(conf)}
+    assert _cjk_families(env) == set()  # nothing that covers Chinese is visible to this configuration
+    return env
+
+
+def page_fonts_cmap() -> set[int]:
+    """Code points the page can draw without a system CJK font: the embedded subset and the DejaVu fonts."""
+    ttlib = pytest.importorskip("fontTools.ttLib", reason="fontTools reads the fonts' cmaps (pip install -e .[test])")
+    import io
+
+    from pypto_tune.tools.report.fonts import font_bytes
+
+    out: set[int] = set(ttlib.TTFont(io.BytesIO(font_bytes())).getBestCmap())
+    for f in Path(DEJAVU).glob("*.ttf"):
+        out |= set(ttlib.TTFont(f, lazy=True).getBestCmap())
+    return out
 
 
 def _browser(env: dict[str, str] | None = None):
@@ -114,10 +144,11 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("layout")
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     snaps = {"demo-sim": _demo_snapshot(tmp), "npu-rows": _npu_snapshot(tmp)}
-    browser = _browser()
-    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "shots": {}, "snaps": snaps}
+    env = no_cjk_fonts(tmp)
+    browser = _browser(env)
+    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "shots": {}, "snaps": snaps, "env": env}
     try:
-        families = _cjk_families()
+        families = {FAMILY}
         for name, snap in snaps.items():
             for lang in LANGS:
                 html = render_report(snap, "html", lang, tmp / f"{name}-{lang}")
@@ -202,20 +233,32 @@ def test_zh_text_is_drawn_with_a_cjk_font(pages: dict[str, Any]) -> None:
     assert pages["cjk"] and all(problems == [] for problems in pages["cjk"].values()), pages["cjk"]
 
 
-def test_the_cjk_check_catches_a_browser_without_a_cjk_font(pages: dict[str, Any], tmp_path: Path) -> None:
-    """The same check in a browser that sees only DejaVu (no CJK glyphs): it must find the empty boxes."""
-    conf = tmp_path / "fonts.conf"
-    conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
-                    "<dir>/usr/share/fonts/truetype/dejavu</dir>"
-                    f"<cachedir>{tmp_path / 'fc-cache'}</cachedir></fontconfig>")
-    env = {"FONTCONFIG_FILE": str(conf)}
-    families = _cjk_families(env)
-    assert families == set()  # nothing that covers Chinese is visible to this configuration
-    browser = _browser(env)
+def test_every_character_has_a_glyph_without_a_system_cjk_font(pages: dict[str, Any]) -> None:
+    cmap = page_fonts_cmap()
+    for key, lay in _each(pages):
+        missing = sorted({ch for ch in lay["text"] if ord(ch) not in cmap and not ch.isspace()})
+        assert missing == [], (key, "".join(missing))
+
+
+def test_no_text_is_hidden_cut_without_its_whole_or_left_as_markdown(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        assert lay["hidden"] == [], key
+        assert lay["ellipsis"] == [], key
+        assert lay["raw"] == [], key
+
+
+def test_the_cjk_check_catches_a_report_without_its_embedded_font(pages: dict[str, Any], tmp_path: Path) -> None:
+    """The same check on the zh report with its @font-face taken out, in the same font-less browser: it must find
+    the empty boxes (so the passing check above is the embedded font's doing)."""
+    html = render_report(pages["snaps"]["demo-sim"], "html", "zh", tmp_path)
+    text = html.read_text(encoding="utf-8")
+    stripped = re.sub(r"@font-face \{[^}]*\}", "", text)
+    assert stripped != text and FAMILY in text
+    html.write_text(stripped, encoding="utf-8")
+    browser = _browser(pages["env"])
     try:
-        html = render_report(pages["snaps"]["demo-sim"], "html", "zh", tmp_path)
         browser.open(html.as_uri())
-        problems = cjk_problems(browser, families)
+        problems = cjk_problems(browser, {FAMILY})
     finally:
         browser.close()
     assert any("canvas" in p for p in problems) and any(p.startswith("h1 ") for p in problems), problems

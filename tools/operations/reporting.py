@@ -105,7 +105,8 @@ class ReportOps(OperationsBase):
             ledger_findings=findings,
             board=render_status_board(snap, lang), baseline_us=st.baseline_us, target_us=st.target_us,
             best_us=st.kept_us, rounds=len(decided), kept=kept,
-            success_rate_pct=(kept / len(decided) * 100.0) if decided else None, finished=st.finished,
+            success_rate_pct=(sum(1 for d in decided if d["result_type"] in ("gain", "not-chosen")) / len(decided)
+                              * 100.0) if decided else None, finished=st.finished,
             running_job=h.busy, drift=drift, kept_samples=len(st.kept_samples),
             checklist=self._checklist(st, rules.STAGES_BY_NAME[st.stage].group)  # type: ignore[attr-defined]
             if st.stage and st.stage in rules.STAGES_BY_NAME else [],

@@ -292,7 +292,8 @@ class StatusResult(_Result):
     best_us: float | None
     rounds: int
     kept: int
-    success_rate_pct: float | None
+    success_rate_pct: float | None = Field(description="share of decided rounds that measured a gain, kept or not "
+                                           "chosen in their batch (%)")
     finished: bool
     running_job: str | None
     drift: bool
