@@ -121,10 +121,10 @@ CANVAS_JS = r"""(() => {
 CJK_SELECTORS = ("h1", "h2", "th", "td.metric", "text.axis-title", "ul.legend li span", "figcaption", "dl.glossary dt")
 
 
-def cjk_problems(browser, families: set[str]) -> list[str]:
+def cjk_problems(browser, families: set[str], selectors: tuple[str, ...] = CJK_SELECTORS) -> list[str]:
     """Elements whose CJK characters were not all drawn by a CJK font, and the canvas check's verdict."""
     problems = []
-    for selector in CJK_SELECTORS:
+    for selector in selectors:
         for text, fonts in browser.platform_fonts(selector, limit=12):
             cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
             if not cjk:
@@ -272,3 +272,83 @@ def test_screenshots_of_every_section_are_written_and_the_page_stays_offline(pag
             data = shot.read_bytes()
             assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, shot
     assert pages["requests"] == [] and pages["errors"] == []
+
+
+# ---------------------------------------------------------------------------------------------- the campaign report
+GATE_TEXT = ("GATE drift: the workspace differs from the state the server recorded (changed: softmax.py): an edit "
+             "made behind its back, or an interrupted write; tuning is blocked\nNext: revert_patch restores every "
+             "recorded file byte-for-byte (files added since are moved to .pypto-tune/quarantine/); during tuning, "
+             "run_precision_check(adopt_drift=true) adopts an edit of the operator files that is exactly one legal "
+             "knob change, as a manual round\nAllowed now: revert_patch, run_precision_check(adopt_drift=true), "
+             "get_status, list_knobs")
+
+
+def campaign_board(folder: Path):
+    """A finished campaign of four operators as a person meets it: a goal reached, a budget end, a refusal that
+    failed an operator, a pause; session reports with long file names."""
+    from pypto_tune.tools.campaign.board import Board, OperatorRow
+    from pypto_tune.tools.campaign.driver import PAUSED
+
+    def row(name: str, status: str, reason: str, speedup: float | None, **kw: Any) -> OperatorRow:
+        sid = f"20261206-0412{len(name):02d}-a1b2c3"
+        reports = [str(folder / name / f"{name}_tuning_report_{sid}{sfx}.html") for sfx in ("", "_en")]
+        return OperatorRow(name=name, status=status, session_id=sid, goal="12x", baseline_us=36.405,
+                           best_us=36.405 / speedup if speedup else None, speedup=speedup, trials=8, trials_budget=8,
+                           kept=3, failed=1, failures=["compile-failure ×1"], reason=reason, elapsed_s=412.5,
+                           run_s=301.2, reports=reports, **kw)
+
+    ops = [row("upstream_layernorm_with_a_long_name", "done", "target reached (2.726 µs ≤ 3.034 µs)", 13.36),
+           row("softmax", "done", "user stop: campaign budget: 8 trial(s) of this operator used", 2.45),
+           row("rmsnorm_grid", "failed", "campaign: " + GATE_TEXT, None),
+           row("upstream_rope", "stopped", PAUSED, 1.11)]
+    return Board(campaign_id="c-20261206-041200", name="fixtures", state="finished", executor="local",
+                 nodes=["host (local pool)"], slots=2, started_at="2026-12-06T04:12:00+00:00",
+                 updated_at="2026-12-06T04:40:00+00:00", elapsed_s=1680.0,
+                 counts={"done": 2, "failed": 1, "stopped": 1, "not-started": 0, "queued": 0, "running": 0},
+                 best_speedup=13.36, best_operator=ops[0].name, trials_used=32, trials_budget=40, operators=ops,
+                 folder=str(folder))
+
+
+@pytest.fixture(scope="module")
+def campaign_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from pypto_tune.tools.campaign.report import render_html
+
+    tmp = tmp_path_factory.mktemp("campaign")
+    board = campaign_board(tmp)
+    browser = _browser(no_cjk_fonts(tmp))
+    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "html": {}}
+    try:
+        for lang in LANGS:
+            html = tmp / f"campaign_report_{lang}.html"
+            html.write_text(render_html(board, lang, tmp), encoding="utf-8")
+            out["html"][lang] = html.read_text(encoding="utf-8")
+            browser.open(html.as_uri())
+            for width_name, (width, media) in WIDTHS.items():
+                browser.set_layout(width, media)
+                key = f"campaign-{lang}-{width_name}"
+                out["layouts"][key] = browser.eval(LAYOUT_JS)
+                browser.screenshot_sections("body", ARTIFACTS / key)
+            if lang == "zh":
+                browser.set_layout(1280, "screen")
+                out["cjk"]["campaign"] = cjk_problems(browser, {FAMILY}, selectors=("h1", "h2", "th", "td"))
+    finally:
+        browser.close()
+    return out
+
+
+def test_the_campaign_report_fits_the_page_draws_every_glyph_and_says_why_in_a_sentence(
+        campaign_pages: dict[str, Any]) -> None:
+    cmap = page_fonts_cmap()
+    for key, lay in sorted(campaign_pages["layouts"].items()):
+        assert lay["overflow"] == [] and lay["scrollWidth"] <= lay["page"], (key, lay["overflow"], lay["scrollWidth"])
+        assert lay["cut"] == [] and lay["hidden"] == [] and lay["ellipsis"] == [] and lay["raw"] == [], key
+        missing = sorted({ch for ch in lay["text"] if ord(ch) not in cmap and not ch.isspace()})
+        assert missing == [], (key, "".join(missing))
+    assert campaign_pages["cjk"]["campaign"] == []
+    en, zh = campaign_pages["html"]["en"], campaign_pages["html"]["zh"]
+    assert "user stop" not in en and "the trial budget was used (8 trial(s) of this operator)" in en
+    assert "试验预算已用完（本算子 8 次试验）" in zh and "用户停止" not in zh
+    assert "a rule refused a step (drift): the workspace differs" in en
+    summary = en.split("<summary>")[1].split("</summary>")[0]  # the visible sentence is not the agent's text
+    assert "Next:" not in summary and "Allowed now:" not in summary
+    assert "Allowed now:" in en  # the whole text stays one click away
