@@ -88,6 +88,10 @@ _FRAGMENTS = [
     ("lg_per_tile", re.compile(r"(?P<n>[\d.]+ [KM]i?B) per tile")),
     ("lg_iterations", re.compile(r"= (?P<n>\d+) iterations")),
     ("lg_not_evaluable", re.compile(r": not evaluable")),
+    ("lg_domain", re.compile(r" within its domain \(")),
+    ("lg_ran_with", re.compile(r"\(kernel (?P<kernel>\S+) ran it with (?P<value>.+?) on (?P<shapes>\[.*?\]\]?)")),
+    ("lg_covers", re.compile(r" (?P<a>\d+) × (?P<b>\d+) covers (?P<n>\d+)")),
+    ("lg_blocks", re.compile(r"axis (?P<n>\d+) \(from the run\) in (?P<k>\d+) block\(s\) of (?P<b>\S+)")),
 ]
 
 
