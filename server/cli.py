@@ -140,6 +140,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--lang", choices=["zh", "en"], default="en", help="language of the progress and the first "
                    "report (default en; both languages are written)")
     d.add_argument("--operator", default="softmax", help="bundled operator to tune (default softmax)")
+    d.add_argument("--resume", action="store_true", help="continue the demo an interruption (Ctrl-C) left in "
+                   "--workspace instead of starting over")
 
     from pypto_tune.tools.campaign.commands import HELP as CAMPAIGN_HELP
     from pypto_tune.tools.campaign.commands import add_arguments as campaign_arguments
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from pypto_tune.server.demo import run_demo
 
-            return run_demo(workspace=args.workspace, lang=args.lang, operator=args.operator)
+            return run_demo(workspace=args.workspace, lang=args.lang, operator=args.operator, resume=args.resume)
         if args.command == "campaign":
             from pypto_tune.tools.campaign.commands import campaign_command
 

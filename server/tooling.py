@@ -150,7 +150,42 @@ def output_schema(schema: Any) -> Any:
                 strip(value, False)
 
     strip(schema, True)
-    return schema
+    return shallow_schema(schema)
+
+
+def shallow_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The result's own fields typed, a nested result model only as ``{"type": "object"}``.
+
+    Nested models (a knob, a candidate, a trial, a core of the analysis) were most of ``tools/list`` and an agent
+    pays for it on every turn; what a nested object holds is what the tool's answer shows (and the field's meaning is
+    in the input descriptions and the text beside each result). A small enum or alias definition is written inline.
+    The long tools' two arms (the result, the job handle) stay definitions, each shallow."""
+    defs = schema.pop("$defs", {})
+    arms = {ref.rsplit("/", 1)[-1] for arm in schema.get("anyOf", []) if isinstance(arm, dict)
+            for ref in [arm.get("$ref", "")] if ref}
+
+    def flat(node: Any) -> Any:
+        if isinstance(node, list):
+            return [flat(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            target = defs.get(ref.rsplit("/", 1)[-1], {})
+            return {"type": "object"} if target.get("type") == "object" or "properties" in target else flat(target)
+        if "properties" in node and node is not top:  # an inline nested object: its type is enough
+            return {"type": "object"}
+        return {k: flat(v) if k in ("items", "anyOf", "oneOf", "allOf", "additionalProperties") else v
+                for k, v in node.items()}
+
+    def own(model: dict[str, Any]) -> dict[str, Any]:
+        return {**model, "properties": {k: flat(v) for k, v in model.get("properties", {}).items()}}
+
+    top = schema
+    if arms:
+        schema["$defs"] = {name: own(defs[name]) for name in sorted(arms) if name in defs}
+        return schema
+    return own(schema)
 
 
 class ToolRegistry:

@@ -101,9 +101,14 @@ def register(w: Wiring) -> None:
         return result
 
     @w.reg.tool(title="List the operator's knobs", annotations=RO, result=KnobsResult)
-    async def list_knobs(session_id: SessionId) -> KnobsResult:
+    async def list_knobs(
+        session_id: SessionId,
+        detail: Annotated[Literal["summary", "full"], Field(description="summary (default): what choosing a knob "
+                                                            "needs, each kind's legal values once; full: every field "
+                                                            "of every knob (runs, kernels, tests)")] = "summary",
+    ) -> KnobsResult:
         """Every tunable knob in the operator files, with location, current value and legal range."""
-        return await w.sync(lambda s: s.list_knobs(session_id))
+        return await w.sync(lambda s: s.list_knobs(session_id, detail))
 
     @w.reg.tool(title="Mark a checklist item", annotations=LEDGER, result=ChecklistResult)
     async def mark_checklist(

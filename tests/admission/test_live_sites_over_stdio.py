@@ -63,7 +63,7 @@ async def _frontend(s: Session, ws: Path, files: list[str], cmd: list[str]) -> t
     sid = (await s.ok("start_session", workspace=str(ws), operator_files=files, test_command=cmd, run_mode="sim",
                       goal_speedup=100.0))["session_id"]
     assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-    knobs = await s.ok("list_knobs", session_id=sid)
+    knobs = await s.ok("list_knobs", session_id=sid, detail="full")
     await s.ok("enable_runtime_debug", session_id=sid)
     assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
     assert (await s.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"

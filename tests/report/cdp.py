@@ -77,6 +77,8 @@ class Browser:
                 raise RuntimeError("page did not load")
             self.drain(0.2)
         self.drain(0.5)
+        # an embedded font is decoded after the load event: measure and draw only once every face is ready
+        self.send("Runtime.evaluate", expression="document.fonts.ready.then(() => true)", awaitPromise=True)
 
     def eval(self, expression: str) -> Any:
         res = self.send("Runtime.evaluate", expression=expression, returnByValue=True)

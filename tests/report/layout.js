@@ -2,6 +2,7 @@
 // Returns plain data: what overflows the page, which cells are squeezed, and each chart's axes, legend and text.
 (() => {
   const page = document.documentElement.clientWidth;
+  const root = document.querySelector("main") || document.body;  // the campaign report has no <main>
   const describe = (el) => {
     const cls = typeof el.className === "string" ? el.className : (el.className.baseVal || "");
     const sec = el.closest("section");
@@ -68,10 +69,34 @@
       clash, outside,
     };
   });
+  // Text a reader cannot finish: hidden behind an edge, or ended by an ellipsis with the whole text nowhere on the
+  // page (a details element below it, or a title on it or an ancestor).
+  const hidden = [...root.querySelectorAll("*")].filter((el) => {
+    const cs = getComputedStyle(el);
+    return (cs.textOverflow === "ellipsis" || cs.overflowX === "hidden" || cs.overflowX === "clip")
+      && el.scrollWidth > el.clientWidth + 1 && (el.innerText || "").trim();
+  }).map((el) => `${describe(el)} hides ${el.scrollWidth - el.clientWidth}px of its text`);
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+  const ellipsis = [];
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const text = n.textContent.trim();
+    if (!/(…|\.\.\.)$/.test(text)) continue;
+    const el = n.parentElement;
+    const whole = el.closest("details") || el.closest("[title]");
+    if (!whole) ellipsis.push(`${describe(el)} ends with an ellipsis and the whole text is nowhere`);
+  }
+  // Markdown that reached the HTML as characters: `code`, **bold**, [^note], [text](link).
+  const raw = [];
+  for (const el of root.querySelectorAll("li, dd, dt, p, td, th, h1, h2, h3, figcaption, summary")) {
+    const text = el.innerText || "";
+    const m = text.match(/`[^`\n]+`|\*\*[^*\n]+\*\*|\[\^[\w-]+\]|\]\([^)\s]+\)/);
+    if (m) raw.push(`${describe(el)}: ${m[0]}`);
+  }
   const links = [...document.querySelectorAll("a.def")].map((a) => a.getAttribute("href"));
   const missing = links.filter((h) => !document.getElementById(h.slice(1)));
   return {
-    page, scrollWidth: document.documentElement.scrollWidth, overflow, cut, squeezed, charts,
+    page, scrollWidth: document.documentElement.scrollWidth, overflow, cut, squeezed, charts, hidden, ellipsis, raw,
+    text: root.textContent,
     sections: [...document.querySelectorAll("main > section")].map((s) => s.id),
     definitions: [...document.querySelectorAll("dl.glossary dt")].map((d) => d.id),
     links: links.length, missingTargets: missing,

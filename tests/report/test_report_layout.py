@@ -7,9 +7,13 @@ window and at the printable width of an A4 page (210 mm − 2 × 12 mm margins =
   the chart, none is drawn smaller than 7 px;
 * a swim-lane colour names the same kind of task in every panel;
 * every definition link lands on its definition;
-* zh text is drawn with a font that has CJK glyphs — checked twice: the fonts Chromium reports it drew with
-  (DevTools' "Rendered fonts") and two different characters drawn on a canvas must differ (a missing font draws
-  every character as the same empty box). A browser without a CJK font fails both checks.
+* the browser sees no CJK font of the system (a fontconfig file listing DejaVu only), as on a machine where none is
+  installed: every character of the page is in the cmap of the report's embedded CJK subset or of a DejaVu font
+  (no missing-glyph box), and zh text is drawn with the embedded font — checked twice: the fonts Chromium reports it
+  drew with (DevTools' "Rendered fonts") and three different characters drawn on a canvas must differ (a missing
+  font draws every character as the same empty box). The same report without its embedded font fails both checks;
+* no text is hidden behind an edge or ends in an ellipsis without the whole text on the page (details or title), and
+  no Markdown reached the HTML as characters (backticks, ``**``, footnote marks);
 
 Screenshots of every section, per report, language and width, are written to ``test-artifacts/report-layout/``
 (ignored by git). One browser pass per page feeds every check. Inputs are recorded ledgers: the demo session (SIM:
@@ -19,6 +23,7 @@ row (a batch, chips left behind, two kernels, kept-state references, a flag, a c
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -28,6 +33,7 @@ import pytest
 
 from pypto_tune.tools.operations.snapshot_builder import build_snapshot
 from pypto_tune.tools.report import render_report
+from pypto_tune.tools.report.fonts import FAMILY
 from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.session.state import derive_state, load_rows
 from tests.conftest import ROOT, RUNS, require_real
@@ -39,6 +45,7 @@ LAYOUT_JS = (Path(__file__).parent / "layout.js").read_text()
 WIDTHS = {"window-1280": (1280, "screen"), "a4-print": (703, "print")}
 LANGS = ("en", "zh")
 MIN_FONT_PX = 7.0
+DEJAVU = "/usr/share/fonts/truetype/dejavu"  # Debian's fonts-dejavu-core, which chromium depends on
 
 
 def _demo_snapshot(tmp: Path):
@@ -62,6 +69,29 @@ def _npu_snapshot(tmp: Path):
 
     w = build_npu_session(tmp / "npu-ws")
     return build_snapshot(derive_state(load_rows(w.ledger, w.sid)))
+
+
+def no_cjk_fonts(folder: Path) -> dict[str, str]:
+    """A fontconfig configuration that shows the browser DejaVu only: a machine with no CJK font installed."""
+    conf = folder / "fonts.conf"
+    conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
+                    f"<dir>{DEJAVU}</dir><cachedir>{folder / 'fc-cache'}</cachedir></fontconfig>")
+    env = {"FONTCONFIG_FILE": str(conf)}
+    assert _cjk_families(env) == set()  # nothing that covers Chinese is visible to this configuration
+    return env
+
+
+def page_fonts_cmap() -> set[int]:
+    """Code points the page can draw without a system CJK font: the embedded subset and the DejaVu fonts."""
+    ttlib = pytest.importorskip("fontTools.ttLib", reason="fontTools reads the fonts' cmaps (pip install -e .[test])")
+    import io
+
+    from pypto_tune.tools.report.fonts import font_bytes
+
+    out: set[int] = set(ttlib.TTFont(io.BytesIO(font_bytes())).getBestCmap())
+    for f in Path(DEJAVU).glob("*.ttf"):
+        out |= set(ttlib.TTFont(f, lazy=True).getBestCmap())
+    return out
 
 
 def _browser(env: dict[str, str] | None = None):
@@ -91,10 +121,10 @@ CANVAS_JS = r"""(() => {
 CJK_SELECTORS = ("h1", "h2", "th", "td.metric", "text.axis-title", "ul.legend li span", "figcaption", "dl.glossary dt")
 
 
-def cjk_problems(browser, families: set[str]) -> list[str]:
+def cjk_problems(browser, families: set[str], selectors: tuple[str, ...] = CJK_SELECTORS) -> list[str]:
     """Elements whose CJK characters were not all drawn by a CJK font, and the canvas check's verdict."""
     problems = []
-    for selector in CJK_SELECTORS:
+    for selector in selectors:
         for text, fonts in browser.platform_fonts(selector, limit=12):
             cjk = sum(1 for ch in text if "\u4e00" <= ch <= "\u9fff")
             if not cjk:
@@ -114,10 +144,11 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("layout")
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     snaps = {"demo-sim": _demo_snapshot(tmp), "npu-rows": _npu_snapshot(tmp)}
-    browser = _browser()
-    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "shots": {}, "snaps": snaps}
+    env = no_cjk_fonts(tmp)
+    browser = _browser(env)
+    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "shots": {}, "snaps": snaps, "env": env}
     try:
-        families = _cjk_families()
+        families = {FAMILY}
         for name, snap in snaps.items():
             for lang in LANGS:
                 html = render_report(snap, "html", lang, tmp / f"{name}-{lang}")
@@ -202,20 +233,32 @@ def test_zh_text_is_drawn_with_a_cjk_font(pages: dict[str, Any]) -> None:
     assert pages["cjk"] and all(problems == [] for problems in pages["cjk"].values()), pages["cjk"]
 
 
-def test_the_cjk_check_catches_a_browser_without_a_cjk_font(pages: dict[str, Any], tmp_path: Path) -> None:
-    """The same check in a browser that sees only DejaVu (no CJK glyphs): it must find the empty boxes."""
-    conf = tmp_path / "fonts.conf"
-    conf.write_text('<?xml version="1.0"?><!DOCTYPE fontconfig SYSTEM "fonts.dtd"><fontconfig>'
-                    "<dir>/usr/share/fonts/truetype/dejavu</dir>"
-                    f"<cachedir>{tmp_path / 'fc-cache'}</cachedir></fontconfig>")
-    env = {"FONTCONFIG_FILE": str(conf)}
-    families = _cjk_families(env)
-    assert families == set()  # nothing that covers Chinese is visible to this configuration
-    browser = _browser(env)
+def test_every_character_has_a_glyph_without_a_system_cjk_font(pages: dict[str, Any]) -> None:
+    cmap = page_fonts_cmap()
+    for key, lay in _each(pages):
+        missing = sorted({ch for ch in lay["text"] if ord(ch) not in cmap and not ch.isspace()})
+        assert missing == [], (key, "".join(missing))
+
+
+def test_no_text_is_hidden_cut_without_its_whole_or_left_as_markdown(pages: dict[str, Any]) -> None:
+    for key, lay in _each(pages):
+        assert lay["hidden"] == [], key
+        assert lay["ellipsis"] == [], key
+        assert lay["raw"] == [], key
+
+
+def test_the_cjk_check_catches_a_report_without_its_embedded_font(pages: dict[str, Any], tmp_path: Path) -> None:
+    """The same check on the zh report with its @font-face taken out, in the same font-less browser: it must find
+    the empty boxes (so the passing check above is the embedded font's doing)."""
+    html = render_report(pages["snaps"]["demo-sim"], "html", "zh", tmp_path)
+    text = html.read_text(encoding="utf-8")
+    stripped = re.sub(r"@font-face \{[^}]*\}", "", text)
+    assert stripped != text and FAMILY in text
+    html.write_text(stripped, encoding="utf-8")
+    browser = _browser(pages["env"])
     try:
-        html = render_report(pages["snaps"]["demo-sim"], "html", "zh", tmp_path)
         browser.open(html.as_uri())
-        problems = cjk_problems(browser, families)
+        problems = cjk_problems(browser, {FAMILY})
     finally:
         browser.close()
     assert any("canvas" in p for p in problems) and any(p.startswith("h1 ") for p in problems), problems
@@ -229,3 +272,83 @@ def test_screenshots_of_every_section_are_written_and_the_page_stays_offline(pag
             data = shot.read_bytes()
             assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, shot
     assert pages["requests"] == [] and pages["errors"] == []
+
+
+# ---------------------------------------------------------------------------------------------- the campaign report
+GATE_TEXT = ("GATE drift: the workspace differs from the state the server recorded (changed: softmax.py): an edit "
+             "made behind its back, or an interrupted write; tuning is blocked\nNext: revert_patch restores every "
+             "recorded file byte-for-byte (files added since are moved to .pypto-tune/quarantine/); during tuning, "
+             "run_precision_check(adopt_drift=true) adopts an edit of the operator files that is exactly one legal "
+             "knob change, as a manual round\nAllowed now: revert_patch, run_precision_check(adopt_drift=true), "
+             "get_status, list_knobs")
+
+
+def campaign_board(folder: Path):
+    """A finished campaign of four operators as a person meets it: a goal reached, a budget end, a refusal that
+    failed an operator, a pause; session reports with long file names."""
+    from pypto_tune.tools.campaign.board import Board, OperatorRow
+    from pypto_tune.tools.campaign.driver import PAUSED
+
+    def row(name: str, status: str, reason: str, speedup: float | None, **kw: Any) -> OperatorRow:
+        sid = f"20261206-0412{len(name):02d}-a1b2c3"
+        reports = [str(folder / name / f"{name}_tuning_report_{sid}{sfx}.html") for sfx in ("", "_en")]
+        return OperatorRow(name=name, status=status, session_id=sid, goal="12x", baseline_us=36.405,
+                           best_us=36.405 / speedup if speedup else None, speedup=speedup, trials=8, trials_budget=8,
+                           kept=3, failed=1, failures=["compile-failure ×1"], reason=reason, elapsed_s=412.5,
+                           run_s=301.2, reports=reports, **kw)
+
+    ops = [row("upstream_layernorm_with_a_long_name", "done", "target reached (2.726 µs ≤ 3.034 µs)", 13.36),
+           row("softmax", "done", "user stop: campaign budget: 8 trial(s) of this operator used", 2.45),
+           row("rmsnorm_grid", "failed", "campaign: " + GATE_TEXT, None),
+           row("upstream_rope", "stopped", PAUSED, 1.11)]
+    return Board(campaign_id="c-20261206-041200", name="fixtures", state="finished", executor="local",
+                 nodes=["host (local pool)"], slots=2, started_at="2026-12-06T04:12:00+00:00",
+                 updated_at="2026-12-06T04:40:00+00:00", elapsed_s=1680.0,
+                 counts={"done": 2, "failed": 1, "stopped": 1, "not-started": 0, "queued": 0, "running": 0},
+                 best_speedup=13.36, best_operator=ops[0].name, trials_used=32, trials_budget=40, operators=ops,
+                 folder=str(folder))
+
+
+@pytest.fixture(scope="module")
+def campaign_pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from pypto_tune.tools.campaign.report import render_html
+
+    tmp = tmp_path_factory.mktemp("campaign")
+    board = campaign_board(tmp)
+    browser = _browser(no_cjk_fonts(tmp))
+    out: dict[str, Any] = {"layouts": {}, "cjk": {}, "html": {}}
+    try:
+        for lang in LANGS:
+            html = tmp / f"campaign_report_{lang}.html"
+            html.write_text(render_html(board, lang, tmp), encoding="utf-8")
+            out["html"][lang] = html.read_text(encoding="utf-8")
+            browser.open(html.as_uri())
+            for width_name, (width, media) in WIDTHS.items():
+                browser.set_layout(width, media)
+                key = f"campaign-{lang}-{width_name}"
+                out["layouts"][key] = browser.eval(LAYOUT_JS)
+                browser.screenshot_sections("body", ARTIFACTS / key)
+            if lang == "zh":
+                browser.set_layout(1280, "screen")
+                out["cjk"]["campaign"] = cjk_problems(browser, {FAMILY}, selectors=("h1", "h2", "th", "td"))
+    finally:
+        browser.close()
+    return out
+
+
+def test_the_campaign_report_fits_the_page_draws_every_glyph_and_says_why_in_a_sentence(
+        campaign_pages: dict[str, Any]) -> None:
+    cmap = page_fonts_cmap()
+    for key, lay in sorted(campaign_pages["layouts"].items()):
+        assert lay["overflow"] == [] and lay["scrollWidth"] <= lay["page"], (key, lay["overflow"], lay["scrollWidth"])
+        assert lay["cut"] == [] and lay["hidden"] == [] and lay["ellipsis"] == [] and lay["raw"] == [], key
+        missing = sorted({ch for ch in lay["text"] if ord(ch) not in cmap and not ch.isspace()})
+        assert missing == [], (key, "".join(missing))
+    assert campaign_pages["cjk"]["campaign"] == []
+    en, zh = campaign_pages["html"]["en"], campaign_pages["html"]["zh"]
+    assert "user stop" not in en and "the trial budget was used (8 trial(s) of this operator)" in en
+    assert "试验预算已用完（本算子 8 次试验）" in zh and "用户停止" not in zh
+    assert "a rule refused a step (drift): the workspace differs" in en
+    summary = en.split("<summary>")[1].split("</summary>")[0]  # the visible sentence is not the agent's text
+    assert "Next:" not in summary and "Allowed now:" not in summary
+    assert "Allowed now:" in en  # the whole text stays one click away

@@ -22,10 +22,10 @@ from mcp.types import (
     ResourceTemplateReference,
 )
 from pypto_tune.server.app import build_server
-from pypto_tune.tools.operations.results import (CandidatesResult, CollectResult, JobHandle, PrecisionResult,
+from pypto_tune.tools.operations.results import (CandidatesResult, KnobOut, CollectResult, JobHandle, PrecisionResult,
                                                    TrialsResult)
 
-from tests.conftest import RUNS, make_workspace, sim_command
+from tests.conftest import OPERATORS, RUNS, make_workspace, sim_command
 from tests.server.mcp_client import connect
 
 LONG_TOOLS = {"run_precision_check": PrecisionResult, "collect_swimlane": CollectResult,
@@ -87,10 +87,13 @@ def test_tools_list_is_lean_the_job_schema_only_where_a_job_can_come_back() -> N
     # the campaign tools (issue #19) have their own budget, so neither family grows unnoticed behind the other's
     campaign = {"start_campaign", "campaign_status", "stop_campaign"}
     size = sum(_wire(t) for t in tools if t.name not in campaign)
-    # 50 KB before the job object left every result; 39.4 KB before output defaults and repeated descriptions went;
-    # then issue #17 added ~1.6 KB (propose_candidates' job mode: the `wait` parameter and the JobHandle schema;
-    # analyze_bubbles' measurement/round) and ~0.6 KB (list_knobs' run-time fields)
-    assert size < 41_000, f"tools/list is {size} bytes"
+    # 45.4 KB for all 21 tools (61 % output schemas) before a nested result model became {"type": "object"} in the
+    # output schemas (shallow_schema); 39.2 KB after, output schemas 21.4 KB
+    assert size < 35_500, f"tools/list is {size} bytes"
+    for t in tools:  # a result's own fields are typed; a nested model is an object, its schema not repeated
+        assert "$ref" not in json.dumps(t.output_schema.get("properties", {})), t.name
+        for arm in t.output_schema.get("$defs", {}).values():
+            assert all("properties" not in p for p in arm["properties"].values()), t.name
     campaign_size = sum(_wire(t) for t in tools if t.name in campaign)
     assert 0 < campaign_size < 5_000, f"the campaign tools take {campaign_size} bytes of tools/list"
     for t in tools:
@@ -134,9 +137,8 @@ def test_every_output_schema_is_typed_all_the_way_down() -> None:
     untyped = [p for t in tools for p in _untyped(t.output_schema, t.name)]
     assert untyped == [], untyped
     assert _untyped({"properties": {"x": {}, "y": {"type": "string"}}, "type": "object"}, "probe") == ["probe.x"]
-    candidates = {t.name: t for t in tools}["propose_candidates"].output_schema["$defs"]["CandidateOut"]
-    assert {a["type"] for a in candidates["properties"]["value"]["anyOf"]} == {"number", "string", "boolean", "array",
-                                                                             "object", "null"}
+    candidates = {t.name: t for t in tools}["propose_candidates"].output_schema["$defs"]["CandidatesResult"]
+    assert candidates["properties"]["candidates"] == {"items": {"type": "object"}, "type": "array"}
 
 
 # ---------------------------------------------------------------------------------------------- analysis size
@@ -165,6 +167,44 @@ def test_analyze_bubbles_answers_in_at_most_8_kb_and_full_detail_on_request(runs
             assert two["kernels"] and two["kernels"][0]["task_count"] > 0
 
     anyio.run(scenario)
+
+
+@pytest.mark.sim
+def test_list_knobs_answers_a_summary_and_the_whole_on_request(tmp_path: Path) -> None:
+    """The largest fixture by knobs (upstream_activation: 28 knobs, four kernels sharing one tiling helper), after a
+    probed run: the summary says each kind's legal values once and leaves out what is empty; full has every field."""
+    ws = tmp_path / "act"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "upstream_activation" / "activation_ops.py", ws / "activation_ops.py")
+    cmd = [sys.executable, "activation_ops.py", "activation_ops.py::test_swiglu", "--run_mode", "sim"]
+    sizes: dict[str, int] = {}
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["activation_ops.py"],
+                              test_command=cmd, run_mode="sim", goal_speedup=2.0))["session_id"]
+            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+            brief = await s.call("list_knobs", session_id=sid)
+            full = await s.call("list_knobs", session_id=sid, detail="full")
+            sizes["summary"], sizes["full"] = _wire(brief), _wire(full)
+            b, f = brief.structured_content, full.structured_content
+            assert b["detail"] == "summary" and f["detail"] == "full"
+            assert [k["id"] for k in b["knobs"]] == [k["id"] for k in f["knobs"]]  # the same knobs, fewer words
+            assert [k["id"] for k in b["dead_knobs"]] == [k["id"] for k in f["dead_knobs"]]
+            assert set(b["legal_by_kind"]) >= {k["kind"] for k in f["knobs"] if k["tunable"]}
+            for k in b["knobs"]:
+                assert {"id", "kind", "line", "value", "catalog_ids", "tunable"} <= set(k)
+                rest = [v for name, v in k.items() if name not in ("value", "tunable", "catalog_ids")]
+                assert None not in rest and "" not in rest and [] not in rest, k
+                assert k.get("legal", b["legal_by_kind"].get(k["kind"]))
+            every = set(KnobOut.model_fields)
+            assert all(set(k) == every for k in f["knobs"] + f["dead_knobs"])
+            live = next(k for k in b["knobs"] if k.get("live") and k.get("effective"))
+            assert live["effective"] == next(x for x in f["knobs"] if x["id"] == live["id"])["effective"]
+
+    anyio.run(scenario)
+    print(f"list_knobs on upstream_activation: summary {sizes['summary']} bytes, full {sizes['full']} bytes")
+    assert sizes["summary"] < 0.6 * sizes["full"], sizes
 
 
 # ---------------------------------------------------------------------------------------------- conventions

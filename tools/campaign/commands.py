@@ -4,7 +4,10 @@ flags and calls :func:`campaign_command`)."""
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 from pathlib import Path
+from typing import Any
 
 from pypto_tune.tools.campaign.journal import CampaignDir, default_out
 from pypto_tune.tools.campaign.manifest import CampaignSpec, load
@@ -108,9 +111,12 @@ def campaign_command(args: argparse.Namespace) -> int:
     def show(text: str) -> None:
         print(text, flush=True)
 
+    def notify(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
     opts = CampaignOptions(executor=args.executor, ray_address=args.ray_address, resume=args.resume,
                            knowledge=args.knowledge.resolve() if args.knowledge else None, handle_signals=True,
-                           show=None if args.quiet else show, sim_slots=args.slots)
+                           show=None if args.quiet else show, sim_slots=args.slots, notify=notify)
     print(f"pypto-tune campaign {spec.name}: {len(spec.operators)} operator(s), batch {spec.batch}, executor "
           f"{args.executor}; board: {out / 'board.html'}", flush=True)
     result = run_campaign(spec, out, opts)
@@ -119,9 +125,38 @@ def campaign_command(args: argparse.Namespace) -> int:
     if result.knowledge:
         print(f"knowledge: {result.knowledge}")
     c = result.board.counts
+    if result.board.state == "interrupted":
+        print(interrupted_line(result, out), flush=True)
+        return 130
     print(f"campaign {result.campaign_id} {result.board.state}: {c['done']} done, {c['failed']} failed, "
           f"{c['stopped']} stopped, {c['not-started']} not started", flush=True)
     return 0 if result.board.state in ("finished", "stopped") and not c["failed"] else 1
+
+
+def resume_command(argv: list[str], out: Path) -> str:
+    """The command that continues this campaign: the same arguments (the spec must be the same), its folder, and
+    ``--resume``."""
+    args, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--out":
+            skip = True
+            continue
+        if a.startswith("--out=") or a == "--resume":
+            continue
+        args.append(a)
+    return shlex.join(["pypto-tune", *args, "--out", str(out), "--resume"])
+
+
+def interrupted_line(result: Any, out: Path) -> str:
+    """One line for a person who pressed Ctrl-C: what state the operators are in and how to go on."""
+    paused = sum(1 for o in result.outcomes if o.status == "stopped")
+    c = result.board.counts
+    return (f"pypto-tune campaign: interrupted ({result.stop_reason or 'stopped'}): {c['done']} done, {paused} "
+            f"paused with their sessions resumable (each operator file holds its kept state), {c['not-started']} not "
+            f"started; resume with: {resume_command(sys.argv[1:], out)}")
 
 
 __all__ = ["HELP", "add_arguments", "campaign_command"]

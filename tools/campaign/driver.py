@@ -76,6 +76,9 @@ class TrialPool:
         self.used -= max(n, 0)
 
 
+PAUSED = "paused between two steps by a signal; its session resumes where it stopped"
+
+
 @dataclass
 class DriverContext:
     """What every operator's driver shares: the service, the journal, the batch size and the stop state."""
@@ -85,6 +88,7 @@ class DriverContext:
     batch: int
     pool: TrialPool
     stop_reason: Callable[[], str | None]  # why the campaign is stopping, or None
+    paused: Callable[[], bool] = lambda: False  # leave the session after its current step, resumable (a signal)
     # whether the journal holds this operator's "reports" event (the campaign report links what that event names)
     reported: Callable[[str], bool] = lambda _name: False
     activity: dict[str, str] = field(default_factory=dict)  # operator -> what it is doing now (the board shows it)
@@ -201,6 +205,10 @@ class OperatorDriver:
             st = self._state()
             if st.level1 == "DONE":
                 return self._ended(st)
+            if self.ctx.paused():
+                self.ctx.log("operator-paused", operator=self.spec.name, session_id=self.sid, state=st.level1,
+                             stage=st.stage)
+                return OperatorOutcome(self.spec.name, "stopped", self.sid, PAUSED)
             action = self._choose(st)
             mark = (action[0], st.level1, st.stage, self._progress_mark(st))
             stalls = stalls + 1 if mark == last else 0

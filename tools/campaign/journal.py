@@ -149,6 +149,17 @@ class CampaignDir:
             return pid
         return pid
 
+    def driver_holder(self) -> str | None:
+        """Who drives this campaign now ("pid 123 (since 2026-…)"), or None."""
+        pid = self.driver_pid()
+        if pid is None:
+            return None
+        try:
+            since = json.loads(self.driver_file.read_text()).get("since", "?")
+        except (OSError, ValueError):
+            since = "?"
+        return f"pid {pid} (since {since})"
+
     @property
     def stop_file(self) -> Path:
         return self.path / STOP_FILE

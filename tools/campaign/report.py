@@ -7,11 +7,23 @@ board as ``campaign_report.md/.html`` (zh, the project's default language) and `
 
 from __future__ import annotations
 
+import re
 from html import escape
 from pathlib import Path
 
 from pypto_tune.tools.campaign.board import _STYLE, Board, OperatorRow, _rel, fmt_s, fmt_us, fmt_x
 from pypto_tune.tools.campaign.journal import CampaignDir, atomic_write
+
+# The campaign report is read on a page (1280 px, or A4): long texts wrap, numbers do not, the why column takes the
+# room that is left. (The board's own style is for a live dashboard.)
+REPORT_STYLE = """
+table.operators{table-layout:auto}table.operators td,table.failures td{overflow-wrap:anywhere}
+td.num{white-space:nowrap}td.why{min-width:14em}td.why details summary{cursor:pointer}
+td.why pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px;margin:4px 0}
+th{word-break:keep-all}
+@page{size:A4;margin:12mm}@media print{body{max-width:none;margin:0;padding:0;font-size:10px}th,td{padding:2px 3px}
+td.why{min-width:9em}td.num{white-space:normal}}
+"""
 
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
@@ -26,7 +38,11 @@ STRINGS: dict[str, dict[str, str]] = {
         "ops": "operators", "trial_failures": "failed trials", "sim": "SIM: a precision pass only means the kernel "
         "compiled and simulated — the simulator computes no output values.",
         "done": "done", "failed": "failed", "stopped": "stopped", "not-started": "not started", "queued": "queued",
-        "running": "running", "id": "campaign",
+        "running": "running", "id": "campaign", "open": "open",
+        "paused": "paused between two steps by Ctrl-C or SIGTERM; resuming the campaign continues this session",
+        "refused_by": "a rule refused a step ({rule}): {text}", "whole": "whole text",
+        "st_finished": "finished", "st_stopped": "stopped", "st_interrupted": "interrupted (resumable)",
+        "st_running": "running", "st_stopping": "stopping",
     },
     "zh": {
         "title": "调优战役报告", "summary": "概览", "by_gain": "各算子（按收益排序）", "failures": "失败及原因",
@@ -38,9 +54,45 @@ STRINGS: dict[str, dict[str, str]] = {
         "drivers": "驱动进程数（每次恢复加一）", "losses": "因节点丢失而重新运行的运行次数", "ops": "算子数",
         "trial_failures": "失败的试验", "sim": "SIM：精度通过仅表示内核已编译并完成仿真——仿真器不计算输出数值。",
         "done": "完成", "failed": "失败", "stopped": "已停止", "not-started": "未开始", "queued": "排队中",
-        "running": "运行中", "id": "战役",
+        "running": "运行中", "id": "战役", "open": "打开",
+        "paused": "被 Ctrl-C 或 SIGTERM 暂停在两步之间；恢复战役即可继续此会话",
+        "refused_by": "某一步被规则拒绝（{rule}）：{text}", "whole": "全文",
+        "st_finished": "已完成", "st_stopped": "已停止", "st_interrupted": "已中断（可恢复）", "st_running": "运行中",
+        "st_stopping": "正在停止",
     },
 }
+
+
+WHY_CHARS = 160  # a "why it ended" cell shows this much; the whole text is one click away
+
+
+def why_text(reason: str, lang: str) -> str:
+    """Why an operator ended, as a sentence for a person: a session's finish reason in the report's words (a budget
+    end is a budget end, not a user stop), a pause as a pause, and a refusal by its rule and first sentence rather
+    than the agent-facing ``GATE … Next: … Allowed now: …`` text."""
+    from pypto_tune.tools.campaign.driver import PAUSED
+    from pypto_tune.tools.report.i18n import finish_reason_text, strings
+
+    s = STRINGS[lang]
+    text = (reason or "").strip()
+    if not text:
+        return "—"
+    if text == PAUSED:
+        return s["paused"]
+    text = text.removeprefix("campaign: ")
+    gate = re.search(r"GATE ([\w-]+): ([^\n]*)", text)
+    if gate:
+        return s["refused_by"].format(rule=gate.group(1), text=gate.group(2).strip())
+    first = text.splitlines()[0]
+    said = finish_reason_text(strings(lang), first)
+    return said if said != first else first
+
+
+def _short(text: str, n: int = WHY_CHARS) -> str:
+    if len(text) <= n:
+        return text
+    cut = text[: n - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[n // 2:] else cut) + "…"
 
 
 def _reached(r: OperatorRow) -> bool | None:
@@ -74,7 +126,7 @@ def _session_report(r: OperatorRow, lang: str) -> str | None:
 def _summary(b: Board, s: dict[str, str]) -> list[tuple[str, str]]:
     counts = ", ".join(f"{s[k]} {v}" for k, v in b.counts.items() if v)
     run_sum = sum(r.run_s for r in b.operators)
-    return [(s["id"], b.campaign_id), (s["state"], b.state), (s["ops"], f"{len(b.operators)} ({counts})"),
+    return [(s["id"], b.campaign_id), (s["state"], s.get("st_" + b.state, b.state)), (s["ops"], f"{len(b.operators)} ({counts})"),
             (s["executor"], f"{b.executor}, {b.slots} slot(s)"), (s["nodes"], ", ".join(b.nodes) or "—"),
             (s["elapsed"], fmt_s(b.elapsed_s)), (s["run_sum"], fmt_s(run_sum)),
             (s["best_op"], f"{fmt_x(b.best_speedup)} ({b.best_operator})" if b.best_speedup else "—"),
@@ -107,7 +159,7 @@ def render_md(b: Board, lang: str, base: Path) -> str:
         reached = _reached(r)
         rep = _session_report(r, lang)
         link = f"[{Path(rep).name}]({_rel(rep, base)})" if rep else "—"
-        why = (r.reason or "—").replace("|", "\\|")
+        why = why_text(r.reason, lang).replace("|", "\\|")
         lines.append(f"| {r.name} | {s[r.status]} | {fmt_us(r.baseline_us)} | {fmt_us(r.best_us)} | "
                      f"{fmt_x(r.speedup)} | {r.goal} | {'—' if reached is None else s['yes' if reached else 'no']} | "
                      f"{r.trials} ({r.kept} / {r.failed}) | {fmt_s(r.elapsed_s)} | {fmt_s(r.run_s)} | {why} | {link} |")
@@ -117,9 +169,23 @@ def render_md(b: Board, lang: str, base: Path) -> str:
         lines.append(s["none"])
     else:
         lines += [f"| {s['operator']} | | {s['why']} |", "|---|---|---|"]
-        lines += [f"| {n} | {s['trial_failures'] if k == 'trials' else s[k]} | {w.replace('|', '/')} |"
-                  for n, k, w in fails]
+        lines += [f"| {n} | {s['trial_failures'] if k == 'trials' else s[k]} | "
+                  f"{(w if k == 'trials' else why_text(w, lang)).replace('|', '/')} |" for n, k, w in fails]
     return "\n".join(lines) + "\n"
+
+
+def _why_html(reason: str, lang: str, s: dict[str, str]) -> str:
+    """The sentence, cut on a word with an ellipsis when long; the whole sentence and the text as recorded (a
+    refusal's next calls included) in a details element."""
+    said = why_text(reason, lang)
+    whole = (reason or "").strip()
+    if "GATE " not in whole and "\n" not in whole:
+        whole = ""  # a finish reason said in the report's words: nothing more to show
+    if len(said) <= WHY_CHARS and whole in ("", said):
+        return escape(said)
+    extra = f"<pre>{escape(whole)}</pre>" if whole and whole != said else ""
+    return (f"<details><summary>{escape(_short(said))}</summary>"
+            + (f"<p>{escape(said)}</p>" if len(said) > WHY_CHARS else "") + extra + "</details>")
 
 
 def render_html(b: Board, lang: str, base: Path) -> str:
@@ -129,25 +195,36 @@ def render_html(b: Board, lang: str, base: Path) -> str:
     for r in by_gain(b.operators):
         reached = _reached(r)
         rep = _session_report(r, lang)
-        link = f'<a href="{escape(_rel(rep, base))}">{escape(Path(rep).name)}</a>' if rep else "—"
+        # the file name is long and unbreakable: a short link, the name on hover
+        link = (f'<a href="{escape(_rel(rep, base))}" title="{escape(Path(rep).name)}">{escape(s["open"])}</a>'
+                if rep else "—")
         rows.append(f'<tr class="{r.status}"><td>{escape(r.name)}</td><td class="st">{escape(s[r.status])}</td>'
                     f'<td class="num">{fmt_us(r.baseline_us)}</td><td class="num">{fmt_us(r.best_us)}</td>'
                     f'<td class="num speedup">{fmt_x(r.speedup)}</td><td>{escape(r.goal)}</td>'
                     f"<td>{'—' if reached is None else s['yes' if reached else 'no']}</td>"
                     f'<td class="num">{r.trials} ({r.kept} / {r.failed})</td><td class="num">{fmt_s(r.elapsed_s)}'
-                    f'</td><td class="num">{fmt_s(r.run_s)}</td><td>{escape(r.reason or "—")}</td>'
+                    f'</td><td class="num">{fmt_s(r.run_s)}</td><td class="why">{_why_html(r.reason, lang, s)}</td>'
                     f"<td>{link}</td></tr>")
     fails = _failures(b)
     fail_html = (f"<p>{escape(s['none'])}</p>" if not fails else
                  '<table class="failures"><tbody>' + "".join(
                      f"<tr><td>{escape(n)}</td><td>{escape(s['trial_failures'] if k == 'trials' else s[k])}</td>"
-                     f"<td>{escape(w)}</td></tr>" for n, k, w in fails) + "</tbody></table>")
+                     f"<td class=\"why\">{escape(w) if k == 'trials' else _why_html(w, lang, s)}</td></tr>"
+                     for n, k, w in fails) + "</tbody></table>")
     sim = f'<p class="note sim">{escape(s["sim"])}</p>' if b.sim else ""
     head = "".join(f"<th>{escape(s[k])}</th>" for k in ("operator", "status", "baseline", "best", "speedup", "goal",
                                                          "reached", "trials", "time", "runs", "why", "report"))
+    from pypto_tune.tools.report.fonts import FAMILY, font_face_css
+
+    # a zh report carries its CJK glyphs (tools/report/fonts.py): legible where no CJK font is installed
+    font_face = font_face_css() if lang == "zh" else ""
+    zh_family = (f'body{{font-family:"{FAMILY}",-apple-system,"Segoe UI",Roboto,"Noto Sans","DejaVu Sans",'
+                 'sans-serif}' if lang == "zh" else "")
     return f"""<!doctype html>
 <html lang="{'zh-CN' if lang == 'zh' else 'en'}"><head><meta charset="utf-8">
-<title>{escape(s['title'])}: {escape(b.name)}</title><style>{_STYLE}</style></head>
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; font-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(s['title'])}: {escape(b.name)}</title><style>{font_face}{_STYLE}{REPORT_STYLE}{zh_family}</style></head>
 <body>
 <h1>{escape(s['title'])}: {escape(b.name)}</h1>
 {sim}

@@ -11,10 +11,12 @@
 * **Budgets.** Per operator: trials (the driver stops the session when they are used) and wall time (the session's
   own time limit, R14b, counted by the server). Overall: trials (a shared pool) and wall time (counted from the
   campaign's creation; when it is up, every running session is stopped after its current step).
-* **Stopping.** A stop request (``stop`` file, ``stop_campaign``, SIGTERM/SIGINT) lets each running step finish,
-  then stops each running session (``stop_session``, recorded as the campaign's stop) and writes its reports;
-  operators not started stay so. A second signal, or ``force``, cancels the running steps instead (their runs are
-  killed; nothing half is recorded) and leaves those sessions resumable.
+* **Stopping.** A stop request (``stop`` file, ``stop_campaign``) lets each running step finish, then stops each
+  running session (``stop_session``, recorded as the campaign's stop) and writes its reports; operators not started
+  stay so. SIGINT (Ctrl-C) or SIGTERM pauses instead: each running step finishes and its session is left as its
+  ledger has it, resumable, with the operator file at the kept state; the CLI prints one line with the command that
+  resumes. A second signal, or ``force``, cancels the running steps (their runs are killed; nothing half is
+  recorded) and leaves those sessions resumable.
 * **Resuming.** A killed driver leaves ledgers and the journal. ``resume=True`` continues: a session whose ledger
   says DONE is done; any other is resumed by ``start_session`` and driven on from the state its ledger gives.
 """
@@ -56,6 +58,7 @@ class CampaignOptions:
     handle_signals: bool = False
     show: Callable[[str], None] | None = None  # terminal board (the CLI prints it)
     show_every_s: float = 15.0
+    notify: Callable[[str], None] | None = None  # one line when a signal arrives (the CLI prints it on stderr)
     sim_slots: int | None = None  # local pool size (default: the usable cores)
 
 
@@ -67,16 +70,23 @@ class CampaignResult:
     outcomes: list[OperatorOutcome] = field(default_factory=list)
     reports: list[Path] = field(default_factory=list)
     knowledge: str = ""
+    stop_reason: str | None = None
 
 
 class StopState:
+    """Why the campaign is ending. A stop ends each running session after its step (recorded as the campaign's
+    stop); a pause (the first SIGINT/SIGTERM) leaves each after its step as its ledger has it, resumable; a forced
+    one cancels the running steps, sessions resumable too."""
+
     def __init__(self) -> None:
         self.reason: str | None = None
         self.force = False
+        self.pause = False
 
-    def request(self, reason: str, *, force: bool = False) -> None:
+    def request(self, reason: str, *, force: bool = False, pause: bool = False) -> None:
         if self.reason is None:
             self.reason = reason
+            self.pause = pause
         self.force = self.force or force
 
 
@@ -85,8 +95,11 @@ def open_campaign(spec: CampaignSpec, folder: Path, *, resume: bool) -> tuple[Ca
     cdir = CampaignDir(folder)
     if not resume:
         if cdir.exists():
-            raise InputError(f"a campaign already exists in {cdir.path} ({cdir.campaign_id})",
-                             hint="pass --resume to continue it, or --out to start another campaign elsewhere")
+            holder = cdir.driver_holder()
+            raise InputError(f"a campaign already exists in {cdir.path} ({cdir.campaign_id})"
+                             + (f", driven now by {holder}" if holder else ""),
+                             hint="pass --resume to continue it (once its driver has ended), or --out to start "
+                             "another campaign elsewhere")
         return cdir, cdir.create(spec)
     if not cdir.exists():
         raise InputError(f"no campaign to resume in {cdir.path}", hint="start it first (without --resume), or pass "
@@ -101,7 +114,7 @@ def open_campaign(spec: CampaignSpec, folder: Path, *, resume: bool) -> tuple[Ca
                          hint="resume it with the manifest it was started with, or start a new campaign with --out")
     pid = cdir.driver_pid()
     if pid is not None and pid != os.getpid():
-        raise InputError(f"campaign {rec['id']} is being driven by pid {pid}",
+        raise InputError(f"campaign {rec['id']} is being driven by {cdir.driver_holder() or f'pid {pid}'}",
                          hint="watch it (campaign_status), stop it (stop_campaign), or wait until it ends")
     return cdir, str(rec["id"])
 
@@ -156,7 +169,10 @@ class Campaign:
         the driver's to act on — its step is cancelled and its session left as the ledger has it, resumable (a driver
         that read the forced request first used to record a user stop, and the resume found the session done)."""
         reason = self._stop_reason()
-        return None if self.stop.force else reason
+        return None if self.stop.force or self.stop.pause else reason
+
+    def _paused(self) -> bool:
+        return self.stop.pause
 
     def _trials_used(self) -> int:
         return sum(f.trials for f in self._facts().values() if f is not None)
@@ -229,7 +245,7 @@ class Campaign:
             service = TuningService(executor=executor)
             pool = TrialPool(self.spec.trials, used=self._trials_used() if self.opts.resume else 0)
             self.ctx = DriverContext(service=service, log=cdir.log, batch=self.spec.batch, pool=pool,
-                                     stop_reason=self._graceful_stop_reason,
+                                     stop_reason=self._graceful_stop_reason, paused=self._paused,
                                      reported=lambda name: any(e.get("event") == "reports" and e.get("operator")
                                                                == name for e in cdir.events()))
             concurrency = self.spec.concurrency or max(2, 2 * self.slots)
@@ -238,7 +254,7 @@ class Campaign:
                      batch=self.spec.batch, operators=[o.name for o in self.spec.operators])
             await self._run_all(concurrency)
             state = "stopped" if self.stop.reason else "finished"
-            if self.stop.force:
+            if self.stop.force or self.stop.pause:
                 state = "interrupted"
             cdir.log("campaign-ended", state=state, reason=self.stop.reason)
             from pypto_tune.tools.campaign.report import write_reports
@@ -253,7 +269,8 @@ class Campaign:
                 from pypto_tune.tools.campaign.board import render_terminal
 
                 self.opts.show(render_terminal(board))
-            return CampaignResult(self.campaign_id, cdir.path, board, list(self.outcomes.values()), reports, knowledge)
+            return CampaignResult(self.campaign_id, cdir.path, board, list(self.outcomes.values()), reports, knowledge,
+                                  self.stop.reason)
         finally:
             executor.close()
             cdir.release_driver()
@@ -301,10 +318,16 @@ class Campaign:
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for sig in signals:
+                # Ctrl-C or a TERM pauses: each running step finishes, its session stays resumable (a person who
+                # presses Ctrl-C wants the terminal back, not the sessions ended); a second signal cancels the steps.
                 name = signal.Signals(sig).name
                 force = self.stop.reason is not None
-                self.stop.request(f"{name} received", force=force)
-                self.cdir.log("stop-requested", reason=f"{name} received", force=force)
+                self.stop.request(f"{name} received", force=force, pause=True)
+                self.cdir.log("stop-requested", reason=f"{name} received", force=force, pause=True)
+                if self.opts.notify is not None:
+                    self.opts.notify(f"pypto-tune campaign: {name} received — " + (
+                        "cancelling the running steps; their sessions stay resumable" if force else
+                        "finishing the running steps, then pausing (press Ctrl-C again to cancel them)"))
                 if force:
                     self._operators_scope.cancel()
 

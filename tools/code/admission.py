@@ -461,7 +461,9 @@ def _own_domain(knob: Any, new_value: Any, sites_b: list[Site]) -> str:
                       "choose a value inside the legal range (list_knobs shows it)") from None
     except InputError as exc:
         raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
-    return f"{knob.id} = {new_value!r} within its domain ({knob.legal[:90]})"
+    # the rule's start, cut on a word: a reader (the report shows this line) must not meet "at most 96 KB per t"
+    legal = knob.legal if len(knob.legal) <= 90 else knob.legal[:89].rsplit(" ", 1)[0].rstrip(",;") + " …"
+    return f"{knob.id} = {new_value!r} within its domain ({legal})"
 
 
 def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict[str, str],

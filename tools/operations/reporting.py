@@ -114,15 +114,19 @@ class ReportOps(OperationsBase):
             ledger_findings=findings,
             board=render_status_board(snap, lang), baseline_us=st.baseline_us, target_us=st.target_us,
             best_us=st.kept_us, rounds=len(decided), kept=kept,
-            success_rate_pct=(kept / len(decided) * 100.0) if decided else None, finished=st.finished,
+            success_rate_pct=(sum(1 for d in decided if d["result_type"] in ("gain", "not-chosen")) / len(decided)
+                              * 100.0) if decided else None, finished=st.finished,
             running_job=h.busy, drift=drift, kept_samples=len(st.kept_samples),
             checklist=self._checklist(st, rules.STAGES_BY_NAME[st.stage].group)  # type: ignore[attr-defined]
             if st.stage and st.stage in rules.STAGES_BY_NAME else [],
         )
 
-    def list_knobs(self, session_id: str) -> KnobsResult:
+    def list_knobs(self, session_id: str, detail: str = "summary") -> KnobsResult:
         """Every knob of the current code, joined with the run-time probe's record of a run of it (issue #17):
-        live ones in ``knobs``, dead ones apart in ``dead_knobs``; effective values, shapes and sharing."""
+        live ones in ``knobs``, dead ones apart in ``dead_knobs``; effective values, shapes and sharing.
+
+        ``detail="summary"`` (the default) answers what choosing a knob needs: each kind's legal values once
+        (``legal_by_kind``), no per-knob list of runs, a dead site's id and why; ``"full"``: every field."""
         h = self._find(session_id)
         st = self._state(h, session_id)
         from pypto_tune.tools.operations import probes
@@ -167,7 +171,10 @@ class ReportOps(OperationsBase):
                    if dead_out else "")
                 + (f"; {idle} belong to kernels the test did not run" if idle else "")
                 + "; " + probes.describe(record, what))
-        return KnobsResult(**self._base(st, text), knobs=live_out, dead_knobs=dead_out,
+        if detail != "full":
+            return KnobsResult(**self._base(st, text), detail="summary", legal_by_kind=_summarise(live_out, dead_out),
+                               knobs=live_out, dead_knobs=dead_out, probe=probes.describe(record, what))
+        return KnobsResult(**self._base(st, text), detail="full", knobs=live_out, dead_knobs=dead_out,
                            probe=probes.describe(record, what))
 
     def ledger_json(self, session_id: str) -> dict[str, Any]:
@@ -273,3 +280,25 @@ def _kernel_of_knob(knob: Any, program: Any) -> str | None:
         if (knob.file, ".".join(parts[:i])) in program.jit_scopes:
             return parts[i - 1]
     return None
+
+
+def _summarise(live: list[KnobOut], dead: list[KnobOut]) -> dict[str, str]:
+    """Thin the knobs to what choosing one needs (their answer leaves out what is empty); returns each kind's legal
+    text, said once.
+
+    A live knob drops its kind's legal text (the same for every knob of a kind; a knob whose rule differs keeps its
+    own), the list of kernels and tests that ran it (``kernel`` and ``shared_with`` say what matters), its ``why``
+    (the same probe sentence on every knob; ``probe`` says it once), the file (the id starts with it) and all but the
+    first reason a constant is not tunable. A dead site, never proposed and refused if changed, says only what it
+    is (id, kind, line, value, catalogue ids) and why it is dead."""
+    legal: dict[str, str] = {}
+    for k in live:
+        k._brief = "live"
+        if k.legal and legal.setdefault(k.kind, k.legal) == k.legal:
+            k.legal = ""
+        k.ran_in, k.file, k.why = [], "", ""
+        if k.not_tunable_because:
+            k.not_tunable_because = k.not_tunable_because.split("; ")[0]
+    for k in dead:
+        k._brief = "dead"
+    return legal

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    BaseModel, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler, WithJsonSchema, model_serializer,
+)
 
 from pypto_tune.tools.snapshot import CoreStat, EnvCheck
 
@@ -292,7 +294,8 @@ class StatusResult(_Result):
     best_us: float | None
     rounds: int
     kept: int
-    success_rate_pct: float | None
+    success_rate_pct: float | None = Field(description="share of decided rounds that measured a gain, kept or not "
+                                           "chosen in their batch (%)")
     finished: bool
     running_job: str | None
     drift: bool
@@ -305,13 +308,18 @@ class StatusResult(_Result):
 
 
 class KnobOut(BaseModel):
+    """One knob. In list_knobs' summary it leaves out what is empty or unknown (a null, an empty text or list): the
+    field's absence says the same in fewer bytes, and a large operator has dozens of knobs; ``full`` has every field."""
+
+    _brief: str = PrivateAttr("")  # list_knobs' summary: "live" or "dead"
+
     id: str
     kind: str
-    file: str
+    file: str = Field("", description="the file (in the summary: the id's prefix)")
     line: int
     value: JsonValue
     catalog_ids: list[str]
-    legal: str
+    legal: str = Field("", description="the legal values of this kind of knob (in the summary: legal_by_kind)")
     tunable: bool = True
     legal_here: str = Field("", description="legal values for this operator's shapes and dtypes")
     not_tunable_because: str = Field("", description="why not tunable: where it reaches the problem")
@@ -335,8 +343,25 @@ class KnobOut(BaseModel):
     unroll: str = Field("", description="inside a pypto.loop_unroll body, or the loop itself: the unroll variants "
                         "that executed at the test's shapes, and those only traced and compiled")
 
+    @model_serializer(mode="wrap")
+    def _without_empty(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if not self._brief:
+            return data
+        if self._brief == "dead":  # never proposed, a change is refused: where it is and why is all there is to say
+            return {k: data[k] for k in ("id", "kind", "line", "value", "catalog_ids", "kernel", "kernel_ran", "why")
+                    if k in _KNOB_ALWAYS or data[k] not in (None, "")}
+        return {k: v for k, v in data.items() if k in _KNOB_ALWAYS or v not in (None, "", [], {})}
+
+
+_KNOB_ALWAYS = frozenset({"id", "kind", "line", "value", "catalog_ids", "tunable"})
+
 
 class KnobsResult(_Result):
+    detail: Literal["summary", "full"] = Field("summary", description="summary: what choosing a knob needs; full: "
+                                               "every field of every knob")
+    legal_by_kind: dict[str, str] = Field(default_factory=dict, description="summary: the legal values of each "
+                                          "kind of knob, once (a knob's legal_here is the range for this operator)")
     knobs: list[KnobOut] = Field(description="live knobs (and, without a probe record, every knob)")
     dead_knobs: list[KnobOut] = Field(default_factory=list, description="sites this test never runs: listed apart, "
                                       "never proposed, a change to them is refused (GATE live-site)")

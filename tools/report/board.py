@@ -74,7 +74,8 @@ def render_status_board(snap: SessionSnapshot, lang: str = "zh", *, full: bool |
     decided = [r for r in snap.rounds if r.decision]
     if full is None:
         full = bool(decided) and len(decided) % 5 == 0
-    kept = [r for r in decided if r.decision == "kept"]
+    # A trial that measured a gain is a success even when a faster candidate of its batch was the one kept.
+    gained = [r for r in decided if r.result_type in ("gain", "not-chosen")]
     rate = achievement_rate(snap)
     sp = speedup(snap)
     out = [f"## {s['board_title']} — {snap.operator}", ""]
@@ -93,8 +94,8 @@ def render_status_board(snap: SessionSnapshot, lang: str = "zh", *, full: bool |
         f"- {s['stage']}: {snap.state}" + (f" / {snap.stage}" if snap.stage else "")
         + f" | {s['outer_round']} {snap.outer_round}/3 | {s['step']}: {snap.step or '—'}",
         f"- {s['progress']}: {progress_bar(rate)}",
-        f"- {s['success_rate']}: {len(kept)}/{len(decided)}" + (f" ({len(kept) / len(decided) * 100:.0f}%)"
-                                                              if decided else ""),
+        f"- {s['success_rate']}: {len(gained)}/{len(decided)}" + (f" ({len(gained) / len(decided) * 100:.0f}%)"
+                                                                if decided else ""),
         f"- {s['failures']}: {sum(1 for r in decided if r.decision == 'failed')}",
     ]
     if snap.finish_reason:

@@ -11,9 +11,9 @@ from typing import Any
 from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
 
-from pypto_tune.tools.report import svg, tables
+from pypto_tune.tools.report import fonts, svg, tables
 from pypto_tune.tools.report.board import kept_time_def
-from pypto_tune.tools.report.i18n import finish_reason_text, phrase_text, strings, term
+from pypto_tune.tools.report.i18n import finish_reason_text, phrase_text, server_text, strings, term
 from pypto_tune.tools.report.metrics import (
     Spread, achievement_rate, cumulative_gain_pct, fmt_chips, fmt_pct, fmt_us, search_share, speedup,
 )
@@ -62,19 +62,27 @@ def _best_diff(snap: SessionSnapshot) -> str:
     return "".join(out).rstrip("\n")
 
 
+def workspace_relative(snap: SessionSnapshot, text: str) -> str:
+    """``text`` with the workspace's absolute path taken out: the report speaks of ``softmax.py``, not of one
+    machine's ``/tmp/demo1/softmax.py``."""
+    ws = str(snap.workspace).rstrip("/")
+    return text.replace(ws + "/", "").replace(ws, ".") if ws and ws != "/" else text
+
+
 def _round_details(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, Any]]:
     out = []
-    for r in snap.rounds:
+    for r in tables.in_order(snap.rounds):
         lines: list[str] = []
         for a in r.admissions:
-            what = s["adm_knob"] + (f" `{a.knob_id}`" if a.knob_id else "") if a.verdict == "knob" else (
+            what = s["adm_knob"] + (f" {a.knob_id}" if a.knob_id else "") if a.verdict == "knob" else (
                 s["adm_structural"] + (": " + "; ".join(a.structural_lines[:3]) if a.structural_lines else ""))
             line = (f"{s['adm_correction']} — " if a.correction else "") + f"{s['admission']}: {what} " \
                 f"({s.get('p_' + a.path, a.path)})"
             if a.checked:
-                line += f"; {s['legal_checked']}: " + "; ".join(a.checked[:6]) + (" …" if len(a.checked) > 6 else "")
+                line += f"; {s['legal_checked']}: " + "; ".join(server_text(s, c) for c in a.checked[:6]) + (
+                    " …" if len(a.checked) > 6 else "")
             if a.unchecked:
-                line += f"; {s['legal_unchecked']}: " + "; ".join(a.unchecked[:6])
+                line += f"; {s['legal_unchecked']}: " + "; ".join(server_text(s, c) for c in a.unchecked[:6])
             if a.formatting_files:
                 line += f"; {s['formatting_only']}: " + ", ".join(a.formatting_files)
             lines.append(line)
@@ -102,7 +110,7 @@ def _round_details(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, A
                          + (s["on_chips"].format(chips=fmt_chips(m.device_ids)) + ", " if m.device_ids else "")
                          + f"{s['median']} {fmt_us(m.operator_time_us)} µs, {sp.range_text()}"
                          + (f", {s['sigma']} {sp.cv_text()}" if sp.n > 1 else ""))
-        lines += [f"⚑ {f}" for f in r.flags]
+        lines += [f"⚑ {server_text(s, f)}" for f in r.flags]
         if lines:
             out.append({"number": r.number, "title": round_title(r, s), "lines": lines})
     return out
@@ -151,9 +159,10 @@ def _overview_extra(snap: SessionSnapshot, s: dict[str, str]) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- swim lanes
 def _lane_panels(snap: SessionSnapshot, s: dict[str, str]) -> list[svg.Chart]:
-    """Baseline and best panels, one per output folder of each measurement's analysed run, one shared palette."""
+    """Baseline and best panels, one per output folder of each measurement's analysed run, one shared palette and
+    one shared time axis (the longest panel's), so the best run's gain is as visible as it is large."""
     palette = svg.Palette()
-    out, drawn = [], set()
+    found, drawn = [], set()
     for key, m in tables.measurement_for_lanes(snap):
         if m is None or m.id in drawn:  # nothing kept: the best state is the baseline, drawn once
             continue
@@ -165,13 +174,18 @@ def _lane_panels(snap: SessionSnapshot, s: dict[str, str]) -> list[svg.Chart]:
             if not Path(path).is_file() and i < len(m.trace_paths):  # the copy moved: the recorded trace path
                 path = m.trace_paths[i]
             lanes = svg.read_lanes(path)
-            if lanes is None:
-                continue
-            tasks = sum(len(v) for v in lanes.tasks.values())
-            title = s["lanes_title"].format(label=label, op=fmt_us(lanes.op_time), tasks=tasks)
-            chart = svg.lanes_chart(lanes, m, title, s, palette, f"{key}-{i}")
-            chart.caption = _lanes_caption(lanes, m, i, len(folders), tasks, s)
-            out.append(chart)
+            if lanes is not None:
+                found.append((key, m, label, i, len(folders), lanes))
+    span = max((f[-1].op_time for f in found), default=None)
+    out = []
+    for key, m, label, i, n, lanes in found:
+        tasks = sum(len(v) for v in lanes.tasks.values())
+        title = s["lanes_title"].format(label=label, op=fmt_us(lanes.op_time), tasks=tasks)
+        chart = svg.lanes_chart(lanes, m, title, s, palette, f"{key}-{i}", span_us=span)
+        chart.caption = _lanes_caption(lanes, m, i, n, tasks, s)
+        if len(found) > 1 and span:
+            chart.caption += " " + s["lanes_shared_axis"].format(span=fmt_us(span))
+        out.append(chart)
     return out
 
 
@@ -208,9 +222,16 @@ def glossary(snap: SessionSnapshot, s: dict[str, str]) -> list[tuple[str, str, s
     return out
 
 
+def _not_chosen_line(snap: SessionSnapshot, r, s: dict[str, str]) -> str:
+    batch = next((b for b in snap.batches if r.number in b.rounds), None)
+    winner = batch.winner_round if batch is not None and batch.winner_round is not None else "—"
+    return s["not_chosen_line"].format(time=fmt_us(r.after_us), delta=fmt_pct(r.delta_pct, True), winner=winner)
+
+
 def _context(snap: SessionSnapshot, lang: str) -> dict[str, Any]:
     s = strings(lang)
     sp = speedup(snap)
+    rounds = tables.in_order(snap.rounds)
     goal = (f"{snap.goal_value:g}×" if snap.goal_kind == "speedup" else f"≤ {snap.goal_value:g} µs")
     return {
         "verdict": lambda v: tables.verdict_text(snap, s, v), "measure_table": tables.measurements_table(snap, s),
@@ -222,8 +243,12 @@ def _context(snap: SessionSnapshot, lang: str) -> dict[str, Any]:
         "reached": bool(snap.best_us is not None and snap.target_us is not None and snap.best_us <= snap.target_us),
         "duration": _duration(snap), "compare": tables.compare_table(snap, s),
         "compare_notes": tables.compare_notes(snap, s), "finish": finish_reason_text(s, snap.finish_reason),
-        "kept": [r for r in snap.rounds if r.decision == "kept"],
-        "rolled": [r for r in snap.rounds if r.decision in ("reverted", "failed")],
+        "kept": [r for r in rounds if r.decision == "kept"],
+        # A gain another candidate of its batch beat was not a failure: it has its own section.
+        "rolled": [r for r in rounds if r.decision in ("reverted", "failed") and r.result_type != "not-chosen"],
+        "not_chosen": [{"round": r, "line": _not_chosen_line(snap, r, s)} for r in rounds
+                       if r.result_type == "not-chosen"],
+        "rel": lambda text: workspace_relative(snap, text or ""),
         "change": lambda r: round_change(r, s), "round_title": lambda r: round_title(r, s),
         "knobs": tables.knobs_table(snap, s), "best_diff": _best_diff(snap),
         "rounds_table": tables.rounds_table(snap, s), "glossary": glossary(snap, s),
@@ -259,6 +284,7 @@ def render_text(snap: SessionSnapshot, fmt: str, lang: str = "zh") -> str:
     ctx["charts_cores"] = [cores] if cores else []
     ctx["charts_lanes"] = _lane_panels(snap, s)
     ctx["safe"] = Markup
+    ctx["font_css"] = fonts.font_face_css() if lang == "zh" else ""
     return _template("report.html.j2", autoescape=True).render(**ctx)
 
 

@@ -291,12 +291,16 @@ class Palette:
         return self.colours[category]
 
 
-def lanes_chart(lanes: Lanes, m: Measurement, title: str, s: dict[str, str], palette: Palette, key: str) -> Chart:
-    """One panel: a row per core that ran a task, bars coloured by what the task computes, axis from T0."""
+def lanes_chart(lanes: Lanes, m: Measurement, title: str, s: dict[str, str], palette: Palette, key: str,
+                span_us: float | None = None) -> Chart:
+    """One panel: a row per core that ran a task, bars coloured by what the task computes, axis from T0.
+
+    ``span_us``: the time axis's extent shared by every panel of a report (the longest run), so that a run 13×
+    shorter is drawn 13× shorter; the panel's own time when None."""
     lane_h, x0, x1, y0 = 15.0, 92.0, W - 16.0, 26.0
     y1 = y0 + lane_h * len(lanes.names)
     h = y1 + 52
-    ticks = nice_ticks(lanes.op_time)
+    ticks = nice_ticks(max(span_us or 0.0, lanes.op_time))
     scale = (x1 - x0) / ticks[-1]
     parts = [f'<text class="panel-title" x="{x0}" y="16" font-size="{TITLE_FONT}" font-weight="bold">'
              f'{escape(title)}</text>']

@@ -6,7 +6,11 @@ A header or a metric name may carry a glossary reference (``Label.ref``): a link
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from typing import Any
+
+import orjson
 
 from pypto_tune.tools.report.i18n import term
 from pypto_tune.tools.report.metrics import (
@@ -19,7 +23,8 @@ from pypto_tune.tools.snapshot import Measurement, RoundRecord, SessionSnapshot
 # Status marks every font draws (DejaVu and Noto CJK have them; emoji need an emoji font the set-up does not install).
 MARKS = {"kept": "✔ ", "reverted": "↩ ", "failed": "✘ "}
 # Glossary entries in the order the Definitions section lists them (keys ``g_<id>`` in i18n.json).
-GLOSSARY = ("op-time", "e2e", "aicpu", "util", "bubble", "lb", "cv", "stars", "tasks", "delta", "sim")
+GLOSSARY = ("op-time", "e2e", "aicpu", "util", "bubble", "lb", "cv", "stars", "tasks", "delta", "sim", "catalog", "stage",
+            "outer", "cores")
 
 
 @dataclass
@@ -45,11 +50,12 @@ class Cell:
     title: str = ""
     code: bool = False
     ref: str | None = None  # glossary reference of a metric name
+    footnote: bool = True  # False: linked to its definition in HTML, no footnote mark on every Markdown row
 
     def markdown(self, refs: bool = True) -> str:
         text = self.text.replace("|", "\\|").replace("\n", " ")
         text = f"`{text}`" if self.code and text not in ("", "—") else text
-        return f"{text}[^{self.ref}]" if self.ref and refs else text
+        return f"{text}[^{self.ref}]" if self.ref and refs and self.footnote else text
 
 
 def _cell(x: Any) -> Cell:
@@ -97,21 +103,39 @@ def result_cell(r: RoundRecord, s: dict[str, str]) -> Cell:
     return Cell(text, cls=f"result {r.decision or 'open'}", title="; ".join(r.flags))
 
 
+def in_order(rounds: list[RoundRecord]) -> list[RoundRecord]:
+    """Rounds by number: a batch's trials are decided together and may be recorded out of order."""
+    return sorted(rounds, key=lambda r: r.number)
+
+
+@lru_cache(maxsize=1)
+def _catalog_titles() -> dict[str, dict[str, str]]:
+    raw = resources.files("pypto_tune.prompts").joinpath("catalog.json").read_bytes()
+    return {it["id"]: {"zh": it["title_zh"], "en": it["title_en"]} for it in orjson.loads(raw)["items"]}
+
+
+def catalog_cell(cid: str | None, s: dict[str, str]) -> Cell:
+    """A catalogue id with its entry's title on hover (what ``F-10`` means, in the report's language)."""
+    titles = _catalog_titles().get(cid or "")
+    return Cell(cid or "—", cls="word", title=s["catalog_hover"].format(id=cid, title=titles[s["lang"]]) if titles
+                else "", ref="catalog", footnote=False)
+
+
 def rounds_table(snap: SessionSnapshot, s: dict[str, str]) -> Table:
     """The round log: Outer appears only when the session had more than one outer round, Batch only with batches."""
     outer = any(r.outer_round != 1 for r in snap.rounds)
     batch = any(r.batch for r in snap.rounds)
-    head = [Label(s["round"])] + ([Label(s["outer"])] if outer else []) + [
-        Label(s["stage"]), Label(s["catalog"]), Label(s["change"]), Label(s["precision"], "sim"),
+    head = [Label(s["round"])] + ([Label(s["outer"], "outer")] if outer else []) + [
+        Label(s["stage"], "stage"), Label(s["catalog"], "catalog"), Label(s["change"]), Label(s["precision"], "sim"),
         Label(s["time_us"], "op-time"), Label(s["delta"], "delta"), Label(s["result"])] + (
         [Label(s["batch"])] if batch else [])
     base = [Cell(s["baseline"], cls="word")] + ([Cell("—")] if outer else []) + [
         Cell("—"), Cell("—"), Cell("—"), Cell("—"), Cell(fmt_us(snap.baseline_us)), Cell("—"),
         Cell(MARKS["kept"] + s["rt_baseline"], cls="result kept")] + ([Cell("—")] if batch else [])
     rows, classes = [base], ["baseline"]
-    for r in snap.rounds:
+    for r in in_order(snap.rounds):
         cells = [Cell(str(r.number))] + ([Cell(str(r.outer_round))] if outer else []) + [
-            Cell(r.stage, cls="word"), Cell(r.catalog_id, cls="word"),
+            Cell(r.stage, cls="word"), catalog_cell(r.catalog_id, s),
             Cell(round_change(r, s), cls="change", code=bool(r.knob_changes)),
             Cell(verdict_text(snap, s, r.precision_verdict), cls="result"), Cell(fmt_us(r.after_us)),
             Cell(fmt_pct(r.delta_pct, True)), result_cell(r, s)]
@@ -269,12 +293,12 @@ def batches(snap: SessionSnapshot, s: dict[str, str]) -> list[dict[str, Any]]:
             sp = Spread(r.samples_us)
             decision = (("★ " + s["winner"] + ", ") if r.winner else "") + (s[r.decision] if r.decision else "…")
             rows.append([str(n), Cell(r.candidate_id or "—", cls="word"),
-                         Cell(knob_value(r, s), cls="change", code=bool(r.knob_changes)), Cell(r.catalog_id, cls="word"),
+                         Cell(knob_value(r, s), cls="change", code=bool(r.knob_changes)), catalog_cell(r.catalog_id, s),
                          Cell(verdict_text(snap, s, r.precision_verdict), cls="result"), fmt_us(r.after_us)]
                         + ([f"{sp.n} ({s['sigma']} {sp.cv_text()})" if sp.n else "—", fmt_chips(r.device_ids)]
                            if npu else [])
                         + [fmt_pct(r.delta_pct, True), Cell(term(s, "rt", r.result_type), cls="result"),
-                           Cell(decision, cls="result")])
+                           Cell(decision, cls="result decision")])
             classes.append("winner" if r.winner else (r.decision or ""))
         head_line = s["batch_head"].format(batch=b.batch, stage=b.stage, at=b.at, n=len(b.rounds),
                                            kept=fmt_us(b.kept_before_us))
