@@ -20,7 +20,7 @@ value. A site whose value flows from a tiling source that is itself such a knob 
 reached twice: the source (the author's form) stands for both. Each knob's values are its current value plus the
 server's candidates, ordered by tile volume (then text). When the product exceeds ``--grid-max`` (64), the knob with
 the fewest values takes one more, in turn, while the product stays within the bound; a knob's extra values are evenly
-spaced over its volume-ordered candidates. Each configuration is written by the server's own edit
+spaced over its volume-ordered candidates, both ends included. Each configuration is written by the server's own edit
 (``plan_knob_edit``, knob after knob); one the edit refuses is not in the grid (counted as unwritable).
 
 **De-tuned variant (``detune_value``).** Every live tile knob (vector and cube tiles, the tiling sources that feed them,
@@ -172,11 +172,14 @@ def grid_knobs(knobs: list[dict[str, Any]], candidates: dict[str, list[Any]]) ->
 
 
 def _spread(values: list[Any], n: int) -> list[Any]:
-    """``n`` values evenly spaced over ``values`` (ordered by volume, then text)."""
+    """``n`` values evenly spaced over ``values`` ordered by volume (then text), both ends included (the smallest and
+    the largest tile the server offers); one value: the middle one."""
     ordered = sorted(values, key=lambda v: (volume(v), _key(v)))
     if n >= len(ordered):
         return ordered
-    return [ordered[int((i + 0.5) * len(ordered) / n)] for i in range(n)]
+    if n == 1:
+        return [ordered[(len(ordered) - 1) // 2]]
+    return [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
 
 
 def pick_values(knobs: list[GridKnob], max_configs: int = GRID_MAX) -> list[GridKnob]:
@@ -428,9 +431,10 @@ def first_line(text: str) -> str:
 # ====================================================================== the session: baseline, knob map, search
 
 
-async def session(op: Operator, *, budget: int, batch: int, with_search: bool) -> dict[str, Any]:
+async def session(op: Operator, *, budget: int, batch: int, with_search: bool, check_only: bool = False) -> dict[str, Any]:
     """One real session over MCP stdio on the operator: the baseline, the knob map (``list_knobs`` and every live
-    knob's candidates) and, with ``with_search``, the search arm."""
+    knob's candidates) and, with ``with_search``, the search arm; with ``check_only``, only whether it runs
+    (``start_session`` and ``run_precision_check``)."""
     from mcp import Client, StdioServerParameters
     from search_bench import Agent, Refused, _leave_stage, _stage_ready
 
@@ -457,6 +461,10 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool) -
                 out["error"] = first_line(lines[0] if lines else pre.get("reason", "")) or pre["verdict"]
                 out["error_detail"] = {"verdict": pre["verdict"], "reason": pre.get("reason"),
                                        "key_output": (pre.get("key_output") or "")[-2000:]}
+                return out
+            if check_only:
+                out["runs"] = True
+                out["wall_s"] = time.monotonic() - t0
                 return out
             await a.call("enable_runtime_debug", session_id=sid)
             out["measured_sources"] = {op.file: (ws / op.file).read_text()}
@@ -523,6 +531,16 @@ async def _search(a: Any, sid: str, out: dict[str, Any], budget: int, batch: int
                                  f"{'-' if t['time_us'] is None else round(t['time_us'], 3)} {t['decision']}"
                                  for t in trials[-len(cands):]), file=sys.stderr, flush=True)
     out["search_s"] = time.monotonic() - t0
+
+
+def check_runs(cache: Cache, op: Operator) -> dict[str, Any]:
+    """Whether the operator runs in SIM through the server (cached by its code and pypto-tune's)."""
+    key = digest("check", op.key(), code_digest())
+    hit = cache.get("check", key)
+    if hit is None:
+        hit = asyncio.run(session(op, budget=0, batch=1, with_search=False, check_only=True))
+        cache.put("check", key, hit)
+    return hit
 
 
 def run_session(cache: Cache, op: Operator, *, budget: int, batch: int, with_search: bool) -> dict[str, Any]:
@@ -715,6 +733,8 @@ def xgb_expressible(knob: dict[str, Any]) -> str:
         return "an assignment line after the constant's"
     if knob["kind"] == "jit_option":
         return "a dict entry line inside the jit options"
+    if knob["kind"] == "loop_option":
+        return "not expressible: a keyword argument of the loop call (an inserted line cannot change it)"
     return f"not expressible as an inserted line ({knob['kind']})"
 
 
@@ -784,6 +804,11 @@ def run_operator(cache: Cache, checkout: Path, test: ExampleTest, args: argparse
                  tuner_dir: Path | None) -> list[dict[str, Any]]:
     op = load_operator(checkout, test)
     out = []
+    if args.arms == ["run"]:
+        t0 = time.monotonic()
+        chk = check_runs(cache, op)
+        return [{"operator": test.name, "selector": test.selector, "variant": "shipped", "error": chk.get("error"),
+                 "runs": not chk.get("error"), "wall_s": time.monotonic() - t0}]
     shipped, ses = run_variant(cache, op, "shipped", args, tuner_dir) if "shipped" in args.variants else (None, None)
     if shipped is not None:
         out.append(shipped)
@@ -816,7 +841,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=16, help="search trials per operator variant (default 16)")
     ap.add_argument("--batch", type=int, default=2, help="candidates per run_candidates call (default 2)")
     ap.add_argument("--grid-max", type=int, default=GRID_MAX, help=f"configurations per grid (default {GRID_MAX})")
-    ap.add_argument("--arms", default="grid,random,search,xgb", help="comma-separated: grid,random,search,xgb")
+    ap.add_argument("--arms", default="grid,random,search,xgb",
+                    help="comma-separated: grid,random,search,xgb; 'run' alone: only whether each operator runs")
     ap.add_argument("--variants", default="shipped,detuned", help="comma-separated: shipped,detuned")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per SIM run")

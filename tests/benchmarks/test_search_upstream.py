@@ -75,7 +75,10 @@ def test_the_grid_bound_gives_a_value_in_turn_to_the_knob_with_fewest_and_spread
     assert math.prod(len(k.values) for k in knobs) <= 12
     assert [k.values[0] for k in knobs] == [[16, 32], 4, [4, 2, 1]]  # current first
     # the field's candidates ordered by volume: (8,32) 256, (16,64) 1024, (32,32) 1024, (64,64) 4096; two spread
-    assert knobs[0].values[1:] == [[16, 64], [64, 64]]
+    # over them take both ends, three the ends and the middle, one the middle
+    assert knobs[0].values[1:] == [[8, 32], [64, 64]]
+    ordered = [[8, 32], [16, 64], [32, 32], [64, 64]]
+    assert su._spread(ordered[::-1], 3) == [[8, 32], [32, 32], [64, 64]] and su._spread(ordered, 1) == [[16, 64]]
     configs = su.configurations(knobs)
     assert len(configs) == 12 and configs[0] == {k.id: k.values[0] for k in knobs}
     unbounded = su.pick_values(su.grid_knobs(KNOB_MAP, CANDIDATES), max_configs=1000)
