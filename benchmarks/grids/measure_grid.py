@@ -154,6 +154,55 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
+def run_folder(dst: Path, argv: list[str], *, home: Path, timeout_s: float) -> dict:
+    """Run ``argv`` in the prepared operator folder ``dst`` as a test command of pypto-tune (``build_child_env``, HOME
+    at ``home``) and read its operator time the way the server does; returns the measurement fields of a row."""
+    row: dict = {}
+    env = build_child_env(run_mode="sim", base={**os.environ, "HOME": str(home)})
+    t0 = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        timed_out = True
+    row["wall_s"] = round(time.monotonic() - t0, 2)
+    row["exit_code"] = None if timed_out else proc.returncode
+    text = _ANSI.sub("", out.decode(errors="replace") + "\n" + err.decode(errors="replace"))
+    lines = text.replace(str(dst) + os.sep, "").replace(str(dst), ".").splitlines()
+    run_dirs = sorted(p for p in (dst / "output").glob("output_*") if p.is_dir()) if (dst / "output").is_dir() \
+        else []
+    logged = [p for p in run_dirs if (p / "CostModelSimulationOutput" / "bubble_analysis.log").is_file()]
+    row["output_folders"] = len(run_dirs)
+    row["verdict_line"] = next((ln.strip() for ln in reversed(lines)
+                                if _VERDICT_LINE.search(ln) and not _NOISE.search(ln)
+                                and not ln.startswith("[")), None)
+    compiled = not timed_out and proc.returncode == 0 and bool(logged)
+    row["compiled"] = compiled
+    if not compiled:
+        row["error"] = f"timeout after {timeout_s:.0f} s" if timed_out else (
+            _first(lines, re.compile(r"Run pass failed")) or _first(lines, re.compile(r"Errcode"))
+            or _first(lines, _ERROR_LINE) or f"exit code {proc.returncode}, no bubble_analysis.log")
+        row["exception"] = _first(list(reversed(lines)), _EXCEPTION_LINE) or _first(
+            list(reversed(lines)), re.compile(r"PRECISION: error"))
+        row["log_errors"] = _plog_errors(home)
+        row.update(operator_time_us=None, e2e_us=None, task_count=None)
+        return row
+    a = analyze_runs(logged, run_mode="sim")
+    row["operator_time_us"] = round(a.operator_time_us, 6)
+    row["e2e_us"] = round(a.e2e_us, 6)
+    row["task_count"] = a.task_count
+    row["per_folder_operator_time_us"] = [round(d.operator_time_us, 6) for d in a.per_dir]
+    reasons = [r for p in logged for r in validate_run(p, "sim")]
+    row["valid"] = not reasons
+    if reasons:
+        row["invalid_reasons"] = reasons
+    return row
+
+
 def run_config(op_dir: Path, spec: dict, config: dict, *, timeout_s: float, keep: bool = False) -> dict:
     """Run one configuration in a temporary copy of ``op_dir``; returns its row of the result file."""
     knobs = {k["name"]: k for k in spec["knobs"]}
@@ -171,49 +220,7 @@ def run_config(op_dir: Path, spec: dict, config: dict, *, timeout_s: float, keep
             path.write_text(text.replace(k["shipped"], render(k, value), 1))
         home = work / "home"
         home.mkdir()
-        env = build_child_env(run_mode="sim", base={**os.environ, "HOME": str(home)})
-        argv = [sys.executable, *spec["command"]]
-        t0 = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=dst, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = proc.communicate()
-            timed_out = True
-        row["wall_s"] = round(time.monotonic() - t0, 2)
-        row["exit_code"] = None if timed_out else proc.returncode
-        text = _ANSI.sub("", out.decode(errors="replace") + "\n" + err.decode(errors="replace"))
-        lines = text.replace(str(dst) + os.sep, "").replace(str(dst), ".").splitlines()
-        run_dirs = sorted(p for p in (dst / "output").glob("output_*") if p.is_dir()) if (dst / "output").is_dir() \
-            else []
-        logged = [p for p in run_dirs if (p / "CostModelSimulationOutput" / "bubble_analysis.log").is_file()]
-        row["output_folders"] = len(run_dirs)
-        row["verdict_line"] = next((ln.strip() for ln in reversed(lines)
-                                    if _VERDICT_LINE.search(ln) and not _NOISE.search(ln)
-                                    and not ln.startswith("[")), None)
-        compiled = not timed_out and proc.returncode == 0 and bool(logged)
-        row["compiled"] = compiled
-        if not compiled:
-            row["error"] = f"timeout after {timeout_s:.0f} s" if timed_out else (
-                _first(lines, re.compile(r"Run pass failed")) or _first(lines, re.compile(r"Errcode"))
-                or _first(lines, _ERROR_LINE) or f"exit code {proc.returncode}, no bubble_analysis.log")
-            row["exception"] = _first(list(reversed(lines)), _EXCEPTION_LINE) or _first(
-                list(reversed(lines)), re.compile(r"PRECISION: error"))
-            row["log_errors"] = _plog_errors(home)
-            row.update(operator_time_us=None, e2e_us=None, task_count=None)
-            return row
-        a = analyze_runs(logged, run_mode="sim")
-        row["operator_time_us"] = round(a.operator_time_us, 6)
-        row["e2e_us"] = round(a.e2e_us, 6)
-        row["task_count"] = a.task_count
-        row["per_folder_operator_time_us"] = [round(d.operator_time_us, 6) for d in a.per_dir]
-        reasons = [r for p in logged for r in validate_run(p, "sim")]
-        row["valid"] = not reasons
-        if reasons:
-            row["invalid_reasons"] = reasons
+        row.update(run_folder(dst, [sys.executable, *spec["command"]], home=home, timeout_s=timeout_s))
         return row
     finally:
         if keep:

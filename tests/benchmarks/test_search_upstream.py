@@ -1,0 +1,145 @@
+"""The upstream benchmark's pure parts (benchmarks/search_upstream.py) on small hand-made inputs: which example tests
+it finds, how a grid is built from a knob map, the de-tune rule, random search's expectation, the search's curve and
+re-measured trials, and the table. Nothing here runs the simulator."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("search_upstream", ROOT / "benchmarks" / "search_upstream.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["search_upstream"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+su = _bench()
+
+
+def test_discovery_takes_the_tests_an_example_main_dispatches_on(tmp_path):
+    ex = tmp_path / "examples" / "ops"
+    ex.mkdir(parents=True)
+    (ex / "softmax.py").write_text(
+        "def test_softmax():\n    pass\n\ndef test_helper_not_listed():\n    pass\n\n"
+        "def main():\n    examples = {'softmax::test_softmax': {'function': test_softmax},\n"
+        "                'ghost::test_missing': {}}\n")
+    (ex / "util.py").write_text("examples = {'a': 1}\n")
+    found = su.discover(tmp_path / "examples")
+    assert [(t.file, t.selector, t.name) for t in found] == [
+        ("ops/softmax.py", "softmax::test_softmax", "ops/softmax.py::test_softmax")]
+
+
+KNOB_MAP = [
+    # a vector tile whose value flows from a config field: the field stands for both
+    {"id": "op.py:kernel.set_vec_tile_shapes#1", "kind": "vec_tile", "value": {"$expr": "*cfg.vec"}, "tunable": True,
+     "live": True, "kernel_ran": True, "tune_by": ["op.py:kernel.set_vec_tile_shapes#1", "op.py:test.Cfg(vec)"],
+     "effective": [[16, 32]]},
+    {"id": "op.py:test.Cfg(vec)", "kind": "tile_source", "value": [16, 32], "tunable": True, "live": True,
+     "kernel_ran": None, "tune_by": [], "feeds": ["op.py:kernel.set_vec_tile_shapes#1"], "effective": [[16, 32]]},
+    {"id": "op.py:kernel.TILE_B", "kind": "tile_constant", "value": 4, "tunable": True, "live": True,
+     "kernel_ran": True, "tune_by": []},
+    {"id": "op.py:kernel.unroll_list", "kind": "loop_option", "value": [4, 2, 1], "tunable": True, "live": True,
+     "kernel_ran": True, "tune_by": []},
+    # dead, not tunable, or offered nothing: never in the grid
+    {"id": "op.py:other.set_vec_tile_shapes#1", "kind": "vec_tile", "value": [8, 8], "tunable": True, "live": False},
+    {"id": "op.py:kernel.run_mode", "kind": "jit_option", "value": 1, "tunable": False, "live": True},
+    {"id": "op.py:kernel.vec_nbuffer_setting", "kind": "jit_option", "value": None, "tunable": True, "live": True},
+]
+CANDIDATES = {
+    "op.py:kernel.set_vec_tile_shapes#1": [[32, 32]],
+    "op.py:test.Cfg(vec)": [[64, 64], [8, 32], [16, 32], [32, 32], [16, 64], [32, 32]],  # current and a repeat dropped
+    "op.py:kernel.TILE_B": [1, 2, 8, 16],
+    "op.py:kernel.unroll_list": [[8, 4, 2, 1]],
+    "op.py:other.set_vec_tile_shapes#1": [[16, 16]],
+    "op.py:kernel.vec_nbuffer_setting": [],
+}
+
+
+def test_grid_knobs_are_the_live_tunable_knobs_offered_values_one_per_tile():
+    knobs = su.grid_knobs(KNOB_MAP, CANDIDATES)
+    assert [k.id for k in knobs] == ["op.py:test.Cfg(vec)", "op.py:kernel.TILE_B", "op.py:kernel.unroll_list"]
+    assert knobs[0].candidates == [[64, 64], [8, 32], [32, 32], [16, 64]]
+
+
+def test_the_grid_bound_gives_a_value_in_turn_to_the_knob_with_fewest_and_spreads_values_by_volume():
+    knobs = su.pick_values(su.grid_knobs(KNOB_MAP, CANDIDATES), max_configs=12)
+    # counts grow 1,1,1 -> 2,1,1 -> 2,2,1 -> 2,2,2 -> 3,2,2 -> 3,3,2 (18 > 12 stops TILE_B; unroll has 1 candidate)
+    assert [len(k.values) for k in knobs] == [3, 2, 2]
+    assert math.prod(len(k.values) for k in knobs) <= 12
+    assert [k.values[0] for k in knobs] == [[16, 32], 4, [4, 2, 1]]  # current first
+    # the field's candidates ordered by volume: (8,32) 256, (16,64) 1024, (32,32) 1024, (64,64) 4096; two spread
+    # over them take both ends, three the ends and the middle, one the middle
+    assert knobs[0].values[1:] == [[8, 32], [64, 64]]
+    ordered = [[8, 32], [16, 64], [32, 32], [64, 64]]
+    assert su._spread(ordered[::-1], 3) == [[8, 32], [32, 32], [64, 64]] and su._spread(ordered, 1) == [[16, 64]]
+    configs = su.configurations(knobs)
+    assert len(configs) == 12 and configs[0] == {k.id: k.values[0] for k in knobs}
+    unbounded = su.pick_values(su.grid_knobs(KNOB_MAP, CANDIDATES), max_configs=1000)
+    assert [len(k.values) for k in unbounded] == [5, 5, 2]
+
+
+def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8():
+    def legal_from(n):
+        return lambda v: min(su._flat_ints(v)) >= n if isinstance(v, (list, dict)) else v >= n
+
+    assert su.detune_value(("vec", 2), legal_from(8)) == [8, 8]
+    assert su.detune_value(("vec", 4), legal_from(1)) == [1, 1, 8, 8]  # leading batch axes: 1
+    assert su.detune_value(("cube", 0), legal_from(16)) == {"m": [16, 16], "k": [16, 16], "n": [16, 16]}
+    assert su.detune_value(("cube_src", 3), legal_from(32)) == [32, 32, 32]
+    assert su.detune_value(("int", 0), legal_from(8)) == 8
+    assert su.detune_value(("vec", 2), lambda v: False) is None
+    # the form follows the knob: a config field feeding a cube tile, a vector tile pinned from an expression
+    assert su.detune_shape(KNOB_MAP[1]) == ("vec", 2)
+    assert su.detune_shape({"id": "c", "kind": "tile_source", "value": [16, 32, 32],
+                            "feeds": ["op.py:k.set_cube_tile_shapes#1"]}) == ("cube_src", 3)
+    assert su.detune_shape(KNOB_MAP[0]) == ("vec", 2)
+    assert su.is_tile(KNOB_MAP[1]) and not su.is_tile(KNOB_MAP[2]) and not su.is_tile(KNOB_MAP[3])
+
+
+def test_random_expectation_counts_failures_in_n_and_good_configurations_in_k():
+    # shipped 100, best 10 (10x): 90 % of 10x = 9x -> times <= 11.11; 99 % -> <= 10.10
+    times = [100.0, 50.0, 11.0, 10.0, None, 20.0, 10.1]
+    r90, k90, best = su.random_expectation(times, 100.0, 0.9)
+    r99, k99, _ = su.random_expectation(times, 100.0, 0.99)
+    assert best == 10.0 and (k90, k99) == (3, 2)
+    assert r90 == (7 + 1) / (3 + 1) and r99 == (7 + 1) / (2 + 1)
+
+
+def test_search_curve_reach_and_remeasured_trials():
+    trials = [{"time_us": 80.0, "decision": "kept"}, {"time_us": 80.0, "decision": "reverted"},
+              {"time_us": None, "decision": "reverted"}, {"time_us": 100.0, "decision": "reverted"},
+              {"time_us": 50.0, "decision": "kept"}, {"time_us": None, "decision": "kept"}]
+    curve = su.search_curve(100.0, trials)
+    assert curve == [1.25, 1.25, 1.25, 1.25, 2.0, 2.0]  # a failed trial never counts, kept or not
+    assert su.reach(curve, 1.25) == 1 and su.reach(curve, 1.9) == 5 and su.reach(curve, 2.1) is None
+    assert su.remeasured(100.0, trials) == 2  # 80.0 again, and the baseline's 100.0
+    assert su.best_curve([None, 50.0, 60.0], 100.0) == [1.0, 2.0, 2.0]
+
+
+def test_xgb_encoding_uses_the_values_integers_or_their_index():
+    knobs = [{"values": [[16, 32], [8, 8]]}, {"values": [{"m": [16, 16], "k": [32, 32], "n": [32, 32]},
+                                                          {"m": [16, 16], "k": [64, 64], "n": [32, 32]}]},
+             {"values": [None, [4, 2, 1], [8, 4, 2, 1]]}, {"values": [True, False]}]
+    assert su.xgb_encoding(knobs) == [[[16, 32], [8, 8]], [[16, 16, 32, 32, 32, 32], [16, 16, 64, 64, 32, 32]],
+                                      [[0], [1], [2]], [[0], [1]]]
+
+
+def test_table_has_one_row_per_variant_and_names_what_did_not_run():
+    rows = [{"operator": "ops/softmax.py::test_softmax", "variant": "shipped", "N": 27, "unwritable": 0,
+             "baseline_us": 74.44, "grid_best_us": 12.0, "grid_speedup": 6.2, "search_best": 6.2, "search90": 1,
+             "random90": 9.3, "xgb90": 12, "search99": None, "random99": 14.0, "xgb99": None, "xgb_runs": 100,
+             "remeasured": 3, "search_trials": 16, "failed": 1, "wall_s": 900.0},
+            {"operator": "ops/x.py::test_x", "variant": "shipped", "error": "TypeError: boom", "wall_s": 20.0}]
+    text = su.table(rows)
+    lines = text.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("| operator | variant |")
+    assert ("| ops/softmax.py::test_softmax | shipped | 27 (0) | 74.440 | 12.000 (6.20×) | 6.20 | 1 | 9.3 | 12 | "
+            ">16 | 14.0 | >100 | 3/16 | 1 | 900 |") == lines[2]
+    assert lines[3].startswith("| ops/x.py::test_x | shipped | — |")
