@@ -39,7 +39,6 @@ class DemoError(RuntimeError):
 
 def clip(text: str, n: int) -> str:
     """``text`` in at most ``n`` characters, ending on a whole word and an ellipsis when it is longer."""
-    text = " ".join(text.split())
     if len(text) <= n:
         return text
     cut = text[: n - 1]
