@@ -39,7 +39,6 @@ class DemoError(RuntimeError):
 
 def clip(text: str, n: int) -> str:
     """``text`` in at most ``n`` characters, ending on a whole word and an ellipsis when it is longer."""
-    text = " ".join(text.split())
     if len(text) <= n:
         return text
     cut = text[: n - 1]
@@ -323,9 +322,11 @@ async def _show_refusals(a: "Agent", workspace: Path, sid: str, operator: str, v
                              rationale="demo: two knobs at once is not allowed"), "GATE one-change")
     smuggled = diff_to(src.replace(vec_line, vec_line.replace("4, 256", "8, 256")).replace("= e / s", "= e"))
     _refused(a, await a.call("apply_tuning_patch", expect_error=True, session_id=sid, diff=smuggled,
-                             catalog_id="F-10", rationale="demo: a knob plus a change of the computation"), "GATE one-change")
+                             catalog_id="F-10", rationale="demo: a knob plus a change of the computation"),
+             "GATE one-change")
     _refused(a, await a.call("apply_tuning_patch", expect_error=True, session_id=sid, knob=vec, value=[4, 32, 256],
-                             catalog_id="F-10", rationale="demo: a tile the unified buffer cannot hold"), "GATE legality")
+                             catalog_id="F-10", rationale="demo: a tile the unified buffer cannot hold"),
+             "GATE legality")
 
 
 async def _ledger_tables(client: Any, sid: str) -> dict[str, list[dict[str, Any]]]:

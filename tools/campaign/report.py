@@ -126,7 +126,8 @@ def _session_report(r: OperatorRow, lang: str) -> str | None:
 def _summary(b: Board, s: dict[str, str]) -> list[tuple[str, str]]:
     counts = ", ".join(f"{s[k]} {v}" for k, v in b.counts.items() if v)
     run_sum = sum(r.run_s for r in b.operators)
-    return [(s["id"], b.campaign_id), (s["state"], s.get("st_" + b.state, b.state)), (s["ops"], f"{len(b.operators)} ({counts})"),
+    return [(s["id"], b.campaign_id), (s["state"], s.get("st_" + b.state, b.state)),
+            (s["ops"], f"{len(b.operators)} ({counts})"),
             (s["executor"], f"{b.executor}, {b.slots} slot(s)"), (s["nodes"], ", ".join(b.nodes) or "—"),
             (s["elapsed"], fmt_s(b.elapsed_s)), (s["run_sum"], fmt_s(run_sum)),
             (s["best_op"], f"{fmt_x(b.best_speedup)} ({b.best_operator})" if b.best_speedup else "—"),

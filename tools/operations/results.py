@@ -317,8 +317,9 @@ class KnobOut(BaseModel):
     kind: str
     file: str = Field("", description="the file (in the summary: the id's prefix)")
     line: int
-    value: JsonValue
-    catalog_ids: list[str]
+    value: JsonValue = Field(None, description="the value in the current code (a dead site's is left out of the "
+                             "summary)")
+    catalog_ids: list[str] = Field(default_factory=list)
     legal: str = Field("", description="the legal values of this kind of knob (in the summary: legal_by_kind)")
     tunable: bool = True
     legal_here: str = Field("", description="legal values for this operator's shapes and dtypes")
@@ -349,8 +350,8 @@ class KnobOut(BaseModel):
         if not self._brief:
             return data
         if self._brief == "dead":  # never proposed, a change is refused: where it is and why is all there is to say
-            return {k: data[k] for k in ("id", "kind", "line", "value", "catalog_ids", "kernel", "kernel_ran", "why")
-                    if k in _KNOB_ALWAYS or data[k] not in (None, "")}
+            return {k: data[k] for k in ("id", "kind", "line", "kernel", "kernel_ran", "why")
+                    if data[k] not in (None, "")}
         return {k: v for k, v in data.items() if k in _KNOB_ALWAYS or v not in (None, "", [], {})}
 
 

@@ -83,7 +83,8 @@ def phrase_text(s: dict[str, str], text: str) -> str:
 # Fragments of the server's English wording that recur in a report's details (tools/patching/effective.py's legality
 # lines, tools/operations/rounds.py's flags): said in the report's language; the code they quote stays as written.
 _FRAGMENTS = [
-    ("flag_kernel_slower", re.compile(r"^FLAG: kernel (?P<kernel>\S+) got slower (?P<rise>[+-][\d.]+ %) \((?P<detail>[^)]*)\)$")),
+    ("flag_kernel_slower", re.compile(r"^FLAG: kernel (?P<kernel>\S+) got slower (?P<rise>[+-][\d.]+ %) "
+                                      r"\((?P<detail>[^)]*)\)$")),
     ("flag_e2e_rose", re.compile(r"^FLAG: AICore end-to-end time rose (?P<rise>[+-][\d.]+ %) \((?P<detail>[^)]*)\)$")),
     ("lg_per_tile", re.compile(r"(?P<n>[\d.]+ [KM]i?B) per tile")),
     ("lg_iterations", re.compile(r"= (?P<n>\d+) iterations")),

@@ -23,8 +23,8 @@ from pypto_tune.tools.snapshot import Measurement, RoundRecord, SessionSnapshot
 # Status marks every font draws (DejaVu and Noto CJK have them; emoji need an emoji font the set-up does not install).
 MARKS = {"kept": "✔ ", "reverted": "↩ ", "failed": "✘ "}
 # Glossary entries in the order the Definitions section lists them (keys ``g_<id>`` in i18n.json).
-GLOSSARY = ("op-time", "e2e", "aicpu", "util", "bubble", "lb", "cv", "stars", "tasks", "delta", "sim", "catalog", "stage",
-            "outer", "cores")
+GLOSSARY = ("op-time", "e2e", "aicpu", "util", "bubble", "lb", "cv", "stars", "tasks", "delta", "sim", "catalog",
+            "stage", "outer", "cores")
 
 
 @dataclass
