@@ -198,8 +198,8 @@ def kernel(p: Point, q: Point) -> float:
         else:
             near = 1.0 if p.extents == q.extents else 0.5
         k += W_KNOB * near
-        if p.direction is not None and p.direction == q.direction:
-            k += W_DIRECTION * near
+        if p.direction == q.direction:  # (two moves nobody can order count as the same way: a point's own
+            k += W_DIRECTION * near      # variance is always the whole prior variance, 1)
         if p.state == q.state:
             k += W_STATE * near
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
