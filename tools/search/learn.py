@@ -5,9 +5,10 @@ the hand-written reading of the history (:mod:`.history`) — are predictions ma
 are the **prior mean** of a small Gaussian process fitted to this session's measurements, and the search ranks by an
 upper confidence bound of its posterior:
 
-* **observations** — every decided trial of the session: its change as a point (below) and ``y = log2(before /
-  after)`` (a gain is positive, "no effect" 0); a trial that failed (compile failure, invalid run) counts as
-  ``FAILED_Y``, a regression by its neighbourhood;
+* **observations** — every decided trial of the session: its change as a point (below) and ``y = log2(kept /
+  after)``, what its configuration gains over the state kept now (a gain already kept is 0: its neighbours are not
+  raised by a gain the session has banked); a trial that failed (compile failure, invalid run) counts as
+  ``FAILED_Y``;
 * **points** — a change seen the same way whatever its knob: the knob (tile calls sharing a site count as one), the
   kind of knob (vector tile, cube tile, block size, unroll list, buffer count, one kind per option), the log2 of the
   *effective* extents after the change (a tile clamped to the view it tiles, a cube tile to the matmul's M, K, N),
@@ -264,21 +265,26 @@ class SessionModel:
         return {o.point.kind for o in self.obs}
 
 
-def observation_y(t: TriedChange) -> float | None:
-    """A decided trial as the model's target: log2(before / after), ``FAILED_Y`` for a failure, None when it says
-    nothing (no times)."""
+def observation_y(t: TriedChange, kept_us: float | None = None) -> float | None:
+    """A decided trial as the model's target: log2(kept / after) — what reaching that trial's configuration would
+    gain over the state kept *now* (``kept_us``; without it, over the state the trial was tried from). A gain
+    already kept is then worth 0 to its neighbours, not its old size again; a gain of an older state that the kept
+    state has caught up with is worth nothing either. ``FAILED_Y`` for a failure; None when it says nothing."""
     if t.outcome == "failed" or t.after_us is None:
         return FAILED_Y if t.outcome == "failed" else None
-    if not t.before_us or t.after_us <= 0:
+    ref = kept_us if kept_us else t.before_us
+    if not ref or t.after_us <= 0:
         return None
-    return math.log2(t.before_us / t.after_us)
+    return math.log2(ref / t.after_us)
 
 
-def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point | None]) -> SessionModel:
-    """The model of this session: every decided trial the caller can place (``point_of``) with a target."""
+def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point | None],
+        kept_us: float | None = None) -> SessionModel:
+    """The model of this session: every decided trial the caller can place (``point_of``) with a target, measured
+    against the kept state's time ``kept_us`` (see :func:`observation_y`)."""
     obs = []
     for t in history:
-        y = observation_y(t)
+        y = observation_y(t, kept_us)
         if y is None:
             continue
         p = point_of(t)
