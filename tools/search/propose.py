@@ -8,9 +8,13 @@ The pipeline, for the kept state of one operator:
    of the current stage it serves (a knob with no id in this stage gets no candidate);
 3. **never again** — a value tried from this same kept state, and (after planning) code whose semantic hash was
    tried and not kept, are dropped (rule ``no-retry``, R19);
-4. **rank** — ``ranking="model"``: history, then the shape model with its priors, then the analysis
-   (:mod:`.rank`, :mod:`.history`); ``ranking="plain"``: catalogue priority, then the nearest value;
-5. **admit** — in rank order, each value is planned with ``plan_knob_edit`` and judged by the server's own
+4. **known** — a value whose *effective* configuration (tiles clamped to the tensor or view they tile) this session
+   already measured is not proposed: it is reported in ``known_outcomes`` with the round and time that answer it;
+5. **rank** — ``ranking="model"``: the session model (:mod:`.learn`) decides, a Gaussian process fitted to this
+   session's decided trials whose prior mean is the score of the history rules, the shape model with its priors,
+   the store and the analysis (:mod:`.rank`, :mod:`.history`, :mod:`.priors`); a knob measured without effect twice
+   from the kept state is not proposed from it; ``ranking="plain"``: catalogue priority, then the nearest value;
+6. **admit** — in rank order, each value is planned with ``plan_knob_edit`` and judged by the server's own
    ``admission.admit`` — the one admission path every change goes through — until ``limit`` are admitted. Cheap
    refusals come first from the same legality functions admission uses (``check_knob_value``, the effective-value
    checks of ``tools/patching/effective.py``), so that an illegal value is not planned at all. Nothing here
