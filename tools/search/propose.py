@@ -82,7 +82,7 @@ class _Raw:
     note: str = ""
     model: dict[str, Any] = field(default_factory=dict)
     after_sig: str | None = None  # the kernel picture after the change (same picture: same prediction)
-    prior_score: float = 0.0  # the prior's score (model, priors, store, history rules, analysis) before the session model
+    prior_score: float = 0.0  # the prior's score (model, priors, store, history rules, analysis): the session model's prior
     learnt: learn.Prediction | None = None  # the session model's prediction (ranking "model")
     tier: int = 0  # 1: a knob or kind measured without effect, behind every candidate of a kind not yet tried
 
