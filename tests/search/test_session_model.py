@@ -135,7 +135,7 @@ def test_without_measurements_the_prior_decides_and_its_order_is_kept():
 
 
 def test_measurements_outweigh_the_prior_near_them_and_not_elsewhere():
-    flat = learn.SessionModel([_obs(_pt("k", (1.0,)), 0.0, 1), _obs(_pt("k", (2.0,)), 0.0, 2)])
+    flat = learn.SessionModel([_obs(_pt("k", (1.0,)), 0.0, 1), _obs(_pt("k", (2.0,)), 0.0, 2)], "s")
     near = flat.predict(_pt("k", (1.5,)), 8.0)
     assert near.prior_weight < 0.2 and near.mean < 0.2 * learn.squash(8.0) + 1e-9
     assert {m.round for m in near.moved_by} == {1, 2} and all(m.part < 0 for m in near.moved_by)
@@ -145,7 +145,7 @@ def test_measurements_outweigh_the_prior_near_them_and_not_elsewhere():
 
 
 def test_a_gain_raises_its_neighbours_more_than_the_far_values():
-    m = learn.SessionModel([_obs(_pt("k", (1.0,)), 1.0, 1)])
+    m = learn.SessionModel([_obs(_pt("k", (1.0,)), 1.0, 1)], "s")
     assert m.predict(_pt("k", (1.5,)), 0.0).mean > m.predict(_pt("k", (5.0,)), 0.0).mean > 0
 
 

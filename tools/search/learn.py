@@ -5,16 +5,17 @@ the hand-written reading of the history (:mod:`.history`) — are predictions ma
 are the **prior mean** of a small Gaussian process fitted to this session's measurements, and the search ranks by an
 upper confidence bound of its posterior:
 
-* **observations** — every decided trial of the session: its change as a point (below) and ``y = log2(kept /
-  after)``, what its configuration gains over the state kept now (a gain already kept is 0: its neighbours are not
-  raised by a gain the session has banked); a trial that failed (compile failure, invalid run) counts as
-  ``FAILED_Y``;
+* **observations** — every decided trial of the session: its change as a point (below) and the move's effect
+  ``y = log2(before / after)`` (a gain is positive, "no effect" 0); a trial that failed (compile failure, invalid
+  run) counts as ``FAILED_Y``; a move measured from another kept state is a noisy reading of the same move from here
+  (``NOISE_ELSEWHERE``): a gain the session has banked lifts the way it came, not every value of its kind;
 * **points** — a change seen the same way whatever its knob: the knob (tile calls sharing a site count as one), the
   kind of knob (vector tile, cube tile, block size, unroll list, buffer count, one kind per option), the log2 of the
   *effective* extents after the change (a tile clamped to the view it tiles, a cube tile to the matmul's M, K, N),
   the direction of the move from its kept state, and the stage group;
-* **kernel** — changes of one knob are correlated by how close their effective extents are and whether they move
-  the same way; changes of one kind share a smaller part; other kinds share nothing (a measured vector tile says
+* **kernel** — changes of one knob are correlated by how close their effective extents are, and signed by the
+  direction of the moves (a step back the way a gain came is anti-correlated with it); changes of one kind share a
+  small part; other kinds share nothing (a measured vector tile says
   nothing about the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and the
   cube tile held a 4.5× gain);
 * **prior** — the prior score of the candidate, squashed to a plausible log2 speed-up (``PRIOR_SCALE``), weighs by
@@ -58,10 +59,11 @@ PRIOR_SPAN = 4.0  # prior scores are squashed by tanh(score / PRIOR_SPAN): +0.4 
 BETA = 0.3  # UCB: mean + BETA × sd
 NOISE = 0.01  # observation variance (log2 units²): SIM is exact, the kernel is not
 # kernel weights (they sum to the prior variance, 1): same knob, same kind, same knob and kept state, same direction
-W_KNOB = 0.45
-W_KIND = 0.2
-W_STATE = 0.15
+W_KNOB = 0.5
+W_KIND = 0.1
+W_STATE = 0.2
 W_DIRECTION = 0.2
+NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
 LENGTH_LOG2 = 1.0  # one doubling of an effective extent is one length scale
 OTHER_STAGE = 0.8  # correlation kept across stage groups
 MOVED_BY_SHOWN = 3
@@ -187,8 +189,19 @@ def direction(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> tuple
     return tuple((y > x) - (y < x) for x, y in zip(a, b))
 
 
+def _cos(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> float:
+    """Cosine of two moves' directions (0 when either has none or they are not comparable)."""
+    if a is None or b is None or len(a) != len(b):
+        return 0.0
+    na, nb = math.sqrt(sum(x * x for x in a)), math.sqrt(sum(x * x for x in b))
+    return sum(x * y for x, y in zip(a, b)) / (na * nb) if na and nb else 0.0
+
+
 def kernel(p: Point, q: Point) -> float:
-    """Prior covariance of two changes' log2 speed-ups (see the module docstring)."""
+    """Prior covariance of two changes' log2 speed-ups (see the module docstring). Within one knob: closeness of the
+    effective extents (RBF), times a part for the same kept state and a signed part for the direction of the move
+    (cosine: a move back the way a gain came is anti-correlated with it). Every part is a product of positive
+    semi-definite kernels, so the sum is one."""
     if p.kind != q.kind:
         return 0.0
     k = W_KIND
@@ -198,25 +211,24 @@ def kernel(p: Point, q: Point) -> float:
             near = math.exp(-d2 / (2 * LENGTH_LOG2 ** 2))
         else:
             near = 1.0 if p.extents == q.extents else 0.5
-        k += W_KNOB * near
-        if p.direction == q.direction:  # (two moves nobody can order count as the same way: a point's own
-            k += W_DIRECTION * near      # variance is always the whole prior variance, 1)
-        if p.state == q.state:
-            k += W_STATE * near
+        cos = _cos(p.direction, q.direction)
+        if p == q and not any(p.direction or ()):
+            cos = 1.0  # a move without a direction is still fully correlated with itself (identity kernel: PSD)
+        k += near * (W_KNOB + W_DIRECTION * cos + (W_STATE if p.state == q.state else 0))
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
 
 
 class SessionModel:
     """A GP over this session's decided trials (``fit``), asked for each candidate (``predict``)."""
 
-    def __init__(self, observations: list[Observation]) -> None:
+    def __init__(self, observations: list[Observation], state: str = "") -> None:
         self.obs = observations
         n = len(observations)
         self._alpha = np.zeros(n)
         self._chol: np.ndarray | None = None
         if n:
             K = np.array([[kernel(a.point, b.point) for b in observations] for a in observations])
-            K += NOISE * np.eye(n)
+            K += np.diag([NOISE if o.point.state == state else NOISE_ELSEWHERE for o in observations])
             self._chol = np.linalg.cholesky(K)
             y = np.array([o.y for o in observations])
             self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, y))
@@ -265,32 +277,29 @@ class SessionModel:
         return {o.point.kind for o in self.obs}
 
 
-def observation_y(t: TriedChange, kept_us: float | None = None) -> float | None:
-    """A decided trial as the model's target: log2(kept / after) — what reaching that trial's configuration would
-    gain over the state kept *now* (``kept_us``; without it, over the state the trial was tried from). A gain
-    already kept is then worth 0 to its neighbours, not its old size again; a gain of an older state that the kept
-    state has caught up with is worth nothing either. ``FAILED_Y`` for a failure; None when it says nothing."""
+def observation_y(t: TriedChange) -> float | None:
+    """A decided trial as the model's target: the move's effect, log2(before / after) against the state it was tried
+    from; ``FAILED_Y`` for a failure; None when it says nothing (no times)."""
     if t.outcome == "failed" or t.after_us is None:
         return FAILED_Y if t.outcome == "failed" else None
-    ref = kept_us if kept_us else t.before_us
-    if not ref or t.after_us <= 0:
+    if not t.before_us or t.after_us <= 0:
         return None
-    return math.log2(ref / t.after_us)
+    return math.log2(t.before_us / t.after_us)
 
 
 def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point | None],
-        kept_us: float | None = None) -> SessionModel:
-    """The model of this session: every decided trial the caller can place (``point_of``) with a target, measured
-    against the kept state's time ``kept_us`` (see :func:`observation_y`)."""
+        state: str = "") -> SessionModel:
+    """The model of this session: every decided trial the caller can place (``point_of``) with its target; a trial
+    tried from another kept state than ``state`` (the kept one) counts with more noise."""
     obs = []
     for t in history:
-        y = observation_y(t, kept_us)
+        y = observation_y(t)
         if y is None:
             continue
         p = point_of(t)
         if p is not None:
             obs.append(Observation(p, y, t))
-    return SessionModel(obs)
+    return SessionModel(obs, state)
 
 
 def state_configs(history: list[TriedChange], now: dict[str, Any], kept_hash: str) -> dict[str, dict[str, Any]]:

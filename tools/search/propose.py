@@ -596,7 +596,7 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) ->
     measured only without effect goes behind the kinds nobody has tried yet."""
     by_id = {k.id: k for k in ctx.knobs}
     model = learn.fit(ctx.history, lambda t: _point(ctx, by_id.get(t.knob_id), t.knob_id, t.value,
-                                                    t.before_value, t.from_kept_hash, t.stage), _kept_us(ctx))
+                                                    t.before_value, t.from_kept_hash, t.stage), ctx.kept_hash)
     keep: list[tuple[_Raw, learn.Point]] = []
     for raw in raws:
         pt = _point(ctx, raw.knob, raw.knob.id, raw.value, raw.knob.value, ctx.kept_hash, ctx.stage)
