@@ -251,7 +251,7 @@ def test_a_knob_that_never_moved_the_time_goes_last(admission_cache):
     for c in nbuf:
         assert c.score < old[c.value[-1]].score
         moved = c.evidence["session"]["moved_by"]
-        assert {m["round"] for m in moved} == {2, 4}  # toward "no effect", from whichever side the prior was
+        assert moved and {m["round"] for m in moved} <= {2, 4}  # toward "no effect", from whichever side
     others = [c for c in prop.candidates if c.knob != nb.id]
     assert others and max(c.rank for c in others) < min(c.rank for c in nbuf)
 
