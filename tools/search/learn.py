@@ -41,10 +41,11 @@ decision: equal on the five fixture grids (layer_norm_multi never/never — its 
 matmul_act 1/1 with 9 trials run instead of 11, multi_stage 8/8, rmsnorm_grid 2/2, split_harness 1/1) and on the
 upstream-style grids with the probe (activation 1/3 with 10 trials run instead of 18, ffn 2/2, layernorm 2/2,
 attention never — its walk reaches 58 % —, mean_pool 7/9, rope 2/2), one fewer on bmm_scale (7 → 6) and
-linear_bias (4 → 3), one more on upstream_softmax (2 → 3: the tile's kept 15× gain lifted the tile's neighbour
-[1, 32, 256] above the block size, which regressed). These grids are fixtures written here in upstream style, not
-PyPTO's own examples. A first version whose targets were measured against the kept state's time lost multi_stage's 8 (9); one that spread a kept gain to every value of its
-kind through a large kind part (0.2) spent a trial walking back. β and the kernel weights were set once from these
+linear_bias (4 → 3), one more on upstream_softmax (2 → 3: the tile's kept 15× gain lifted its neighbour
+[1, 32, 256], which regressed, above the block size that gave the rest). These grids are fixtures written here in
+upstream style, not PyPTO's own examples. A first version whose targets were measured against the kept state's time
+lost multi_stage's 8 (9); one that spread a kept gain to every value of its kind through a large kind part (0.2)
+spent a trial walking back. β and the kernel weights were set once from these
 considerations, not tuned per grid; Thompson sampling and scikit-learn's GP were not measured.
 """
 
