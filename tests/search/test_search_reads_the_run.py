@@ -200,7 +200,11 @@ def test_the_neighbourhood_of_a_gain_goes_up(ln_all, cache):
     at_gain = (TILE_FIELD, json.dumps([1, 512]))
     next_to = (TILE_FIELD, json.dumps([1, 256]))  # one log2 step away
     assert score[at_gain] > base[at_gain] and score[next_to] > base[next_to]
-    assert score[at_gain] - base[at_gain] >= score[next_to] - base[next_to]  # nearer the gain, raised more
+    # nearer the gain, the prediction (the session model's mean) is raised more; the score also carries the
+    # exploration bonus, which shrinks most where the measurement is
+    mean = {(c.knob, json.dumps(c.value)): c.evidence["session"]["mean"] for c in prop.candidates}
+    mean0 = {(c.knob, json.dumps(c.value)): c.evidence["session"]["mean"] for c in ln_all.candidates}
+    assert mean[at_gain] - mean0[at_gain] >= mean[next_to] - mean0[next_to]
     assert _rank(prop, TILE_FIELD, [1, 512]) <= _rank(ln_all, TILE_FIELD, [1, 512])
 
 
@@ -329,10 +333,12 @@ def test_a_tile_whose_every_change_regressed_here_no_longer_rides_on_the_model(c
     after = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=tried)
     tile_cands = [c for c in after.candidates if c.knob in (pin, rows)]
     cancelled = [c for c in tile_cands if "its prediction is not counted here" in c.why]
-    assert cancelled and all(c in cancelled or c.score <= 0 for c in tile_cands)
+    # the prior of every tile candidate is cancelled or no gain (the score adds the session model's exploration
+    # bonus, which is never negative: the prior's part is what the model predicted)
+    assert cancelled and all(c in cancelled or c.evidence["session"]["prior"]["part"] <= 0 for c in tile_cands)
     # with the tile's prediction cancelled, every tile candidate ranks below every cube-tile candidate the model scores
     cube = [c for c in after.candidates if c.knob.endswith(("set_cube_tile_shapes#1", "(tile_m)", "(tile_n)"))
-            and c.score > 0]
+            and c.evidence["session"]["prior"].get("model", 0) > 0]
     assert cube and max(c.score for c in tile_cands) < min(c.score for c in cube)
 
 

@@ -402,6 +402,10 @@ class CandidatesResult(_Result):
     ranking_flat: bool = Field(False, description="the first candidates score the same: nothing measured or modelled "
                                "tells them apart, and their order is not a prediction")
     dead_sites: int = Field(0, description="knob sites the test never ran (dead): never proposed")
+    known_outcomes: list[dict[str, Any]] = Field(default_factory=list, description="candidates not proposed because "
+                                                 "this session already measured their effective configuration (tiles "
+                                                 "clamped to what they tile): knob, value, same_as_round, "
+                                                 "operator_time_us")
 
 
 class TrialOut(BaseModel):

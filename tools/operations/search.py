@@ -109,7 +109,7 @@ class SearchOps(OperationsBase):
                                                        proposal.needs_algorithm_stage],
                                 exhausted=proposal.exhausted, excluded=dict(proposal.excluded),
                                 notes=list(proposal.notes), ranking_flat=proposal.ranking_flat,
-                                dead_sites=len(proposal.dead_sites))
+                                dead_sites=len(proposal.dead_sites), known_outcomes=list(proposal.known_outcomes))
 
     def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None,
                 budget_s: float | None = None) -> Any:

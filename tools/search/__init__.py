@@ -2,7 +2,7 @@
 
 Pure library (no MCP, no session or ledger): the session's ``propose_candidates`` / ``run_candidates`` call it with
 the kept sources, the stage, the latest analysis and the history of tried changes. See :mod:`.propose` for the
-pipeline, :mod:`.rank` and :mod:`.history` for the ranking signals, ``priors.json`` for the priors and the
+pipeline, :mod:`.learn` for the session model that ranks, :mod:`.rank` and :mod:`.history` for its prior's signals, ``priors.json`` for the priors and the
 measurements behind them, and ``benchmarks/search_offline.py`` for the offline evaluation that earns the ranking its
 place.
 """

@@ -131,7 +131,9 @@ class Proposal(BaseModel):
     excluded: dict[str, int] = Field(default_factory=dict, description="how many were dropped and why: 'tried' "
                                      "(same knob+value from this kept state), 'failed-code' (same code failed or "
                                      "did not pay off), 'failed-larger' (at or past a value that did not compile from "
-                                     "this kept state), 'illegal' (refused by the server's admission), 'no-change'")
+                                     "this kept state), 'illegal' (refused by the server's admission), 'no-change', "
+                                     "'known' (its effective configuration was measured: see known_outcomes), "
+                                     "'no-effect-here' (its knob measured no effect twice from this kept state)")
     refusals: list[str] = Field(default_factory=list, description="first few admission refusals, for the record")
     notes: list[str] = Field(default_factory=list)
     ranking_flat: bool = Field(False, description="the first candidates score the same (within FLAT_SCORE): nothing "
@@ -139,3 +141,7 @@ class Proposal(BaseModel):
                                "prediction")
     dead_sites: list[str] = Field(default_factory=list, description="knob ids whose sites the test never ran: never "
                                   "proposed")
+    known_outcomes: list[dict[str, Any]] = Field(default_factory=list, description="candidates not proposed because "
+                                                 "this session already measured their effective configuration (a tile "
+                                                 "clamped to the tensor or view it tiles runs as the clamped tile): "
+                                                 "knob, value, same_as_round, operator_time_us, same_as")

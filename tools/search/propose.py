@@ -8,9 +8,13 @@ The pipeline, for the kept state of one operator:
    of the current stage it serves (a knob with no id in this stage gets no candidate);
 3. **never again** — a value tried from this same kept state, and (after planning) code whose semantic hash was
    tried and not kept, are dropped (rule ``no-retry``, R19);
-4. **rank** — ``ranking="model"``: history, then the shape model with its priors, then the analysis
-   (:mod:`.rank`, :mod:`.history`); ``ranking="plain"``: catalogue priority, then the nearest value;
-5. **admit** — in rank order, each value is planned with ``plan_knob_edit`` and judged by the server's own
+4. **known** — a value whose *effective* configuration (tiles clamped to the tensor or view they tile) this session
+   already measured is not proposed: it is reported in ``known_outcomes`` with the round and time that answer it;
+5. **rank** — ``ranking="model"``: the session model (:mod:`.learn`) decides, a Gaussian process fitted to this
+   session's decided trials whose prior mean is the score of the history rules, the shape model with its priors,
+   the store and the analysis (:mod:`.rank`, :mod:`.history`, :mod:`.priors`); a knob measured without effect twice
+   from the kept state is not proposed from it; ``ranking="plain"``: catalogue priority, then the nearest value;
+6. **admit** — in rank order, each value is planned with ``plan_knob_edit`` and judged by the server's own
    ``admission.admit`` — the one admission path every change goes through — until ``limit`` are admitted. Cheap
    refusals come first from the same legality functions admission uses (``check_knob_value``, the effective-value
    checks of ``tools/patching/effective.py``), so that an illegal value is not planned at all. Nothing here
@@ -41,7 +45,7 @@ from pypto_tune.tools.errors import (
 from pypto_tune.tools.knowledge.situation import change_class
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
-from pypto_tune.tools.search import failures, linked, runpicture
+from pypto_tune.tools.search import failures, learn, linked, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -78,12 +82,15 @@ class _Raw:
     note: str = ""
     model: dict[str, Any] = field(default_factory=dict)
     after_sig: str | None = None  # the kernel picture after the change (same picture: same prediction)
+    prior_score: float = 0.0  # the prior's score (model, priors, store, history rules, analysis): the session model's prior
+    learnt: learn.Prediction | None = None  # the session model's prediction (ranking "model")
+    tier: int = 0  # 1: a knob or kind measured without effect, behind every candidate of a kind not yet tried
 
     def sort_key(self, ranking: Ranking) -> tuple:
         tail = (self.knob.id, value_key(self.value))
         if ranking == "plain":
             return (*self.plain, *tail)
-        return (-round(self.score, 9), *self.plain, *tail)
+        return (self.tier, -round(self.score, 9), *self.plain, *tail)
 
 
 def _has_expr(v: Any) -> bool:
@@ -474,6 +481,149 @@ def _kept_us(ctx: _Context) -> float | None:
     return float(kept[-1]) if kept else None
 
 
+# ---------------------------------------------------------------------------------------------- the session's model
+
+MAX_KNOWN_SHOWN = 6  # known outcomes listed in a proposal (the rest are counted in excluded["known"])
+
+
+def _site_group(k: Knob) -> str:
+    """Knobs that set the same tile calls are one knob to the session model and its no-effect rule (the call pinned
+    and the config field that feeds it: PyPTO's FFN example spent ten trials on one and six on the other)."""
+    sites = _tile_sites(k)
+    return "sites:" + ",".join(f"{f}:{line}" for f, line in sorted(sites)) if sites else k.id
+
+
+def _clamp(k: Knob, value: Any, kernel: dict[str, Any] | None) -> list[int | None] | None:
+    """What each component of a tile value is clamped to when it runs: the view a vector tile tiles, the matmul's
+    M, K, N for a cube tile's m, k, n entries (L0, L1)."""
+    if kernel is None:
+        return None
+    if isinstance(value, dict) and all(a in value for a in ("m", "k", "n")):
+        mkn = (kernel.get("cube") or {}).get("mkn")
+        return [x for x in mkn for _ in range(2)] if mkn else None
+    return tile_view(k, kernel) if isinstance(value, list) else None
+
+
+def _point(ctx: _Context, k: Knob | None, knob_id: str, value: Any, before: Any, state: str,
+           stage: str | None) -> learn.Point:
+    group = next((g for g in ("frontend", "swimlane", "incore") if (stage or "").lower().startswith(g)),
+                 (stage or "").lower())
+    if k is None:  # a knob of an earlier state only: it stands alone
+        ext, ext0 = learn.log2_extents(value), learn.log2_extents(before)
+        return learn.Point(knob_id, "knob:" + knob_id, ext, learn.direction(ext0, ext), state, group)
+    clamp = _clamp(k, norm_value(value), ctx.kernel_of(k))
+    ext, ext0 = learn.log2_extents(value, clamp), learn.log2_extents(before, clamp)
+    return learn.Point(_site_group(k), learn.kind_of(k.kind, k.name, k.context.get("consumers")), ext,
+                       learn.direction(ext0, ext), state, group)
+
+
+def _pure_tile(ctx: _Context, k: Knob) -> bool:
+    """A knob that only sets tile calls the picture sees: its value counts as the tiles it makes, clamped."""
+    uses = set(k.context.get("consumers", []))
+    if k.kind in ("vec_tile", "cube_tile"):
+        return ctx.kernel_of(k) is not None
+    if k.kind in ("tile_source", "tile_constant", "local_constant") and uses and uses <= {"vec_tile", "cube_tile"}:
+        if ctx.picture is not None:
+            return bool(ctx.picture.kernel_keys_of(k))
+        return ctx.kernel_of(k) is not None
+    return False
+
+
+def _effective_tiles(pic: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every tile of every kernel as it runs: a vector tile clamped to the view it tiles, a cube tile to M, K, N."""
+    out = []
+    for f in pic:
+        vec = [{"line": v.get("line"), "block": v.get("block"),
+                "eff": v.get("eff_tile") if v.get("eff_tile") is not None else v.get("tile")} for v in f.get("vec", [])]
+        cube = f.get("cube") or {}
+        c = None
+        if cube:
+            eff = R._clipped_cube(cube.get("tile"), cube.get("mkn"))
+            c = {"line": cube.get("line"), "mkn": cube.get("mkn"), "eff": eff if eff is not None else cube.get("tile")}
+        out.append({"kernel": f.get("kernel_key") or f"{f.get('file')}:{f.get('scope')}", "trips": f.get("trips"),
+                    "vec": vec, "cube": c})
+    return out
+
+
+def _effective_key(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any], config: dict[str, Any]) -> str:
+    """A configuration as it runs: every knob that differs from the kept state by its value, except the knobs that
+    only set tiles, which count by the tiles the run gets after PyPTO clamps each extent to the tensor or view it
+    tiles (domain H.1: such a run is identical to the last digit). Where the picture cannot evaluate the change,
+    every value counts as written (two configurations are then the same only if they are written the same)."""
+    changes = [(by_id[i], v) for i, v in sorted(config.items())
+               if i in by_id and value_key(v) != value_key(now.get(i))]
+    pure = {k.id for k, _ in changes if _pure_tile(ctx, k)}
+    pic = (ctx.after_many(changes) if changes else ctx.base) if pure or not changes else None
+    counted = [(k.id, value_key(v)) for k, v in changes if k.id not in pure or pic is None]
+    tiles = _effective_tiles(pic) if pic is not None else None
+    return json.dumps({"values": counted, "tiles": tiles}, sort_keys=True, default=str)
+
+
+def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Effective key → the measurement of that configuration in this session: the kept state itself, and every
+    trial that was measured (failures are left to the failure rules: a clamped tile that failed may fail on its raw
+    size)."""
+    states = learn.state_configs(ctx.history, now, ctx.kept_hash)
+    out: dict[str, dict[str, Any]] = {}
+    kept_us = _kept_us(ctx)
+    if kept_us is not None:
+        made = [t for t in ctx.history if t.outcome == "kept" and t.round is not None
+                and norm_value(t.value) == norm_value(now.get(t.knob_id))]
+        out[_effective_key(ctx, by_id, now, now)] = {"round": made[-1].round if made else None,
+                                                     "operator_time_us": round(kept_us, 4), "what": "the kept state"}
+    for t in sorted(ctx.history, key=lambda t: t.round or 0):
+        if t.outcome == "failed" or t.after_us is None or t.from_kept_hash not in states:
+            continue
+        config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value)}
+        out.setdefault(_effective_key(ctx, by_id, now, config),
+                       {"round": t.round, "operator_time_us": round(t.after_us, 4),
+                        "what": f"{t.knob_id.split(':', 1)[-1]} = {t.value!r}"})
+    return out
+
+
+def _known_outcomes(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) -> tuple[list[_Raw],
+                                                                                         list[dict[str, Any]]]:
+    """The candidates whose effective configuration this session already measured are not run: they are returned
+    as known outcomes (value, the round that measured the same configuration, its time)."""
+    by_id = {k.id: ctx.as_ran(k) for k in ctx.knobs}
+    now = {i: k.value for i, k in by_id.items()}
+    measured = _measured_configs(ctx, by_id, now)
+    keep, known = [], []
+    for raw in raws:
+        m = measured.get(_effective_key(ctx, by_id, now, {**now, raw.knob.id: raw.value}))
+        if m is None:
+            keep.append(raw)
+            continue
+        excluded["known"] = excluded.get("known", 0) + 1
+        if len(known) < MAX_KNOWN_SHOWN:
+            known.append({"knob": raw.knob.id, "value": raw.value, "same_as_round": m["round"],
+                          "operator_time_us": m["operator_time_us"], "same_as": m["what"]})
+    return keep, known
+
+
+def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) -> list[_Raw]:
+    """Rank by the session model (:mod:`.learn`): each candidate's prior score is the prior mean, this session's
+    decided trials the data; a knob measured without effect twice from this state is dropped; a knob or kind
+    measured only without effect goes behind the kinds nobody has tried yet."""
+    by_id = {k.id: k for k in ctx.knobs}
+    model = learn.fit(ctx.history, lambda t: _point(ctx, by_id.get(t.knob_id), t.knob_id, t.value,
+                                                    t.before_value, t.from_kept_hash, t.stage), ctx.kept_hash)
+    keep: list[tuple[_Raw, learn.Point]] = []
+    for raw in raws:
+        pt = _point(ctx, raw.knob, raw.knob.id, raw.value, raw.knob.value, ctx.kept_hash, ctx.stage)
+        if model.exhausted_here(pt.group, ctx.kept_hash):
+            excluded["no-effect-here"] = excluded.get("no-effect-here", 0) + 1
+            continue
+        keep.append((raw, pt))
+    untried = {pt.kind for _, pt in keep} - model.tried_kinds()
+    for raw, pt in keep:
+        raw.prior_score = raw.score
+        raw.learnt = model.predict(pt, raw.score)
+        raw.score = raw.learnt.score
+        raw.tier = 1 if untried and pt.kind not in untried and model.unresponsive(pt.group, pt.kind) else 0
+    return [raw for raw, _ in keep]
+
+
 def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
     """Candidate values of one knob for a kernel picture (the kept one, or a trial one for a pair's lookahead)."""
     k = ctx.as_ran(k)
@@ -734,6 +884,8 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
         label = t.source + (f" [prior {t.rule}]" if t.rule else "")
         parts.append(f"{label}: {t.text} ({t.score:+.2f})")
     head = f"score {raw.score:+.2f} for {raw.catalog_id} ({_catalog_title(raw.catalog_id)})"
+    if raw.learnt is not None:  # what this session measured comes first; the terms below are its prior
+        parts.insert(0, raw.learnt.text() + f"; the prior score {raw.prior_score:+.2f} sums")
     if not parts:
         return head + ": no signal beyond the catalogue (nothing measured or modelled for this knob yet)"
     return head + ": " + "; ".join(parts[:4]) + (f"; +{len(parts) - 4} more" if len(parts) > 4 else "")
@@ -757,6 +909,11 @@ def _evidence(raw: _Raw, priors: Priors) -> dict[str, Any]:
         ev["prior"] = [priors.rules[r].cite() for r in rules if r in priors.rules]
     if raw.note:
         ev["generation"] = raw.note
+    if raw.learnt is not None:
+        parts: dict[str, float] = {}
+        for t in raw.terms:
+            parts[t.source] = parts.get(t.source, 0.0) + t.score
+        ev["session"] = raw.learnt.evidence(parts)
     return ev
 
 
@@ -910,9 +1067,12 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                     raw.after_sig = "after:" + hashlib.sha256(json.dumps(pic, sort_keys=True, default=str)
                                                               .encode()).hexdigest()
             raws.append(raw)
+    raws, known = _known_outcomes(ctx, raws, excluded)
+    if ranking == "model":
+        raws = _session_model(ctx, raws, excluded)
     raws.sort(key=lambda r: r.sort_key(ranking))
     if ranking == "model":
-        raws = _spread(raws)
+        raws = sorted(_spread(raws), key=lambda r: r.tier)  # spread within a tier: a flat kind waits for all others
 
     cache = cache if cache is not None else AdmissionCache()
     skey = admission_state_key(kept, context, ctx.run)
@@ -977,7 +1137,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         notes.insert(0, why_none)
     return Proposal(stage=group, kept_hash=kept_hash, candidates=out, needs_algorithm_stage=_algorithm_notes(ctx),
                     why_none=why_none, exhausted=checked_all and not out, considered=considered, excluded=excluded,
-                    refusals=refusals, notes=notes, ranking_flat=flat, dead_sites=dead)
+                    refusals=refusals, notes=notes, ranking_flat=flat, dead_sites=dead, known_outcomes=known)
 
 
 def _feeders(ctx: _Context, chosen: list[Knob], live: list[Knob]) -> list[Knob]:
@@ -1031,7 +1191,7 @@ def _why_none(ctx: _Context, knobs: list[Knob], group: StageGroup, excluded: dic
     parts = [f"{n} {why}" for why, n in sorted(excluded.items()) if n]
     if refusals and excluded.get("illegal"):
         parts.append(f"first refusal: {refusals[0]}")
-    measured = excluded.get("tried", 0) + excluded.get("failed-code", 0) + excluded.get("failed-larger", 0)
+    measured = sum(excluded.get(k, 0) for k in ("tried", "failed-code", "failed-larger", "known", "no-effect-here"))
     head = "every value was already measured or failed from this kept state" if measured == considered else \
         "no value is left"
     return f"{name}: {head} ({considered} considered; " + "; ".join(parts) + ")"

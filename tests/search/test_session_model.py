@@ -1,0 +1,165 @@
+"""The session model (tools/search/learn.py) and the rules it brings to the ranking, without running anything.
+
+* two trials of a knob without effect from one kept state: the knob is not proposed from that state again;
+* a kind of knob nobody has tried gets its turn before a knob (or kind) measured only without effect;
+* a candidate whose effective configuration (a tile clamped to the view it tiles) was measured is reported as
+  known, not proposed;
+* every candidate says what moved it: the session's trials (round, knob, Δ %, their part) and the prior's part;
+* the model itself: the prior decides where nothing was measured, the measurements where they were, a gain raises
+  its neighbours, and the answer is the same for the same ledger.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pypto_tune.tools.search import TriedChange, code_hash, search
+from pypto_tune.tools.search import learn
+
+from .conftest import load_operator
+
+FILE = "rmsnorm_grid.py"
+BLOCK = f"{FILE}:ROWS_PER_BLOCK"
+TILE = f"{FILE}:rmsnorm_rows.set_vec_tile_shapes#1"
+UNROLL = f"{FILE}:rmsnorm_rows.loop[LOOP_ROWS].unroll_list"
+
+
+def _rows(n: int, tile: str = "1, 64") -> dict[str, str]:
+    kept, _ = load_operator("rmsnorm_grid")
+    return {f: t.replace("ROWS_PER_BLOCK = 1", f"ROWS_PER_BLOCK = {n}")
+            .replace("set_vec_tile_shapes(1, 64)", f"set_vec_tile_shapes({tile})") for f, t in kept.items()}
+
+
+def _trial(knob: str, value, before, state: str, before_us: float, after_us: float | None, rnd: int,
+           outcome: str | None = None) -> TriedChange:
+    if outcome is None:
+        outcome = ("failed" if after_us is None else "kept" if after_us < before_us else
+                   "no-gain" if after_us == before_us else "regression")
+    return TriedChange(knob_id=knob, value=value, before_value=before, from_kept_hash=state, outcome=outcome,
+                       before_us=before_us, after_us=after_us, round=rnd, stage="FRONTEND")
+
+
+def _search(kept, hist, **kw):
+    _, ctx = load_operator("rmsnorm_grid")
+    return search(kept, stage="frontend", context=ctx, history=hist, limit=None, budget_s=0.0, **kw)
+
+
+# --------------------------------------------------------------------------------------------- the search's rules
+
+def test_a_knob_with_two_no_effect_trials_from_this_state_is_not_proposed_from_it_again():
+    kept = _rows(4)
+    here = code_hash(kept)
+    one = [_trial(BLOCK, 8, 4, here, 35.460556, 35.460556, 3)]
+    two = one + [_trial(BLOCK, 16, 4, here, 35.460556, 35.460556, 4)]
+    after_one = _search(kept, one)
+    assert any(c.knob == BLOCK for c in after_one.candidates)  # one trial is not enough to give up
+    after_two = _search(kept, two)
+    assert not any(c.knob == BLOCK for c in after_two.candidates)
+    assert after_two.excluded["no-effect-here"] == len([c for c in after_one.candidates if c.knob == BLOCK]) - 1
+    assert after_two.candidates and after_two.candidates[0].knob != BLOCK
+    # the same two trials from another kept state: the knob is still proposed here, behind every untried kind
+    elsewhere = [t.model_copy(update={"from_kept_hash": "another-state"}) for t in two]
+    other = _search(kept, elsewhere)
+    block = [c.rank for c in other.candidates if c.knob == BLOCK]
+    untried = [c.rank for c in other.candidates if c.knob in (TILE, UNROLL)]
+    assert block and untried and max(untried) < min(block)
+
+
+def test_an_untried_kind_gets_its_turn_before_a_third_try_of_an_unresponsive_kind():
+    kept = _rows(4)
+    here = code_hash(kept)
+    # the vector tile measured twice without effect, from two different states (so neither rule of "this state"
+    # applies): the block size and the unroll list, never tried, go first
+    hist = [_trial(TILE, [2, 64], [1, 64], "s1", 35.46, 35.46, 2), _trial(TILE, [1, 128], [1, 64], "s2", 35.46,
+                                                                          35.46, 3)]
+    prop = _search(kept, hist)
+    tiles = [c.rank for c in prop.candidates if c.knob == TILE]
+    others = [c.rank for c in prop.candidates if c.knob in (BLOCK, UNROLL)]
+    assert tiles and others and max(others) < min(tiles)
+    assert here not in {t.from_kept_hash for t in hist}
+
+
+def test_a_tile_clamped_to_a_measured_configuration_is_known_not_proposed():
+    kept = _rows(4)
+    here = code_hash(kept)
+    # [8, 64] over a view of 4 rows runs as [4, 64]: measured once, the candidate [4, 64] is that same run
+    hist = [_trial(TILE, [8, 64], [1, 64], here, 35.460556, 20.0, 5, outcome="regression")]
+    prop = _search(kept, hist)
+    assert [4, 64] not in [c.value for c in prop.candidates if c.knob == TILE]
+    known = [k for k in prop.known_outcomes if k["value"] == [4, 64]]
+    assert known == [{"knob": TILE, "value": [4, 64], "same_as_round": 5, "operator_time_us": 20.0,
+                      "same_as": "rmsnorm_rows.set_vec_tile_shapes#1 = [8, 64]"}]
+    assert prop.excluded["known"] >= 1
+    # a tile the view does not clamp is a different run: still proposed
+    assert [4, 128] in [c.value for c in prop.candidates if c.knob == TILE]
+
+
+def test_each_proposal_says_which_measurements_moved_it_and_the_priors_part():
+    kept = _rows(4)
+    here = code_hash(kept)
+    hist = [_trial(TILE, [2, 64], [1, 64], here, 35.460556, 20.0, 7),  # a gain of the tile, from here
+            _trial(BLOCK, 8, 4, here, 35.460556, 35.460556, 8)]
+    prop = _search(kept, hist)
+    near = next(c for c in prop.candidates if c.knob == TILE and c.value == [4, 64])
+    ev = near.evidence["session"]
+    assert ev["moved_by"][0]["round"] == 7 and ev["moved_by"][0]["part"] > 0  # raised by the gain next to it
+    assert ev["moved_by"][0]["delta_pct"] == pytest.approx((20.0 - 35.460556) / 35.460556 * 100, abs=0.01)
+    assert ev["prior"]["weight"] < 1 and "model" in ev["prior"]
+    assert "session model" in near.why and "r7" in near.why
+    unroll = next(c for c in prop.candidates if c.knob == UNROLL)
+    assert unroll.evidence["session"]["moved_by"] == [] and unroll.evidence["session"]["prior"]["weight"] == 1.0
+
+
+def test_same_ledger_same_ranking():
+    kept = _rows(4)
+    here = code_hash(kept)
+    hist = [_trial(TILE, [2, 64], [1, 64], here, 35.46, 20.0, 7), _trial(BLOCK, 8, 4, here, 35.46, 35.46, 8)]
+    a, b = _search(kept, hist), _search(kept, list(hist))
+    assert [(c.id, c.score, c.why) for c in a.candidates] == [(c.id, c.score, c.why) for c in b.candidates]
+
+
+# --------------------------------------------------------------------------------------------- the model alone
+
+def _pt(group: str, ext: tuple[float, ...], kind: str = "vector-tile", state: str = "s", d=(1,)) -> learn.Point:
+    return learn.Point(group, kind, ext, d, state, "frontend")
+
+
+def _obs(p: learn.Point, y: float, rnd: int) -> learn.Observation:
+    return learn.Observation(p, y, TriedChange(knob_id=p.group, value=1, outcome="no-gain", round=rnd))
+
+
+def test_without_measurements_the_prior_decides_and_its_order_is_kept():
+    m = learn.SessionModel([])
+    a, b = m.predict(_pt("k", (1.0,)), 3.0), m.predict(_pt("k", (2.0,)), 0.5)
+    assert a.score > b.score and a.prior_weight == b.prior_weight == 1.0 and a.moved_by == []
+    assert a.mean == pytest.approx(learn.squash(3.0)) and abs(learn.squash(13.7)) <= learn.PRIOR_SCALE
+
+
+def test_measurements_outweigh_the_prior_near_them_and_not_elsewhere():
+    flat = learn.SessionModel([_obs(_pt("k", (1.0,)), 0.0, 1), _obs(_pt("k", (2.0,)), 0.0, 2)], "s")
+    near = flat.predict(_pt("k", (1.5,)), 8.0)
+    assert near.prior_weight < 0.2 and near.mean < 0.2 * learn.squash(8.0) + 1e-9
+    assert {m.round for m in near.moved_by} == {1, 2} and all(m.part < 0 for m in near.moved_by)
+    other_kind = flat.predict(_pt("c", (1.0,), kind="cube-tile"), 0.1)
+    assert other_kind.prior_weight == 1.0 and other_kind.sd == pytest.approx(1.0)
+    assert other_kind.score > near.score  # an untried kind with a small prior beats a flat knob's large one
+
+
+def test_a_gain_raises_its_neighbours_more_than_the_far_values():
+    m = learn.SessionModel([_obs(_pt("k", (1.0,)), 1.0, 1)], "s")
+    assert m.predict(_pt("k", (1.5,)), 0.0).mean > m.predict(_pt("k", (5.0,)), 0.0).mean > 0
+
+
+def test_no_effect_is_the_keep_rules_no_gain_or_a_change_within_the_margin():
+    base = dict(knob_id="k", value=1, before_us=100.0)
+    assert learn.no_effect(TriedChange(**base, outcome="no-gain", after_us=100.0))
+    assert learn.no_effect(TriedChange(**base, outcome="regression", after_us=100.04))
+    assert not learn.no_effect(TriedChange(**base, outcome="regression", after_us=100.3))
+    assert not learn.no_effect(TriedChange(**base, outcome="failed", after_us=None))
+
+
+def test_kinds_of_knob():
+    assert learn.kind_of("loop_option", "unroll_list") == "unroll-list"
+    assert learn.kind_of("jit_option", "vec_nbuffer_setting") == "buffer-count"
+    assert learn.kind_of("tile_source", "cube_tile_shape", ["cube_tile"]) == "cube-tile"
+    assert learn.kind_of("tile_constant", "ROWS_PER_BLOCK", ["loop", "view"]) == "block-size"
+    assert learn.kind_of("vec_tile", "set_vec_tile_shapes#1") == "vector-tile"
