@@ -325,3 +325,21 @@ def _by_steps(step: Callable[[Features, Features], float], base: Features,
     if first is not None:
         paths.append(first_score + step(first, joint))
     return max(paths)
+
+
+def run_links(sources: dict[str, str], context: dict[str, str] | None, record: dict[str, Any] | None) -> list[Link]:
+    """The links a state's run shows: the (block, tile) pairs of :func:`find_links` on the kernels as they ran
+    (the run-time probe's ``record`` of that state, :mod:`.runpicture`). Only what ran can be linked: a block or a
+    tile of a branch, helper or kernel the test never runs is in no picture. Empty without a reported record. The
+    admission's ``linked-pair`` rule reads its links here, so a pair is linked by the server's reading of the run,
+    never by anyone's say-so."""
+    from pypto_tune.tools.search import runpicture
+
+    built = runpicture.build(sources, context, record)
+    if built is None:
+        return []
+    rm, picture = built
+    base = picture.features()
+    if not base:
+        return []
+    return find_links([s.knob for s in rm.sites], base, picture.features)
