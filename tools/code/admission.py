@@ -560,7 +560,8 @@ def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict
                 continue
             line, col = s.knob.context.get("at") or [s.knob.line, -1]
             if text_from[s.file] != text_to[s.file]:
-                line = _line_map(text_from[s.file], text_to[s.file]).get(line)
+                line = _line_map(text_from[s.file], text_to[s.file]).get(line) or _rewritten_line(
+                    text_from[s.file], text_to[s.file], line)
             node = pf.source_nodes.get((line, col)) if line else None
             if node is None and line:
                 node = next((n for (ln, _), n in pf.source_nodes.items()
@@ -572,6 +573,19 @@ def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict
 
     add(list(sites_b), fb, parsed_a, sites_a, fa)
     add(list(sites_a), fa, parsed_b, sites_b, fb)
+
+
+def _rewritten_line(old: str, new: str, line: int) -> int | None:
+    """The line of ``new`` that rewrote line ``line`` of ``old`` in place (one of as many lines replaced by as many),
+    or None. A linked pair may change the source's own line: pinning a tile call leaves its config field feeding
+    nothing while the block's field on that same line changes (``LayerNormConfig(block_rows=…, vec_tile_shape=…)``)."""
+    import difflib
+
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1 and i1 < line <= i2:
+            return j1 + (line - i1)
+    return None
 
 
 def _run_map(fb: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],

@@ -342,4 +342,11 @@ def run_links(sources: dict[str, str], context: dict[str, str] | None, record: d
     base = picture.features()
     if not base:
         return []
-    return find_links([s.knob for s in rm.sites], base, picture.features)
+    knobs = [s.knob for s in rm.sites]
+    out = []
+    for link in find_links(knobs, base, picture.features):
+        out.append(link)
+        if link.tile.kind == "tile_source":  # the tile call the source feeds sets the same tile, pinned
+            out.extend(Link(link.block, k, link.scope, link.kind, link.dims) for k in knobs
+                       if k.tunable and k.kind in ("vec_tile", "cube_tile") and (k.file, k.line) in feeds(link.tile))
+    return out
