@@ -147,7 +147,8 @@ def points(plans: dict[str, linked.PairPlan], history: Iterable[TriedChange], ke
                 f"against {max(pl.tile_alone, pl.block_alone):+.2f} for either alone), and neither step gains on "
                 f"its own first: {link.describe()}; one round, both knobs (rule linked-pair)",
                 {"linked_pair": pl.summary()})
-        out.extend(sorted(found.values(), key=lambda p: -p.score)[:MAX_POINTS_PER_LINK])
+        # a measured plateau first: it is what this session saw, the prediction is the model's
+        out.extend(sorted(found.values(), key=lambda p: (p.trigger != "plateau", -p.score))[:MAX_POINTS_PER_LINK])
     return sorted(out, key=lambda p: -p.score)
 
 
