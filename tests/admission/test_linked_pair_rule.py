@@ -118,6 +118,12 @@ def test_a_pair_whose_link_exists_only_in_a_branch_the_test_never_runs_is_refuse
     assert r.rule == "one-change" and "not a linked pair" in r.message
 
 
+def test_a_block_and_a_tile_change_the_block_does_not_cap_are_two_decisions():
+    # the block sets the view's rows, not its columns: more rows per block and a wider tile are tuned apart
+    r = _refused(_edit((BLOCK, 4), (TILE, [1, 512])))
+    assert r.rule == "one-change" and "changes only what LayerNormConfig.block_rows does not cap" in r.message
+
+
 def test_a_linked_pair_plus_a_third_knob_is_refused():
     r = _refused(_edit((BLOCK, 4), (TILE, [4, 512]), (STITCH, 256)))
     assert r.rule == "one-change" and "touches 3 knobs at once" in r.message

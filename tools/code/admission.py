@@ -408,7 +408,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                          structural_lines=[f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in delta])
     why_not_pair = ""
     if len(delta) == 2:
-        link, why_not_pair = _pair_link(fb, context, run, delta)
+        link, why_not_pair = _pair_link(fb, context, run, delta, sites_b)
         if link is not None:
             return _admit_pair(delta, link, fb, fa, context, sites_b, sites_a, run, formatting)
     if len(delta) > 1:
@@ -454,7 +454,7 @@ def _tuning_knob(change: KnobChange, sites_a: list[Site], sites_b: list[Site]) -
 
 
 def _pair_link(fb: dict[str, str], context: dict[str, str] | None, run: dict[str, Any] | None,
-               delta: list[KnobChange]) -> tuple[Any, str]:
+               delta: list[KnobChange], sites_b: list[Site]) -> tuple[Any, str]:
     """The link the run of the state a change starts from shows between its two changed knobs (rule
     ``linked-pair``): ``(link, "")``, or ``(None, why not)``. The link is the server's reading of the run-time
     probe's record (``tools/search/linked.run_links``: doubling the block changes the view the tile tiles, in a
@@ -470,10 +470,52 @@ def _pair_link(fb: dict[str, str], context: dict[str, str] | None, run: dict[str
     links = run_links(fb, context, run)
     for link in links:
         if {link.block.id, link.tile.id} == ids:
+            tile = next(c for c in delta if c.knob_id == link.tile.id)
+            if not moves_capped_dims(link, _ran_value(fb, context, sites_b, run, tile), tile.after):
+                return None, (f"{tile.knob_id} changes only what {link.block.name} does not cap ({link.describe()}): "
+                              "the block and that change are two decisions, one round each")
             return link, ""
     shown = "; ".join(sorted({f"{lk.block.id} with {lk.tile.id}" for lk in links})[:3])
     return None, ("the kept state's run links no such two knobs" + (f" (it links {shown})" if shown
                                                                     else " (it links none)"))
+
+
+def _ran_value(fb: dict[str, str], context: dict[str, str] | None, sites_b: list[Site], run: dict[str, Any],
+               tile: KnobChange) -> Any:
+    """The tile's value before the change: as written, or — written as code (``*config.vec_tile_shape``) — the one
+    value it ran with (None when it ran with several or none)."""
+    if not _exprs(tile.before):
+        return tile.before
+    site = next((s for s in sites_b if s.knob.id == tile.knob_id), None)
+    info = _run_map(fb, context, sites_b, run).of(site) if site is not None else None
+    ran = {repr(_plain(v)): v for v in (info.effective if info else [])}
+    return next(iter(ran.values())) if len(ran) == 1 else None
+
+
+def _plain(v: Any) -> Any:
+    """Tuples as lists, all the way down: a value read from the source and one read from JSON compare alike."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def moves_capped_dims(link: Any, before: Any, after: Any) -> bool:
+    """Whether the tile's change moves the dims the block caps (``link.dims`` of a vector tile; M of a cube tile):
+    only then are the block and the tile one decision — the extent the view and the tile share. A tile whose capped
+    dims stay as they were is tuned apart from the block (red team: the batch block lowered and a free dim of the
+    tile doubled, in one round). A value the server cannot index (code) does not show it, and is refused."""
+    before, after = _plain(before), _plain(after)
+    if link.kind == "cube":
+        if isinstance(before, dict) and isinstance(after, dict):
+            return before.get("m") != after.get("m")
+        if isinstance(before, list) and isinstance(after, list) and before and after:
+            return before[0] != after[0]
+        return False
+    if not (isinstance(before, list) and isinstance(after, list) and len(before) == len(after)):
+        return False
+    return any(i < len(before) and before[i] != after[i] for i in link.dims)
 
 
 def _admit_pair(delta: list[KnobChange], link: Any, fb: dict[str, str], fa: dict[str, str],

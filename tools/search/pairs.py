@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pypto_tune.tools.code.admission import moves_capped_dims
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.patching.diffs import unified_diff
 from pypto_tune.tools.patching.models import EditPlan, Knob
@@ -121,6 +122,8 @@ def points(plans: dict[str, linked.PairPlan], history: Iterable[TriedChange], ke
                 return  # a pair moves both knobs; one that moves one is a single change
             if allowed is not None and not (allowed(b, bv) and allowed(t, tv)):
                 return
+            if not moves_capped_dims(link, t.value, tv):
+                return  # the rule linked-pair admits only a tile change in the dims the block caps
             p = PairPoint(link, bv, tv, trigger, reason, evidence=evidence)
             if p.id_key in done or p.id_key in found:
                 return
