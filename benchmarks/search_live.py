@@ -68,9 +68,16 @@ def _legal(ws: Path, files: list[str], sid: str, cand: dict[str, Any]) -> tuple[
     ledger = Ledger.for_workspace(ws)
     try:
         record = probes.record_for(ledger, sid, kept)  # code_hash strips runtime_debug_mode
-        plan = plan_knob_edit(kept, cand["knob"], cand["value"], context=context)
+        second = cand.get("pair_with")
+        if second:  # a linked pair (rule linked-pair): both knobs, admitted as that pair
+            from pypto_tune.tools.search.pairs import plan_edit
+
+            plan = plan_edit(kept, (cand["knob"], cand["value"]), (second["knob"], second["value"]), context=context)
+        else:
+            plan = plan_knob_edit(kept, cand["knob"], cand["value"], context=context)
         adm = admit(kept, plan.new_sources, context=context, run=record)
-        ok = adm.kind == "knob" and adm.change is not None and adm.change.knob_id == cand["knob"]
+        ok = (adm.kind == "pair" and {c.knob_id for c in adm.changes} == {cand["knob"], second["knob"]}) if second \
+            else (adm.kind == "knob" and adm.change is not None and adm.change.knob_id == cand["knob"])
         return ok, "" if ok else f"admitted as {adm.kind}"
     except PyptoTuneError as exc:
         return False, exc.message.splitlines()[0][:200]

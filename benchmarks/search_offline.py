@@ -63,7 +63,7 @@ from pypto_tune.tools.search import (
     norm_value,
     search,
 )
-from pypto_tune.tools.search.cache import admission_state_key, state_key
+from pypto_tune.tools.search.cache import admission_state_key, state_key, value_key
 
 ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ROOT / "benchmarks" / "grids"
@@ -410,6 +410,21 @@ class Analyses:
         return self.data[key]
 
 
+def _moved(grid: Grid, row: dict[str, Any], c: Any) -> dict[str, Any] | None:
+    """The grid row a candidate leads to: its knob moved, and a linked pair's second knob too (rule linked-pair)."""
+    out = grid.neighbour(row, c.knob, c.value)
+    if out is not None and c.pair_with is not None:
+        out = grid.neighbour(out, c.pair_with.knob, c.pair_with.value)
+    return out
+
+
+def _cache_key(cache: AdmissionCache, skey: str, c: Any) -> str:
+    """The key the search admitted a candidate under (a pair's: both knobs, both values; ``search.pairs``)."""
+    if c.pair_with is None:
+        return cache.key(skey, c.knob, c.value)
+    return cache.key(skey, f"{c.knob}+{c.pair_with.knob}", value_key([c.value, c.pair_with.value]))
+
+
 def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdout: bool = True,
            cache: AdmissionCache, seed: int = 0, analyses: Analyses | None = None,
            probes: Probes | None = None) -> dict[str, Any]:
@@ -451,7 +466,7 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                 break  # every candidate of this stage tried: the stage is exhausted
             results = []
             for c in cands:
-                row = grid.neighbour(kept_row, c.knob, c.value)
+                row = _moved(grid, kept_row, c)
                 assert row is not None
                 results.append((c, row))
             winner = min((x for x in results if x[1]["time"] is not None and x[1]["time"] < kept_t),
@@ -471,20 +486,22 @@ def replay(grid: Grid, ranking: str, *, batch: int = 1, budget: int = 40, holdou
                     outcome = "not-chosen"  # a gain another trial of the batch beat
                 else:
                     outcome = "no-gain"
-                entry = cache.get(cache.key(skey, c.knob, c.value)) or {}
+                entry = cache.get(_cache_key(cache, skey, c)) or {}
                 history.append(TriedChange(knob_id=c.knob, value=c.value, before_value=c.before, from_kept_hash=kh,
                                            outcome=outcome, failure_type="compile-failure" if t is None else None,
                                            before_us=kept_t, after_us=t, semantic_hash=entry.get("semantic_hash"),
-                                           round=len(trials) + 1, stage=sdef.name, catalog_id=c.catalog_id))
+                                           round=len(trials) + 1, stage=sdef.name, catalog_id=c.catalog_id,
+                                           pair_with=c.pair_with))
                 if t is not None:
                     best = min(best, t)
-                trials.append({"stage": sdef.name, "knob": c.knob.split(":", 1)[-1], "value": c.value,
-                               "time_us": t, "outcome": outcome, "from_kept": kept_version, "score": c.score,
+                trials.append({"stage": sdef.name, "knob": c.knob.split(":", 1)[-1] + (
+                               f" + {c.pair_with.knob.split(':', 1)[-1]} = {c.pair_with.value!r}" if c.pair_with
+                               else ""), "value": c.value, "time_us": t, "outcome": outcome, "from_kept": kept_version, "score": c.score,
                                "why": c.why})
                 best_after.append(best)
             if winner is not None:
                 c, row = winner
-                entry = cache.get(cache.key(skey, c.knob, c.value))
+                entry = cache.get(_cache_key(cache, skey, c))
                 kept = dict(entry["sources"])  # type: ignore[index]
                 kept_row, kept_t = row, row["time"]
                 kept_version += 1

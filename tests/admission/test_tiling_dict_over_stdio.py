@@ -1,5 +1,6 @@
 """A tiling dict read entry by entry (upstream_rope's ``ROPE_TILING``) over MCP stdio, with the real server, sandbox
-and simulator: each entry is one knob, moved and measured like any other; two entries in one diff are two knobs; and
+and simulator: each entry is one knob, moved and measured like any other; two entries in one diff are two knobs
+(one change only as a pair the run links, rule linked-pair: the block and the tile rows it caps); and
 the same dict used another way in the agent's own code — here iterated in the test — is no knob at all, whatever
 the agent claims. Expected times: the fixture's measured grid (``benchmarks/grids/upstream_rope.json``)."""
 
@@ -56,7 +57,7 @@ def test_each_entry_of_a_tiling_dict_is_one_knob_and_two_are_two(tmp_path: Path)
             knobs = {k["id"] for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
             assert {BLOCK, TILE} <= knobs and "rope_op.py:ROPE_TILING" not in knobs
             src = op.read_text()
-            both = src.replace(SHIPPED, '{"block_tokens": 4, "vec_tile": (4, 64)}')
+            both = src.replace(SHIPPED, '{"block_tokens": 4, "vec_tile": (2, 128)}')  # columns: not the block's
             msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff(src, both), catalog_id="F-10",
                                   rationale="block and tile together")
             assert "GATE one-change:" in msg and BLOCK in msg and TILE in msg, msg

@@ -313,11 +313,16 @@ def test_a_tiling_dict_read_entry_by_entry_is_one_knob_per_entry(rope):
     assert r.rule == "legality" and "not a multiple of 3" in r.message
     r = _refusal(sources, _change(sources, '"vec_tile": (2, 64)}', '"vec_tile": (2, 512)}'), run)
     assert r.rule == "legality" and "512" in r.message
-    # both entries at once are two knobs, never one change
+    # both entries at once are two knobs: one change only as the pair the run links (rule linked-pair), the
+    # block's tokens and the tile's rows it caps; a wider tile beside a larger block is two changes
     both = _change(_change(sources, '"block_tokens": 2,', '"block_tokens": 4,'), '"vec_tile": (2, 64)}',
-                   '"vec_tile": (4, 64)}')
+                   '"vec_tile": (2, 128)}')
     r = _refusal(sources, both, run)
     assert r.rule == "one-change" and BLOCK_ENTRY in r.message and TILE_ENTRY in r.message, r.message
+    linked = _change(_change(sources, '"block_tokens": 2,', '"block_tokens": 4,'), '"vec_tile": (2, 64)}',
+                     '"vec_tile": (4, 64)}')
+    adm = admit(sources, linked, run=run)
+    assert adm.kind == "pair" and [c.knob_id for c in adm.changes] == [BLOCK_ENTRY, TILE_ENTRY]
 
 
 @pytest.mark.parametrize("extra,why", [

@@ -11,7 +11,9 @@
    ALGORITHM stage and the change is declared as one algorithm-level change.
 2. **Exactly one knob changed** (by id, from the unmasked values); its new value is data (literals and arithmetic
    over names, never a call or anything with a side effect); the knob is tunable (``run_mode``, debug options and
-   problem sizes are not).
+   problem sizes are not). Two knobs only as a **linked pair** (rule ``linked-pair``, :func:`_admit_pair`): the
+   kept state's run shows them linked — a loop's block and the tile clipped to the view it sets — so they are one
+   tiling decision; each is held to all a change of it alone is held to, and legality is checked on both at once.
 3. **Legality on the effective values** of every tiling call, loop and view after the change
    (``tools/patching/effective.py``), whatever way the change was written. With the run-time probe's record of the
    state the change starts from (``run``, issue #17), every tile call that ran is judged on the value it had in each
@@ -57,8 +59,11 @@ PURE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.Tuple, ast.L
 class Admission(BaseModel):
     """How a change was accounted for (recorded in the ledger's ``admissions`` table)."""
 
-    kind: Literal["knob", "structural"]
+    kind: Literal["knob", "structural", "pair"]
     change: KnobChange | None = Field(None, description="the one knob that changed (kind 'knob')")
+    changes: list[KnobChange] = Field(default_factory=list, description="kind 'pair': both knobs of the linked pair "
+                                      "(block first), admitted as one change point (rule linked-pair)")
+    link: str = Field("", description="kind 'pair': how the kept state's run links the two knobs")
     knob_kind: str | None = None
     catalog_ids: list[str] = Field(default_factory=list, description="catalogue ids the changed knob serves")
     formatting_files: list[str] = Field(default_factory=list, description="files whose other differences are "
@@ -74,6 +79,8 @@ class Admission(BaseModel):
     def describe(self) -> str:
         if self.kind == "structural":
             return "structural change: " + "; ".join(self.structural_lines[:3])
+        if self.kind == "pair":
+            return " + ".join(f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in self.changes) + " (linked pair)"
         c = self.change
         assert c is not None
         return f"{c.knob_id}: {c.before!r} → {c.after!r}"
@@ -399,10 +406,18 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                          checked=[o for o in own if o] + report.checked,
                          unchecked=report.unchecked,
                          structural_lines=[f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in delta])
+    why_not_pair = ""
+    if len(delta) == 2:
+        link, why_not_pair = _pair_link(fb, context, run, delta, sites_b)
+        if link is not None:
+            return _admit_pair(delta, link, fb, fa, context, sites_b, sites_a, run, formatting)
     if len(delta) > 1:
         raise _refuse("one-change", f"the change touches {len(delta)} knobs at once: "
-                      + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta),
-                      "split it: one knob per round, each verified and measured on its own")
+                      + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta)
+                      + (f"; not a linked pair: {why_not_pair}" if why_not_pair else ""),
+                      "split it: one knob per round, each verified and measured on its own"
+                      + ("; two knobs go together only as a pair the kept state's run links (rule linked-pair: "
+                         "propose_candidates offers such pairs)" if why_not_pair else ""))
     change = delta[0]
     knob = _tuning_knob(change, sites_a, sites_b)
     _data(knob, change)
@@ -436,6 +451,111 @@ def _tuning_knob(change: KnobChange, sites_a: list[Site], sites_b: list[Site]) -
         raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
                       "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
     return knob
+
+
+def _pair_link(fb: dict[str, str], context: dict[str, str] | None, run: dict[str, Any] | None,
+               delta: list[KnobChange], sites_b: list[Site]) -> tuple[Any, str]:
+    """The link the run of the state a change starts from shows between its two changed knobs (rule
+    ``linked-pair``): ``(link, "")``, or ``(None, why not)``. The link is the server's reading of the run-time
+    probe's record (``tools/search/linked.run_links``: doubling the block changes the view the tile tiles, in a
+    kernel that ran); nothing the agent says enters it."""
+    if not run or run.get("status") != "reported":
+        return None, ("there is no run-time probe record of the state the change starts from, and only its run can "
+                      "link two knobs (run_precision_check on the kept state records one)")
+    # The links are the search's kernel picture of the run (tools/search sits above this module; the import is
+    # deferred so that loading the admission does not load the search).
+    from pypto_tune.tools.search.linked import run_links
+
+    ids = {c.knob_id for c in delta}
+    links = run_links(fb, context, run)
+    for link in links:
+        if {link.block.id, link.tile.id} == ids:
+            tile = next(c for c in delta if c.knob_id == link.tile.id)
+            if not moves_capped_dims(link, _ran_value(fb, context, sites_b, run, tile), tile.after):
+                return None, (f"{tile.knob_id} changes only what {link.block.name} does not cap ({link.describe()}): "
+                              "the block and that change are two decisions, one round each")
+            return link, ""
+    shown = "; ".join(sorted({f"{lk.block.id} with {lk.tile.id}" for lk in links})[:3])
+    return None, ("the kept state's run links no such two knobs" + (f" (it links {shown})" if shown
+                                                                    else " (it links none)"))
+
+
+def _ran_value(fb: dict[str, str], context: dict[str, str] | None, sites_b: list[Site], run: dict[str, Any],
+               tile: KnobChange) -> Any:
+    """The tile's value before the change: as written, or — written as code (``*config.vec_tile_shape``) — the one
+    value it ran with (None when it ran with several or none)."""
+    if not _exprs(tile.before):
+        return tile.before
+    site = next((s for s in sites_b if s.knob.id == tile.knob_id), None)
+    info = _run_map(fb, context, sites_b, run).of(site) if site is not None else None
+    ran = {repr(_plain(v)): v for v in (info.effective if info else [])}
+    return next(iter(ran.values())) if len(ran) == 1 else None
+
+
+def _plain(v: Any) -> Any:
+    """Tuples as lists, all the way down: a value read from the source and one read from JSON compare alike."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def moves_capped_dims(link: Any, before: Any, after: Any) -> bool:
+    """Whether the tile's change moves the dims the block caps (``link.dims`` of a vector tile; M of a cube tile):
+    only then are the block and the tile one decision — the extent the view and the tile share. A tile whose capped
+    dims stay as they were is tuned apart from the block (red team: the batch block lowered and a free dim of the
+    tile doubled, in one round). A value the server cannot index (code) does not show it, and is refused."""
+    before, after = _plain(before), _plain(after)
+    if link.kind == "cube":
+        if isinstance(before, dict) and isinstance(after, dict):
+            return before.get("m") != after.get("m")
+        if isinstance(before, list) and isinstance(after, list) and before and after:
+            return before[0] != after[0]
+        return False
+    if not (isinstance(before, list) and isinstance(after, list) and len(before) == len(after)):
+        return False
+    return any(i < len(before) and before[i] != after[i] for i in link.dims)
+
+
+def _admit_pair(delta: list[KnobChange], link: Any, fb: dict[str, str], fa: dict[str, str],
+                context: dict[str, str] | None, sites_b: list[Site], sites_a: list[Site],
+                run: dict[str, Any] | None, formatting: list[str]) -> Admission:
+    """Rule ``linked-pair``: two knobs the kept state's run links, admitted as one change point.
+
+    Each knob is held to everything a change of it alone is held to — a tuning knob (never a problem size,
+    ``run_mode`` or a debug option), a value that is data, inside its own domain, live in this test, a tiling source
+    only with a run to derive from — and the legality of the effective values is judged with both changed at once,
+    at every tile call and loop either reaches (a tile call both feed is refused: its value is derived from one
+    changed source at a time). The session's own rules (catalogue id, no-retry) follow in the operations layer."""
+    order = sorted(delta, key=lambda c: c.knob_id != link.block.id)  # the block first, as the change reads
+    runmap = _run_map(fb, context, sites_b, run)
+    own, named, sites, infos, knobs = [], [], [], [], []
+    for c in order:
+        knob = _tuning_knob(c, sites_a, sites_b)
+        _data(knob, c)
+        site = next((s for s in sites_b if s.knob.id == c.knob_id), None)
+        info = runmap.of(site) if site is not None else None
+        _check_run(knob, site, runmap, info, c)
+        own.append(_own_domain(knob, c.after, sites_b))
+        if _exprs(c.after):
+            named.append(f"{knob.id} = {c.after!r}: names something the server cannot evaluate; its domain "
+                         f"({knob.legal[:90]}) was not checked")
+        knobs.append(knob)
+        sites.append(site)
+        infos.append(info)
+    report = _legal(fb, fa, context, sites_b, sites_a, runmap=runmap, change=order[0], changed_site=sites[0],
+                    more=((order[1], sites[1]),))
+    catalog_ids = list(dict.fromkeys(cid for k in knobs for cid in k.catalog_ids))
+    return Admission(kind="pair", changes=order, knob_kind="+".join(k.kind for k in knobs), catalog_ids=catalog_ids,
+                     formatting_files=formatting, checked=[o for o in own if o] + report.checked,
+                     unchecked=named + [u for u in report.unchecked
+                                        if not any(u.startswith(n.split(" = ", 1)[0]) for n in named)],
+                     live=(all(i.live for i in infos) if all(i is not None and i.live is not None for i in infos)
+                           else None),
+                     ran_with=[list(i.effective) if i else [] for i in infos],
+                     shared_with=list(dict.fromkeys(x for i in infos if i for x in i.shared_with)),
+                     link=link.describe())
 
 
 def _data(knob: Any, change: KnobChange) -> None:
@@ -484,7 +604,8 @@ def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict
                 continue
             line, col = s.knob.context.get("at") or [s.knob.line, -1]
             if text_from[s.file] != text_to[s.file]:
-                line = _line_map(text_from[s.file], text_to[s.file]).get(line)
+                line = _line_map(text_from[s.file], text_to[s.file]).get(line) or _rewritten_line(
+                    text_from[s.file], text_to[s.file], line)
             node = pf.source_nodes.get((line, col)) if line else None
             if node is None and line:
                 node = next((n for (ln, _), n in pf.source_nodes.items()
@@ -496,6 +617,19 @@ def _pair_sources(parsed_b: dict[str, ParsedFile], sites_b: list[Site], fb: dict
 
     add(list(sites_b), fb, parsed_a, sites_a, fa)
     add(list(sites_a), fa, parsed_b, sites_b, fb)
+
+
+def _rewritten_line(old: str, new: str, line: int) -> int | None:
+    """The line of ``new`` that rewrote line ``line`` of ``old`` in place (one of as many lines replaced by as many),
+    or None. A linked pair may change the source's own line: pinning a tile call leaves its config field feeding
+    nothing while the block's field on that same line changes (``LayerNormConfig(block_rows=…, vec_tile_shape=…)``)."""
+    import difflib
+
+    a, b = old.splitlines(), new.splitlines()
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1 and i1 < line <= i2:
+            return j1 + (line - i1)
+    return None
 
 
 def _run_map(fb: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],
@@ -610,9 +744,11 @@ def _delta(sites_b: list[Site], sites_a: list[Site]) -> list[KnobChange]:
 def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None, sites_b: list[Site],
            sites_a: list[Site], *, knob: Any = None, new_value: Any = None, structural: bool = False,
            runmap: runmap_mod.RunMap | None = None, change: KnobChange | None = None,
-           changed_site: Site | None = None) -> effective.LegalityReport:
+           changed_site: Site | None = None, more: tuple[tuple[KnobChange, Site | None], ...] = ()
+           ) -> effective.LegalityReport:
     """Domain C on the changed knob's own rule and on every consumer whose effective value changed — on the
-    values that ran where the run-time probe recorded them (``runmap``)."""
+    values that ran where the run-time probe recorded them (``runmap``). ``more``: the other half of a linked pair
+    (its change and site), judged together with ``change`` on the joint effective values."""
     own = _own_domain(knob, new_value, sites_b) if knob is not None else ""
     named = (f"{knob.id} = {new_value!r}: names something the server cannot evaluate; its domain "
              f"({knob.legal[:90]}) was not checked") if knob is not None and _exprs(new_value) else ""
@@ -622,15 +758,15 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
         values_b, values_a = effective.site_values(sites_b, prog_b), effective.site_values(sites_a, prog_a)
         if runmap is not None:
             values_b, values_a = runcheck.overlay({**(context or {}), **fb}, prog_b, runmap, sites_b, sites_a,
-                                                  values_b, values_a, change, changed_site)
+                                                  values_b, values_a, change, changed_site, list(more))
         report = effective.check_after(values_b, values_a,
                                        effective.loop_values(fb, prog_b), effective.loop_values(fa, prog_a), prog_a,
                                        structural=structural, changed_names=_changed_names(sites_b, sites_a))
         # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
-        blocks = runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, change, changed_site) \
-            if runmap is not None else ([], [])
-        report.checked.extend(blocks[0])
-        report.unchecked.extend(blocks[1])
+        for c, site in ((change, changed_site), *more) if runmap is not None else ():
+            blocks = runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, c, site)
+            report.checked.extend(blocks[0])
+            report.unchecked.extend(blocks[1])
         if runmap is not None:
             report.unchecked = runcheck.annotate_unchecked(runmap, report.unchecked, report.checked)
     except KnobValueError as exc:

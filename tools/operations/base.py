@@ -372,10 +372,12 @@ class OperationsBase:
 
     def _admit(self, h: _Handle, st: SessionState, tool: str, reference: dict[str, str], after: dict[str, str], *,
                catalog_id: str, algorithm: bool = False, same_knob_as: str | None = None,
-               path: str = "knob") -> "Admission":
+               path: str = "knob", same_knobs: frozenset[str] | None = None) -> "Admission":
         """The one admission path (tools/code/admission.py) plus the session's own rules: the catalogue id the knob
-        serves (R10), a correction touches the round's own knob (R11), and a change that already failed or did not
-        pay off from this kept state is never tried again (R19). Refusals are recorded and raised."""
+        serves (R10), a correction touches the round's own knob (R11; ``same_knobs``: the round's knobs, both of a
+        linked pair's round), and a change that already failed or did not pay off from this kept state is never tried
+        again (R19). A linked pair (rule linked-pair) cites an id one of its knobs serves. Refusals are recorded and
+        raised."""
         from pypto_tune.tools.code import admission as adm_mod
         from pypto_tune.tools.session import rules
 
@@ -386,20 +388,25 @@ class OperationsBase:
             adm = adm_mod.admit(reference, after, context=self._context(h, st), algorithm=algorithm,
                                 allow_structural=bool(stage and stage.group == "algorithm" and algorithm),
                                 run=probes.record_for(h.ledger, st.id, reference))
-            if adm.kind == "knob" and adm.change is not None:
-                if same_knob_as is not None and adm.change.knob_id != same_knob_as:
+            moved = [adm.change] if adm.kind == "knob" and adm.change is not None else (
+                list(adm.changes) if adm.kind == "pair" else [])
+            if moved:
+                ids = " + ".join(c.knob_id for c in moved)
+                if same_knob_as is not None and same_knobs is None:
+                    same_knobs = frozenset({same_knob_as})
+                if same_knobs is not None and not {c.knob_id for c in moved} <= same_knobs:
                     raise GateRefusal("correction-limit", f"a correction must adjust the round's own knob "
-                                      f"{same_knob_as}, not {adm.change.knob_id}",
+                                      f"{' + '.join(sorted(same_knobs))}, not {ids}",
                                       allowed=["apply_tuning_patch", "record_round", "revert_patch"],
                                       hint="correct the same knob, or roll the round back")
                 served = list(adm.catalog_ids)
                 if stage is not None and stage.group != "algorithm" and not served:
-                    raise GateRefusal("catalog-stage", f"knob {adm.change.knob_id} serves no catalogue item: only a "
+                    raise GateRefusal("catalog-stage", f"knob {ids} serves no catalogue item: only a "
                                       "knob of a catalogue item of the current stage is tuned (R10)",
                                       allowed=["apply_tuning_patch", "list_knobs"],
                                       hint="list_knobs shows each knob's catalogue ids")
                 if catalog_id and stage is not None and stage.group != "algorithm" and catalog_id not in served:
-                    raise GateRefusal("catalog-stage", f"knob {adm.change.knob_id} serves {', '.join(served)}, not "
+                    raise GateRefusal("catalog-stage", f"knob {ids} serves {', '.join(served)}, not "
                                       f"{catalog_id}", allowed=["apply_tuning_patch", "list_knobs"],
                                       hint="cite the catalogue id the change belongs to (list_knobs shows each "
                                       "knob's ids)")
@@ -414,7 +421,8 @@ class OperationsBase:
             raise self._refuse(h, st.id, tool, refusal) from None
         h.ledger.insert("admissions", session_id=st.id, at=now_iso(), round=st.open_round.number if st.open_round
                         else None, path=path, verdict=adm.kind,
-                        knob_id=adm.change.knob_id if adm.change else None, info=adm.model_dump(mode="json"))
+                        knob_id=adm.change.knob_id if adm.change else (adm.changes[0].knob_id if adm.changes
+                                                                       else None), info=adm.model_dump(mode="json"))
         return adm
 
     def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
@@ -425,10 +433,14 @@ class OperationsBase:
           rounds lay between (issue #16: a failed change retried after one "correction" round that was reverted
           before verification);
         * the same code was judged and not kept (no gain, regression, failed);
-        * the same knob and value was tried from the same kept state and not kept."""
+        * the same knob and value was tried from the same kept state and not kept;
+        * a linked pair (rule linked-pair): the same two knobs and values tried together from the same kept state
+          and not kept, or either half at its value failed on its own from this kept state (a pair does not retry a
+          value that did not compile or verify; a half that ran without gain alone is what a pair is for)."""
         new_sem = semantic_hash(after)
         failed = _failed_code(st)
         key = (adm.change.knob_id, _value_key(adm.change.after)) if adm.change else None
+        pair = {(c.knob_id, _value_key(c.after)) for c in adm.changes} if adm.kind == "pair" else set()
         rounds = {int(r["number"]): r for r in st.rounds}
         voided = voided_rounds(st.rows)  # decided on discarded runs: nothing was learnt of their code
         for p in st.rows["patches"]:
@@ -447,6 +459,14 @@ class OperationsBase:
                     (c["knob_id"], _value_key(c["after"])) == key for c in p["knob_changes"]):
                 return (f"{key[0]} = {adm.change.after!r} was tried from this same kept state in round {n} and "
                         f"ended {d['decision']} ({d['result_type']})")
+            if pair and r["before_hash"] == st.kept_hash:
+                tried = {(c["knob_id"], _value_key(c["after"])) for c in p["knob_changes"]}
+                if tried == pair:
+                    return (f"this linked pair was tried from this same kept state in round {n} and ended "
+                            f"{d['decision']} ({d['result_type']})")
+                if len(tried) == 1 and tried <= pair and d["decision"] == "failed":
+                    return (f"{next(iter(tried))[0]} at this value failed on its own from this same kept state in "
+                            f"round {n} ({d['result_type']}); a pair does not retry it")
         return ""
 
     def _sem(self, patch: Any) -> str:
@@ -659,7 +679,9 @@ def _next_round(st: SessionState) -> int:
 
 
 def _describe(changes: list[Any]) -> str:
-    return "; ".join(f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in changes)
+    """A round's change as the ledger's ``rounds.change`` says it: a linked pair (two knobs) as one change, ``a +
+    b``."""
+    return (" + " if len(changes) == 2 else "; ").join(f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in changes)
 
 
 def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]:

@@ -390,6 +390,9 @@ class CandidateOut(BaseModel):
     diff: str = ""
     admitted: bool = Field(True, description="false: checked by the legality functions only (past the answer "
                            "budget); run_candidates admits it before running it")
+    kind: str = Field("knob", description="'pair': a linked pair — knob/value are its block, pair_with its tile — "
+                      "run as one round (rule linked-pair)")
+    pair_with: dict[str, Any] | None = Field(None, description="kind 'pair': the second knob (knob, value, before)")
 
 
 class CandidatesResult(_Result):
@@ -414,6 +417,7 @@ class TrialOut(BaseModel):
     candidate: str = Field(description="the id of the candidate this trial ran (propose_candidates' id)")
     knob: str
     value: JsonValue
+    pair_with: dict[str, Any] | None = Field(None, description="a linked pair's trial: its second knob and value")
     catalog_id: str
     round: int
     verdict: str = Field(description="precision verdict of the candidate's own code (SIM: compiled and simulated "

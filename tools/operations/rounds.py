@@ -70,9 +70,10 @@ class RoundOps(OperationsBase):
         reference = st.open_round.patches[0]["before_sources"] if correction else st.kept_sources
         first = st.open_round.patches[0]["knob_changes"] if correction else []
         adm = self._admit(h, st, "apply_tuning_patch", reference, plan.new_sources, catalog_id=catalog_id,
-                          algorithm=algorithm, same_knob_as=first[0]["knob_id"] if first else None,
+                          algorithm=algorithm, same_knobs=frozenset(c["knob_id"] for c in first) if first else None,
                           path="diff" if diff is not None else "knob")
-        delta = [adm.change] if adm.change is not None else []
+        # a linked pair (rule linked-pair) is one change point: one round, one patch naming both knobs
+        delta = list(adm.changes) if adm.kind == "pair" else [adm.change] if adm.change is not None else []
         kind = "algorithm" if adm.kind == "structural" else "config"
         new_hash = code_hash(plan.new_sources)
         self._write(h, st, plan.new_sources, "apply_tuning_patch")
@@ -81,7 +82,7 @@ class RoundOps(OperationsBase):
             if not correction:
                 tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage or "",
                           outer_round=st.outer_round, kind=kind, catalog_id=catalog_id,
-                          change=_describe(delta) if adm.kind == "knob" else f"algorithm change ({catalog_id}): "
+                          change=_describe(delta) if adm.kind in ("knob", "pair") else f"algorithm change ({catalog_id}): "
                           + "; ".join(adm.structural_lines[:2]), rationale=rationale,
                           before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
             tx.insert("patches", **_patch_row(st.id, kind="correction" if correction else "tuning",

@@ -33,9 +33,10 @@ from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError, dom
 from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, UnrecordedEdit, _Handle, _next_round, _patch_row, code_hash, exclusive,
+    OperationsBase, Progress, UnrecordedEdit, _Handle, _describe, _next_round, _patch_row, code_hash, exclusive,
 )
 from pypto_tune.tools.patching import plan_knob_edit
+from pypto_tune.tools.search import pairs
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
 from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.operations.runs import check_run, sim_run_serves_both
@@ -59,6 +60,8 @@ class _Trial:
     catalog_id: str
     sources: dict[str, str] = field(default_factory=dict)
     change: Any = None
+    changes: list[Any] = field(default_factory=list)  # what the round records: the one knob, or a linked pair's two
+    pair_with: dict[str, Any] | None = None  # a linked pair's second knob (rule linked-pair)
     round_no: int = 0
     verdict: str = ""
     reason: str = ""
@@ -149,9 +152,12 @@ class SearchOps(OperationsBase):
                 continue
             patch = next((p for p in st.rows["patches"] if p["round"] == n and p["kind"] in
                           ("tuning", "manual-adopt", "trial")), None)
-            if patch is None or len(patch["knob_changes"]) != 1:
+            # a linked pair's round (two knobs, rule linked-pair) is read by the pair proposals, marked pair_with
+            if patch is None or len(patch["knob_changes"]) not in (1, 2) or (
+                    len(patch["knob_changes"]) == 2 and r["kind"] == "algorithm"):
                 continue
             c = patch["knob_changes"][0]
+            other = patch["knob_changes"][1] if len(patch["knob_changes"]) == 2 else None
             rt = d["result_type"]
             outcome = ("kept" if d["decision"] == "kept" else "failed" if d["decision"] == "failed"
                        else "regression" if rt == "regression" else "not-chosen" if rt == "not-chosen"
@@ -160,7 +166,9 @@ class SearchOps(OperationsBase):
                         "from_kept_hash": r["before_hash"], "outcome": outcome,
                         "failure_type": rt if d["decision"] == "failed" else None, "before_us": r["before_us"],
                         "after_us": d["after_us"], "semantic_hash": self._sem(patch), "round": n,
-                        "stage": r["stage"], "catalog_id": r["catalog_id"]})
+                        "stage": r["stage"], "catalog_id": r["catalog_id"],
+                        "pair_with": {"knob": other["knob_id"], "value": other["after"], "before": other["before"]}
+                        if other else None})
         return out
 
     # ------------------------------------------------------------------------------------------------ run
@@ -235,7 +243,7 @@ class SearchOps(OperationsBase):
         st2 = self._state(h, session_id)
         wall = time.monotonic() - t0
         msg = (f"batch {batch}: {len(trials)} trial(s) on {k} worker(s) in {wall:.1f} s; "
-               + (f"kept round {winner.round_no} ({winner.change.knob_id} = {winner.value!r}, "
+               + (f"kept round {winner.round_no} ({_describe(winner.changes)}, "
                   f"{winner.delta_pct:+.2f} %)" if winner else "no candidate beat the kept state"))
         if held:
             msg += f"; NOT WRITTEN: {held}"
@@ -254,6 +262,7 @@ class SearchOps(OperationsBase):
             **self._base(st2, msg), batch=batch, parallel=k, wall_s=round(wall, 3), refused=refused,
             winner_round=winner.round_no if winner else None, best_us=st2.kept_us,
             trials=[TrialOut(candidate=str(t.candidate.get("id") or ""), knob=t.knob, value=t.value,
+                             pair_with=t.pair_with,
                              catalog_id=t.catalog_id, round=t.round_no, verdict=t.verdict or "not-run",
                              operator_time_us=statistics.median(t.samples) if t.samples else None,
                              delta_pct=t.delta_pct, decision=t.decision, result_type=t.result_type,
@@ -287,12 +296,26 @@ class SearchOps(OperationsBase):
             if not cid.startswith(stage.catalog_prefix):
                 refused.append(f"#{i + 1} {cand['knob']}: catalogue id {cid!r} is not of stage {st.stage}")
                 continue
+            second = cand.get("pair_with")
             try:
-                plan = plan_knob_edit(st.kept_sources, cand["knob"], cand["value"], context=self._context(h, st))
+                if second:  # a linked pair: both knobs in one edit, admitted only as that pair (rule linked-pair)
+                    if not isinstance(second, dict) or "knob" not in second or "value" not in second:
+                        raise InputError("pair_with must name the second knob and its value",
+                                         hint="pass propose_candidates' pair candidates (or their ids) unchanged")
+                    plan = pairs.plan_edit(st.kept_sources, (cand["knob"], cand["value"]),
+                                           (second["knob"], second["value"]), context=self._context(h, st))
+                else:
+                    plan = plan_knob_edit(st.kept_sources, cand["knob"], cand["value"], context=self._context(h, st))
                 adm = self._admit(h, st, "run_candidates", st.kept_sources, plan.new_sources, catalog_id=cid,
                                   path="candidate")
+                if second and (adm.kind != "pair" or {c.knob_id for c in adm.changes} != {cand["knob"],
+                                                                                          second["knob"]}):
+                    raise InputError(f"admitted as {adm.describe()}, not as the pair it names",
+                                     hint="call propose_candidates again and pass its pair candidates unchanged")
             except (GateRefusal, KnobValueError, InputError) as exc:
-                refused.append(f"#{i + 1} {cand['knob']} = {cand['value']!r}: {str(exc).splitlines()[0]}")
+                what = f"{cand['knob']} = {cand['value']!r}" + (
+                    f" + {second.get('knob')} = {second.get('value')!r}" if isinstance(second, dict) else "")
+                refused.append(f"#{i + 1} {what}: {str(exc).splitlines()[0]}")
                 continue
             sem = self._sem({"after_raw_hash": code_hash(plan.new_sources), "after_sources": plan.new_sources})
             if sem in seen:
@@ -305,7 +328,10 @@ class SearchOps(OperationsBase):
             # admitted and measured would depend on how loaded the machine was when it was proposed.
             trials.append(_Trial(index=i, candidate={**cand, "admitted": True, "diff": plan.diff},
                                  knob=cand["knob"], value=cand["value"],
-                                 catalog_id=cid, sources=plan.new_sources, change=adm.change))
+                                 catalog_id=cid, sources=plan.new_sources, change=adm.change,
+                                 changes=list(adm.changes) if adm.kind == "pair" else [adm.change]
+                                 if adm.change is not None else [],
+                                 pair_with=second if second else None))
         return trials, refused
 
     async def _trial(self, h: _Handle, st: SessionState, t: _Trial, batch: str, limiter: anyio.CapacityLimiter,
@@ -491,7 +517,7 @@ class SearchOps(OperationsBase):
                               info={"verdict": t.verdict, "result_type": "invalid", "reason": t.invalid,
                                     "device_id": t.device, "chip_failures": t.chip_failures})
                     continue
-                desc = f"{t.change.knob_id}: {t.change.before!r} → {t.change.after!r}" if t.change else t.knob
+                desc = _describe(t.changes) if t.changes else t.knob
                 tx.insert("rounds", session_id=st.id, number=t.round_no, opened_at=now_iso(), stage=st.stage,
                           outer_round=st.outer_round, kind="trial", catalog_id=t.catalog_id, change=desc,
                           rationale=f"candidate {t.candidate.get('id', '')} of batch {batch}: "
@@ -499,14 +525,13 @@ class SearchOps(OperationsBase):
                           before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
                 tx.insert("patches", **_patch_row(st.id, kind="trial", round_no=t.round_no, before=st.kept_sources,
                                                   after=t.sources, note=f"candidate of batch {batch}",
-                                                  catalog_id=t.catalog_id, changes=[t.change] if t.change else []))
+                                                  catalog_id=t.catalog_id, changes=t.changes))
                 if t is winner:
                     tx.insert("patches", **_patch_row(st.id, kind="trial-apply", round_no=t.round_no,
                                                       before=st.expected_sources, after=t.sources,
                                                       note=f"batch {batch}: best candidate written and kept" if not held
                                                       else f"batch {batch}: best candidate kept, NOT written: {held}",
-                                                      catalog_id=t.catalog_id,
-                                                      changes=[t.change] if t.change else []))
+                                                      catalog_id=t.catalog_id, changes=t.changes))
                 after_us = statistics.median(t.samples) if t.samples else None
                 tx.insert("round_decisions", session_id=st.id, number=t.round_no, at=now_iso(),
                           decision=t.decision, result_type=t.result_type, after_us=after_us, delta_pct=t.delta_pct,

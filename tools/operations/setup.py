@@ -413,7 +413,7 @@ class SetupOps(RunWorldOps):
                 f"none of stage {st.stage}", allowed=["revert_patch", "get_status"],
                 hint="revert_patch, then change a knob of the current stage"))
         catalog_id = served[0] if served else "MANUAL"
-        changes = [adm.change] if adm.change is not None else []
+        changes = list(adm.changes) if adm.kind == "pair" else [adm.change] if adm.change is not None else []
         round_no = _next_round(st)
         with h.ledger.transaction() as tx:
             tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage,

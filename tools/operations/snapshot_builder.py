@@ -176,7 +176,8 @@ def _admissions_by_round(rows: dict[str, list[Any]]) -> dict[int, list[Admission
             at = _when(a["at"])
             if opened is not None and at is not None and at > opened:
                 break
-            info_change = (a["info"] or {}).get("change")
+            info_change = (a["info"] or {}).get("change") or next(iter((a["info"] or {}).get("changes") or []),
+                                                                  None)  # a linked pair: its first knob
             if change is None:
                 ok = a["verdict"] == "structural"
             else:

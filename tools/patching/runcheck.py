@@ -22,16 +22,21 @@ from .runmap import RunMap
 
 def overlay(files_before: dict[str, str], program_before: roles.Program, run: RunMap, sites_b: list[Site],
             sites_a: list[Site], values_b: dict[str, SiteValue], values_a: dict[str, SiteValue],
-            change: Any, changed_site: Site | None) -> tuple[dict[str, SiteValue], dict[str, SiteValue]]:
+            change: Any, changed_site: Site | None, more: list[tuple[Any, Site | None]] | tuple = ()
+            ) -> tuple[dict[str, SiteValue], dict[str, SiteValue]]:
     """Replace the static values of every tile call that ran by its per-kernel run values (see module doc).
 
     ``change``: the one KnobChange being admitted (or None); ``changed_site``: its site in the before state.
-    Raises KnobValueError when a tile call that ran would get a value the server cannot derive."""
+    ``more``: the other (change, site) of a linked pair admitted as one change point (rule ``linked-pair``): a tile
+    call is derived from the one change whose source feeds it; one that both feed is refused (the reader derives
+    one changed source at a time). Raises KnobValueError when a tile call that ran would get a value the server
+    cannot derive."""
     if not run.reported:
         return values_b, values_a
     vb, va = dict(values_b), dict(values_a)
     after_by_id = {s.knob.id: s for s in sites_a}
-    source = feeder(program_before, changed_site)
+    sources = [(feeder(program_before, s), c) for c, s in [(change, changed_site), *more]]
+    sources = [(src, c) for src, c in sources if src is not None]
     for site in sites_b:
         k = site.knob
         if k.kind not in ("vec_tile", "cube_tile") or not k.present:
@@ -45,7 +50,9 @@ def overlay(files_before: dict[str, str], program_before: roles.Program, run: Ru
             continue
         static_after = after.value
         static_before = before.value if before is not None else UNKNOWN
-        fed = source is not None and any(f == site.file and line == k.line for _, f, line in source.consumer_sites)
+        fed_by = [(src, c) for src, c in sources
+                  if any(f == site.file and line == k.line for _, f, line in src.consumer_sites)]
+        fed = bool(fed_by)
         unchanged = static_before is not UNKNOWN and static_after is not UNKNOWN and static_before == static_after
         if unchanged or (static_after is UNKNOWN and not fed and after_by_id[k.id].knob.value == k.value):
             after_values = [e.value for e in execs]
@@ -54,15 +61,23 @@ def overlay(files_before: dict[str, str], program_before: roles.Program, run: Ru
         elif static_after is not UNKNOWN:
             after_values = [static_after for _ in execs]
         elif fed:
+            if len(fed_by) > 1:
+                raise KnobValueError(
+                    f"{k.id} ran with {execs[0].value!r}; it is fed by both changed knobs "
+                    f"({', '.join(c.knob_id for _, c in fed_by)}), and the server derives a tile from one changed "
+                    "source at a time", rule="C/derive",
+                    legal="a change whose value at every tile call that ran the server can compute",
+                    hint=f"pin the call instead: apply_tuning_patch(knob='{k.id}', value=<literals>)")
+            source, by = fed_by[0]
             after_values = []
             for e in execs:
                 try:
-                    after_values.append(derive(files_before, program_before, source, site, change.before,
-                                               change.after, e.value))
+                    after_values.append(derive(files_before, program_before, source, site, by.before, by.after,
+                                               e.value))
                 except NoValue as exc:
                     raise KnobValueError(
                         f"{k.id} ran with {e.value!r} (kernel {e.kernel}); the server cannot tell what "
-                        f"{change.knob_id} = {change.after!r} gives there ({exc})", rule="C/derive",
+                        f"{by.knob_id} = {by.after!r} gives there ({exc})", rule="C/derive",
                         legal="a change whose value at every tile call that ran the server can compute",
                         hint=f"pin the call instead: apply_tuning_patch(knob='{k.id}', value=<literals>)") from None
         else:

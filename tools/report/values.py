@@ -46,10 +46,15 @@ def _key(k: Any) -> str:
     return source_text(k)
 
 
+def _joiner(changes: list[KnobChange]) -> str:
+    """Two knob changes in one round are a linked pair (rule linked-pair): one change, ``a + b``."""
+    return " + " if len(changes) == 2 else "; "
+
+
 def change_text(changes: list[KnobChange], default: str) -> str:
     """``knob: before → after`` for each changed knob, values in source text."""
-    return "; ".join(f"{c.knob_id}: {source_text(c.before, default)} → {source_text(c.after, default)}"
-                     for c in changes)
+    return _joiner(changes).join(f"{c.knob_id}: {source_text(c.before, default)} → {source_text(c.after, default)}"
+                                 for c in changes)
 
 
 def round_change(r: RoundRecord, s: dict[str, str]) -> str:
@@ -60,7 +65,8 @@ def round_change(r: RoundRecord, s: dict[str, str]) -> str:
 def knob_value(r: RoundRecord, s: dict[str, str]) -> str:
     """A batch candidate's ``knob = value``."""
     if r.knob_changes:
-        return "; ".join(f"{c.knob_id} = {source_text(c.after, s['knob_default'])}" for c in r.knob_changes)
+        return _joiner(r.knob_changes).join(f"{c.knob_id} = {source_text(c.after, s['knob_default'])}"
+                                            for c in r.knob_changes)
     return r.change
 
 

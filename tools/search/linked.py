@@ -325,3 +325,28 @@ def _by_steps(step: Callable[[Features, Features], float], base: Features,
     if first is not None:
         paths.append(first_score + step(first, joint))
     return max(paths)
+
+
+def run_links(sources: dict[str, str], context: dict[str, str] | None, record: dict[str, Any] | None) -> list[Link]:
+    """The links a state's run shows: the (block, tile) pairs of :func:`find_links` on the kernels as they ran
+    (the run-time probe's ``record`` of that state, :mod:`.runpicture`). Only what ran can be linked: a block or a
+    tile of a branch, helper or kernel the test never runs is in no picture. Empty without a reported record. The
+    admission's ``linked-pair`` rule reads its links here, so a pair is linked by the server's reading of the run,
+    never by anyone's say-so."""
+    from pypto_tune.tools.search import runpicture
+
+    built = runpicture.build(sources, context, record)
+    if built is None:
+        return []
+    rm, picture = built
+    base = picture.features()
+    if not base:
+        return []
+    knobs = [s.knob for s in rm.sites]
+    out = []
+    for link in find_links(knobs, base, picture.features):
+        out.append(link)
+        if link.tile.kind == "tile_source":  # the tile call the source feeds sets the same tile, pinned
+            out.extend(Link(link.block, k, link.scope, link.kind, link.dims) for k in knobs
+                       if k.tunable and k.kind in ("vec_tile", "cube_tile") and (k.file, k.line) in feeds(link.tile))
+    return out

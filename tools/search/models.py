@@ -65,6 +65,9 @@ class TriedChange(BaseModel):
     round: int | None = None
     stage: str | None = Field(None, description="stage name the change was tried in (FRONTEND, SWIMLANE_1, ...)")
     catalog_id: str | None = None
+    pair_with: "PairPart | None" = Field(None, description="a linked pair's round (rule linked-pair): the pair's "
+                                         "second knob; knob_id/value are its first (the block). The one-knob "
+                                         "ranking reads only changes without it")
 
     @field_validator("value", "before_value", mode="before")
     @classmethod
@@ -78,8 +81,23 @@ class TriedChange(BaseModel):
         return None
 
 
+class PairPart(BaseModel):
+    """The second knob of a linked pair (rule ``linked-pair``): the tile the pair's block caps."""
+
+    knob: str = Field(description="full knob id")
+    value: Any = Field(description="its new value")
+    before: Any = Field(None, description="its value in the kept state")
+    knob_name: str = ""
+
+    @field_validator("value", "before", mode="before")
+    @classmethod
+    def _norm(cls, v: Any) -> Any:
+        return norm_value(v)
+
+
 class Candidate(BaseModel):
-    """One proposed change: one knob away from the kept state, admitted by the server's own admission path."""
+    """One proposed change: one knob away from the kept state, admitted by the server's own admission path — or,
+    kind ``pair``, two knobs the kept state's run links, admitted as one change point (rule ``linked-pair``)."""
 
     id: str = Field(description="stable id: the same knob, value and kept state always give the same id; "
                     "run_candidates accepts it in place of the whole object")
@@ -99,6 +117,9 @@ class Candidate(BaseModel):
     diff: str = Field("", description="unified diff of the edit against the kept state")
     admitted: bool = Field(True, description="False: past propose_candidates' answer budget it was checked by the "
                            "legality functions only; run_candidates admits it before running it")
+    kind: Literal["knob", "pair"] = Field("knob", description="'pair': knob/value are a linked pair's block and "
+                                          "pair_with its tile, changed together in one round (rule linked-pair)")
+    pair_with: PairPart | None = Field(None, description="kind 'pair': the second knob and its value")
 
     @field_validator("value", "before", mode="before")
     @classmethod
@@ -145,3 +166,6 @@ class Proposal(BaseModel):
                                                  "this session already measured their effective configuration (a tile "
                                                  "clamped to the tensor or view it tiles runs as the clamped tile): "
                                                  "knob, value, same_as_round, operator_time_us, same_as")
+
+
+TriedChange.model_rebuild()

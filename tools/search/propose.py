@@ -45,7 +45,7 @@ from pypto_tune.tools.errors import (
 from pypto_tune.tools.knowledge.situation import change_class
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
-from pypto_tune.tools.search import failures, learn, linked, runpicture
+from pypto_tune.tools.search import failures, learn, linked, pairs, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
 from pypto_tune.tools.search.hashing import code_hash, semantic_hash
@@ -967,6 +967,8 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     started = time.monotonic()
     group = _stage_group(stage)
     hist = [h if isinstance(h, TriedChange) else TriedChange.model_validate(h) for h in history]
+    paired = [h for h in hist if h.pair_with is not None]  # linked pairs' rounds: read by the pair proposals only
+    hist = [h for h in hist if h.pair_with is None]
     priors = priors or load_priors()
     kept_hash = kept_hash or code_hash(kept)
     ctx = _Context(kept, context, group, analysis, hist, priors, kept_hash, run)
@@ -1103,6 +1105,9 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             excluded["failed-code"] = excluded.get("failed-code", 0) + 1
             continue
         out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, entry.get("diff", "")))
+    if plans:
+        out = _with_pairs(ctx, out, plans, hist + paired, knob, only, limit, cache, skey,
+                          None if budget_s is None else budget_s - (time.monotonic() - started), excluded, refusals)
     notes = []
     if unchecked:
         notes.append(f"{unchecked} candidate(s) past the {budget_s:g} s answer budget were checked by the legality "
@@ -1203,6 +1208,90 @@ def _candidate(raw: _Raw, kept_hash: str, ranking: Ranking, priors: Priors, grou
                      catalog_id=raw.catalog_id, why=_why(raw, ranking), evidence=_evidence(raw, priors),
                      knob_name=raw.knob.name, before=raw.knob.value, rank=rank, score=round(raw.score, 4),
                      stage=group, diff=diff, admitted=admitted)
+
+
+def _pair_score(ctx: _Context) -> pairs.Scorer:
+    """The ranking's hook for a linked pair (``pairs.Scorer``): the shape model's reading of the joint picture,
+    the same terms a single change gets from the picture after it."""
+    def score(block: Knob, bv: Any, tile: Knob, tv: Any) -> list[R.Term]:
+        after = ctx.after_many([(block, bv), (tile, tv)])
+        return kernel_terms(ctx, after)[0] if after is not None else []
+    return score
+
+
+def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.PairPlan], history: list[TriedChange],
+                knob: str | None, only: Callable[[str, Any], bool] | None, limit: int | None,
+                cache: AdmissionCache, skey: str, budget_s: float | None, excluded: dict[str, int],
+                refusals: list[str]) -> list[Candidate]:
+    """The linked pairs (:mod:`.pairs`) among the candidates, by score; each is admitted like a single change, as
+    one change of two knobs (rule ``linked-pair``). A pair the plateau or the prediction calls for keeps a place
+    within ``limit``: it is what the single changes cannot reach."""
+    def allowed(k: Knob, v: Any) -> bool:
+        return only is None or only(k.id, v)
+
+    found: list[Candidate] = []
+    for p in pairs.points(plans, history, ctx.kept_hash, _pair_score(ctx), knob=knob, allowed=allowed):
+        b, t = p.link.block, p.link.tile
+        cid = (choose_catalog_id(t, ctx.stage, p.tile_value, ctx.kernel_of(t), ctx.facts)
+               or choose_catalog_id(b, ctx.stage, p.block_value, ctx.kernel_of(b), ctx.facts))
+        if cid is None:
+            excluded["not-this-stage"] = excluded.get("not-this-stage", 0) + 1
+            continue
+        admitted, diff = budget_s is None or budget_s > 0, ""
+        if admitted:
+            entry = _admit_pair(cache, skey, ctx, p)
+            if not entry["ok"]:
+                excluded["illegal"] = excluded.get("illegal", 0) + 1
+                if len(refusals) < MAX_REFUSALS_SHOWN:
+                    refusals.append(f"{p.describe()}: {entry['refusal']}")
+                continue
+            if entry["semantic_hash"] in ctx.bad_code:
+                excluded["failed-code"] = excluded.get("failed-code", 0) + 1
+                continue
+            diff = entry["diff"]
+        why = (f"score {p.score:+.2f} for {cid} ({_catalog_title(cid)}), linked pair {p.describe()}: {p.reason}"
+               + "".join(f"; {t.source}: {t.text} ({t.score:+.2f})" for t in p.terms[:3] if t.text))
+        found.append(Candidate(
+            id=_candidate_id(ctx.kept_hash, *p.id_key), knob=b.id, value=p.block_value, catalog_id=cid, why=why,
+            evidence={"pair": {"trigger": p.trigger, "link": p.link.describe(), **p.evidence},
+                      "model": {tt.name: tt.evidence for tt in p.terms if tt.evidence} or {}},
+            knob_name=b.name, before=b.value, score=round(p.score, 4), stage=ctx.stage, diff=diff,
+            admitted=admitted, kind="pair", pair_with=p.second()))
+    if not found:
+        return out
+    merged = list(out)  # the singles keep their order (the spread included); a pair goes before the first it beats
+    for c in found:
+        merged.insert(next((i for i, o in enumerate(merged) if o.score < c.score), len(merged)), c)
+    if limit is not None and len(merged) > limit:
+        cut = merged[:limit]
+        if not any(c.kind == "pair" for c in cut):
+            cut = cut[:limit - 1] + [found[0]]
+        merged = cut
+    return [c.model_copy(update={"rank": i + 1}) for i, c in enumerate(merged)]
+
+
+def _admit_pair(cache: AdmissionCache, skey: str, ctx: _Context, p: pairs.PairPoint) -> dict[str, Any]:
+    """A pair's admission, remembered like a single change's (:func:`_admit`): admitted only as that pair."""
+    ids, values = p.id_key
+    key = cache.key(skey, ids, values)
+    entry = cache.get(key)
+    if entry is not None:
+        return entry
+    t0 = time.monotonic()
+    b, t = p.link.block, p.link.tile
+    try:
+        plan = pairs.plan_edit(ctx.kept, (b.id, p.block_value), (t.id, p.tile_value), context=ctx.context)
+        adm = admit(ctx.kept, plan.new_sources, context=ctx.context, run=ctx.run)
+        if adm.kind != "pair" or {c.knob_id for c in adm.changes} != {b.id, t.id}:
+            entry = {"ok": False, "refusal": f"admitted as {adm.describe()}, not as the linked pair"}
+        else:
+            entry = {"ok": True, "sources": plan.new_sources, "diff": plan.diff,
+                     "semantic_hash": semantic_hash(plan.new_sources)}
+    except (GateRefusal, KnobValueError, InputError, PatchError) as exc:
+        entry = {"ok": False, "refusal": exc.message if isinstance(exc, PyptoTuneError) else str(exc)}
+    cache.timed(time.monotonic() - t0)
+    cache.put(key, entry)
+    return entry
 
 
 def _flat(out: list[Candidate]) -> bool:
@@ -1318,11 +1407,16 @@ def edited_sources(kept: dict[str, str], candidate: Candidate, *, context: dict[
     """The operator sources with ``candidate`` applied (what ``run_candidates`` writes); re-planned if not cached.
     ``run``: the probe record the search was given (part of the cache key). The session's own admission still
     judges them when the round is opened."""
+    second = candidate.pair_with
     if cache is not None:
-        e = cache.entries.get(cache.key(admission_state_key(kept, context, _reported(run)), candidate.knob,
-                                        candidate.value))
+        ids, values = (candidate.knob, candidate.value) if second is None else (
+            f"{candidate.knob}+{second.knob}", value_key([candidate.value, second.value]))
+        e = cache.entries.get(cache.key(admission_state_key(kept, context, _reported(run)), ids, values))
         if e and e.get("ok"):
             return dict(e["sources"])
+    if second is not None:
+        return pairs.plan_edit(kept, (candidate.knob, candidate.value), (second.knob, second.value),
+                               context=context).new_sources
     return plan_knob_edit(kept, candidate.knob, candidate.value, context=context).new_sources
 
 

@@ -40,8 +40,24 @@ RULES: list[Rule] = [
          "collection and analysis (the stage's round baseline) before its first patch.",
          text_zh="每个 SWIMLANE_n / INCORE_n 阶段开始时须重新采集并分析（阶段基线），之后才能修改。"),
     Rule(id="one-change", source="R9", text_en="One knob per round: the candidate differs from the last kept state in "
-         "exactly one knob. Several or zero knobs only as a declared algorithm-level change (R23).",
-         text_zh="每轮只改一个参数：候选代码与上次保留状态恰好相差一个 knob；多处或结构性修改只能作为声明的算法级修改（R23）。"),
+         "exactly one knob. Two knobs only as a linked pair (linked-pair); several or zero knobs only as a declared "
+         "algorithm-level change (R23).",
+         text_zh="每轮只改一个参数：候选代码与上次保留状态恰好相差一个 knob；两个 knob 只能作为联动对（linked-pair）；"
+         "多处或结构性修改只能作为声明的算法级修改（R23）。"),
+    Rule(id="linked-pair", source="R9/C", text_en="Two knobs change in one round only when the kept state's run links "
+         "them: a loop's block and the tile that tiles the view the block sets (the server reads the link from the "
+         "run-time probe's record; nobody declares it). Such a pair is one change point, because it is one tiling "
+         "decision: the tile's rows beyond the view are clipped, so neither knob's value means anything without the "
+         "other's, and one verified, measured round judges the decision as a whole. Each knob is held to all a change "
+         "of it alone is held to (a tuning knob, not a problem size; a value that is data; its own domain; live in "
+         "this test; no-retry), legality is checked on both values at once at every tile call and loop they reach, "
+         "the round records both knobs and its gain is the pair's. Any other two-knob change is refused (one-change).",
+         text_zh="只有当保留状态的运行显示两个 knob 联动时，才允许一轮同时修改这两个 knob：循环的分块大小，以及对该分块所设"
+         "view 做切分的 tile（联动关系由服务器从运行时探针记录中读出，任何人都不能声明）。这样的一对是一个改动点，因为它是"
+         "同一个切分决策：tile 超出 view 的行会被截断，任一 knob 的取值离开另一个都没有意义，由一轮精度校验和测量整体裁决。"
+         "每个 knob 都按单独修改它时的全部规则检查（必须是调优 knob 而非问题规模；取值是数据；在其自身取值域内；在本测试中"
+         "实际运行；不重试），合法性按两个取值同时生效，在它们影响的每个 tile 调用和循环上检查；该轮记录两个 knob，收益归于"
+         "这一对。其他任何同时修改两个 knob 的改动都会被拒绝（one-change）。"),
     Rule(id="catalog-stage", source="R10", text_en="Each round cites one catalogue id that belongs to the current stage.",
          text_zh="每轮必须引用一个属于当前阶段的优化目录编号。"),
     Rule(id="round-open", source="D.1", text_en="A round is open: verify, measure and record it (or revert it) before "
