@@ -25,7 +25,8 @@ spaced over its volume-ordered candidates, both ends included. Each configuratio
 
 **De-tuned variant (``detune_value``).** Every live tile knob (vector and cube tiles, the tiling sources that feed them,
 list constants that feed a vector tile) is set, one knob after the other, to the smallest power of two ≥ 8 that the
-server's legality check accepts, the same for every dimension (leading batch axes of a 3-D or higher vector tile: 1).
+server's legality check accepts, the same for every dimension (the leading, batch axis of a 3-D or higher vector tile:
+1).
 The de-tuned code then gets its own session, knob map, grid, search and random arms.
 
 **Arms.** ``search``: a scripted agent that after the baseline calls only ``propose_candidates`` and
@@ -234,8 +235,8 @@ def detune_shape(knob: dict[str, Any]) -> tuple[str, int] | None:
 
 
 def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool]) -> Any | None:
-    """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (leading batch axes
-    of a vector tile of rank ≥ 3: 1); None when no power up to 512 is legal."""
+    """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (the leading, batch
+    axis of a vector tile of rank ≥ 3: 1); None when no power up to 512 is legal."""
     form, rank = shape
     for e in range(3, 10):
         p = 2 ** e
@@ -244,7 +245,7 @@ def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool]) -> Any | 
         elif form == "int":
             v = p
         elif form == "vec":
-            v = [1] * max(rank - 2, 0) + [p] * min(rank, 2)
+            v = [1] * (rank >= 3) + [p] * (rank - (rank >= 3))
         else:
             v = [p] * rank
         if legal(v):
@@ -468,7 +469,11 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool, c
                 return out
             await a.call("enable_runtime_debug", session_id=sid)
             out["measured_sources"] = {op.file: (ws / op.file).read_text()}
-            col = await a.call("collect_swimlane", session_id=sid)
+            try:
+                col = await a.call("collect_swimlane", session_id=sid)
+            except Refused as exc:  # e.g. an invalid measurement (a run past the simulator's swimlane limit)
+                out["error"] = "collect_swimlane: " + first_line(str(exc))
+                return out
             out["baseline_us"] = col["operator_time_us"]
             an = await a.call("analyze_bubbles", session_id=sid, lang="en")
             out["stage"] = an.get("stage")

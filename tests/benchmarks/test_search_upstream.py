@@ -90,7 +90,8 @@ def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8()
         return lambda v: min(su._flat_ints(v)) >= n if isinstance(v, (list, dict)) else v >= n
 
     assert su.detune_value(("vec", 2), legal_from(8)) == [8, 8]
-    assert su.detune_value(("vec", 4), legal_from(1)) == [1, 1, 8, 8]  # leading batch axes: 1
+    assert su.detune_value(("vec", 4), legal_from(1)) == [1, 8, 8, 8]  # the leading, batch axis: 1
+    assert su.detune_value(("vec", 3), legal_from(1)) == [1, 8, 8] and su.detune_value(("vec", 1), legal_from(1)) == [8]
     assert su.detune_value(("cube", 0), legal_from(16)) == {"m": [16, 16], "k": [16, 16], "n": [16, 16]}
     assert su.detune_value(("cube_src", 3), legal_from(32)) == [32, 32, 32]
     assert su.detune_value(("int", 0), legal_from(8)) == 8
