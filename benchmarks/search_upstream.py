@@ -25,7 +25,8 @@ spaced over its volume-ordered candidates, both ends included. Each configuratio
 
 **De-tuned variant (``detune_value``).** Every live tile knob (vector and cube tiles, the tiling sources that feed them,
 list constants that feed a vector tile) is set, one knob after the other, to the smallest power of two ≥ 8 that the
-server's legality check accepts, the same for every dimension (leading batch axes of a 3-D or higher vector tile: 1).
+server's legality check accepts, the same for every dimension (the leading, batch axis of a 3-D or higher vector tile:
+1).
 The de-tuned code then gets its own session, knob map, grid, search and random arms.
 
 **Arms.** ``search``: a scripted agent that after the baseline calls only ``propose_candidates`` and
@@ -234,8 +235,8 @@ def detune_shape(knob: dict[str, Any]) -> tuple[str, int] | None:
 
 
 def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool]) -> Any | None:
-    """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (leading batch axes
-    of a vector tile of rank ≥ 3: 1); None when no power up to 512 is legal."""
+    """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (the leading, batch
+    axis of a vector tile of rank ≥ 3: 1); None when no power up to 512 is legal."""
     form, rank = shape
     for e in range(3, 10):
         p = 2 ** e
@@ -244,7 +245,7 @@ def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool]) -> Any | 
         elif form == "int":
             v = p
         elif form == "vec":
-            v = [1] * max(rank - 2, 0) + [p] * min(rank, 2)
+            v = [1] * (rank >= 3) + [p] * (rank - (rank >= 3))
         else:
             v = [p] * rank
         if legal(v):
@@ -309,7 +310,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     """The result table, one row per operator variant (see ``summarise``)."""
     head = ("| operator | variant | N (unwritable) | shipped µs | grid best µs (×) | search best × | search 90 % | "
             "random 90 % | XGB 90 % | search 99 % | random 99 % | XGB 99 % | re-measured | failed trials | "
-            "wall s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            "wall s (uncached) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = [head]
     for r in rows:
         if r.get("error"):
@@ -328,7 +329,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{trials(r.get('xgb90'), r.get('xgb_runs'))} | {trials(r.get('search99'), r.get('search_trials'))} | "
             f"{_cell(r.get('random99'), '.1f')} | {trials(r.get('xgb99'), r.get('xgb_runs'))} | "
             f"{_cell(r.get('remeasured'))}/{_cell(r.get('search_trials'))} | {_cell(r.get('failed'))} | "
-            f"{_cell(r.get('wall_s'), '.0f')} |")
+            f"{_cell(r.get('wall_s'), '.0f')} ({_cell(r.get('uncached_s'), '.0f')}) |")
     return "\n".join(out)
 
 
@@ -468,7 +469,11 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool, c
                 return out
             await a.call("enable_runtime_debug", session_id=sid)
             out["measured_sources"] = {op.file: (ws / op.file).read_text()}
-            col = await a.call("collect_swimlane", session_id=sid)
+            try:
+                col = await a.call("collect_swimlane", session_id=sid)
+            except Refused as exc:  # e.g. an invalid measurement (a run past the simulator's swimlane limit)
+                out["error"] = "collect_swimlane: " + first_line(str(exc))
+                return out
             out["baseline_us"] = col["operator_time_us"]
             an = await a.call("analyze_bubbles", session_id=sid, lang="en")
             out["stage"] = an.get("stage")
@@ -639,7 +644,7 @@ def measure_grid_rows(cache: Cache, op: Operator, grid: dict[str, Any], timeout_
         cached = cache.get("runs", op.key(c["sources"])) is not None
         r = measure(cache, op, c["sources"], timeout_s)
         t = r.get("operator_time_us") if r.get("compiled") and r.get("valid", True) else None
-        rows.append({"config": c["config"], "time_us": t, "error": None if t is not None else
+        rows.append({"config": c["config"], "time_us": t, "run_s": r.get("wall_s"), "error": None if t is not None else
                      (r.get("log_errors") or [r.get("error") or "invalid run"])[0]})
         if not cached:
             print(f"    [{i + 1}/{len(grid['configs'])}] "
@@ -796,7 +801,9 @@ def run_variant(cache: Cache, op: Operator, variant: str, args: argparse.Namespa
     elif rows:
         res["note"] = "the grid's shipped configuration did not run: " + str(rows[0]["error"])
     res["session_s"] = ses.get("wall_s")
+    res["grid_s"] = sum(r.get("run_s") or 0 for r in rows)  # the SIM runs' own wall time, cached or not
     res["wall_s"] = time.monotonic() - t0
+    res["uncached_s"] = (ses.get("wall_s") or 0) + res["grid_s"]
     return res, ses
 
 

@@ -90,7 +90,8 @@ def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8()
         return lambda v: min(su._flat_ints(v)) >= n if isinstance(v, (list, dict)) else v >= n
 
     assert su.detune_value(("vec", 2), legal_from(8)) == [8, 8]
-    assert su.detune_value(("vec", 4), legal_from(1)) == [1, 1, 8, 8]  # leading batch axes: 1
+    assert su.detune_value(("vec", 4), legal_from(1)) == [1, 8, 8, 8]  # the leading, batch axis: 1
+    assert su.detune_value(("vec", 3), legal_from(1)) == [1, 8, 8] and su.detune_value(("vec", 1), legal_from(1)) == [8]
     assert su.detune_value(("cube", 0), legal_from(16)) == {"m": [16, 16], "k": [16, 16], "n": [16, 16]}
     assert su.detune_value(("cube_src", 3), legal_from(32)) == [32, 32, 32]
     assert su.detune_value(("int", 0), legal_from(8)) == 8
@@ -135,11 +136,11 @@ def test_table_has_one_row_per_variant_and_names_what_did_not_run():
     rows = [{"operator": "ops/softmax.py::test_softmax", "variant": "shipped", "N": 27, "unwritable": 0,
              "baseline_us": 74.44, "grid_best_us": 12.0, "grid_speedup": 6.2, "search_best": 6.2, "search90": 1,
              "random90": 9.3, "xgb90": 12, "search99": None, "random99": 14.0, "xgb99": None, "xgb_runs": 100,
-             "remeasured": 3, "search_trials": 16, "failed": 1, "wall_s": 900.0},
+             "remeasured": 3, "search_trials": 16, "failed": 1, "wall_s": 90.0, "uncached_s": 900.0},
             {"operator": "ops/x.py::test_x", "variant": "shipped", "error": "TypeError: boom", "wall_s": 20.0}]
     text = su.table(rows)
     lines = text.splitlines()
     assert len(lines) == 4 and lines[0].startswith("| operator | variant |")
     assert ("| ops/softmax.py::test_softmax | shipped | 27 (0) | 74.440 | 12.000 (6.20×) | 6.20 | 1 | 9.3 | 12 | "
-            ">16 | 14.0 | >100 | 3/16 | 1 | 900 |") == lines[2]
+            ">16 | 14.0 | >100 | 3/16 | 1 | 90 (900) |") == lines[2]
     assert lines[3].startswith("| ops/x.py::test_x | shipped | — |")
