@@ -66,3 +66,22 @@ def test_check_knob_value_uses_the_knobs_own_context():
     with pytest.raises(KnobValueError, match="trip count 2"):
         check_knob_value(unroll, [4, 1])
     assert check_knob_value(knobs["awkward.py:PASS_OPTS.vec_nbuffer_setting"], {"-2": 1, "0": 4}) == {-2: 1, 0: 4}
+
+
+def test_a_cube_tile_whose_operand_tile_overflows_l0a_or_l0b_is_refused_naming_the_buffer():
+    # FP16 (16, 128, 512): the B operand's 128 x 512 x 2 B = 128 KB does not fit the 64 KB L0B; PyPTO's FFN example
+    # failed to compile with "Alloc tensor size [131072] exceeds MEM_L0B size [65536]" in SIM
+    from pypto_tune.tools.errors import KnobValueError
+    from pypto_tune.tools.patching.legality import validate
+
+    ctx = {"dtypes": ["DT_FP16"]}
+    fits = validate("cube_tile", "set_cube_tile_shapes", None, {"m": [16, 16], "k": [128, 128], "n": [256, 256]}, ctx)
+    assert fits["n"] == [256, 256]
+    with pytest.raises(KnobValueError, match="L0B"):
+        validate("cube_tile", "set_cube_tile_shapes", None, {"m": [16, 16], "k": [128, 128], "n": [512, 512]}, ctx)
+    with pytest.raises(KnobValueError, match="L0A"):
+        validate("cube_tile", "set_cube_tile_shapes", None, {"m": [256, 256], "k": [256, 256], "n": [16, 16]}, ctx)
+    # an FP32 tensor beside the FP16 operands does not make the operand tiles larger than they are
+    ctx32 = {"dtypes": ["DT_FP16", "DT_FP32"]}
+    assert validate("cube_tile", "set_cube_tile_shapes", None, {"m": [16, 16], "k": [128, 128], "n": [256, 256]},
+                    ctx32)["k"] == [128, 128]

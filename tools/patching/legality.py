@@ -181,9 +181,23 @@ def _vec_tile(v: Any, ctx: dict[str, Any]) -> Any:
 
 
 L0C_BYTES = 128 * 1024  # cube output buffer (pypto 0.2.0's MEM_L0C)
+L0AB_BYTES = 64 * 1024  # each cube input buffer (pypto 0.2.0's MEM_L0A, MEM_L0B)
 CUBE_LEGAL = ("m=[mL0, mL1], k=[kL0, kL1] or [kL0, kAL1, kBL1], n=[nL0, nL1]; ints ≥ 1; L0 ≤ L1 and L1 % L0 == 0; "
               "FP16/BF16: L0 multiples of 16; kL0, kL1, nL0, nL1 32-byte aligned; mL0·nL0·4 B ≤ 128 KB (L0C); "
-              "enable_split_k bool")
+              "mL0·kL0 and kL0·nL0 operand bytes ≤ 64 KB each (L0A, L0B); enable_split_k bool")
+
+
+def l0_operand_overflow(m: int, k: int, n: int, elem_bytes: int) -> str:
+    """Which cube input buffer an (mL0, kL0, nL0) tile overflows with operands of ``elem_bytes``, or ''.
+
+    The A operand's mL0 × kL0 tile sits in L0A and the B operand's kL0 × nL0 tile in L0B, 64 KiB each. Measured on
+    PyPTO's FFN example in SIM: FP16 (m, k, n) = (16, 128, 512) fails to compile with "Alloc tensor size [131072]
+    exceeds MEM_L0B size [65536]" (128 × 512 × 2 B), while (16, 128, 256) compiles."""
+    if m * k * elem_bytes > L0AB_BYTES:
+        return f"mL0 {m} × kL0 {k} × {elem_bytes} B = {m * k * elem_bytes // 1024} KB exceeds the 64 KB L0A buffer"
+    if k * n * elem_bytes > L0AB_BYTES:
+        return f"kL0 {k} × nL0 {n} × {elem_bytes} B = {k * n * elem_bytes // 1024} KB exceeds the 64 KB L0B buffer"
+    return ""
 
 
 def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
@@ -237,6 +251,13 @@ def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
     if l0c > L0C_BYTES:
         raise _fail(f"mL0 {out['m'][0]} × nL0 {out['n'][0]} × 4 B = {l0c // 1024} KB exceeds the 128 KB L0C buffer",
                     rule, CUBE_LEGAL)
+    if dtypes:
+        # the operands' element size: the smallest of the kernel's dtypes, so that an FP32 output never makes an
+        # FP16 operand tile look larger than it is (the check stays one that only refuses what cannot compile)
+        sizes_b = [DTYPE_BYTES[d] for d in dtypes if d in DTYPE_BYTES]
+        overflow = l0_operand_overflow(out["m"][0], out["k"][0], out["n"][0], min(sizes_b)) if sizes_b else ""
+        if overflow:
+            raise _fail(overflow, rule, CUBE_LEGAL)
     split = merged.get("enable_split_k")
     if split is not None:
         if not isinstance(split, bool):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pypto_tune.tools.patching.models import EXPR_KEY, Knob
+from pypto_tune.tools.patching.legality import l0_operand_overflow
 
 NBUF_VALUES = (1, 2, 4, 8, 16)  # S-5: N in {1, 2, 4, 8, 16}
 L1_REUSE_VALUES = (1, 2, 4, 8)
@@ -303,6 +304,8 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
         for combo in itertools.product(*axes):
             v = list(combo)
             if v == cur or v[0] * v[2] * 4 > 128 * 1024:  # mL0 x nL0 x 4 B within the 128 KB L0C (F-9)
+                continue
+            if l0_operand_overflow(v[0], v[1], v[2], 2 if half else 4):  # operand tiles within L0A / L0B
                 continue
             out.append(Value(v, note="(m, k, n) within the matmul as it ran"))
         return out
