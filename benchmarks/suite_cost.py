@@ -3,9 +3,10 @@
 Wall time lies on a shared machine; CPU time does not: a test file's cost is the user + system time of its pytest
 process and of every process it started (the stdio servers, and through them the sandboxed SIM runs). As root the
 file's pytest runs in a cpuacct cgroup of its own, which counts them all (RUSAGE_CHILDREN misses about half: the
-sandboxed runs, and daemons such as ``ray start``'s); elsewhere the rusage of waited-for children is used. The suite's wall
-time on N idle cores is at least the sum over files divided by N (with ``--dist loadfile``, plus the longest file's
-tail).
+sandboxed runs, and daemons such as ``ray start``'s); elsewhere the rusage of waited-for children is used. The
+suite's wall time on N idle cores is at least the sum over files divided by N (with ``--dist loadfile``, plus the
+longest file's tail). Each file's row includes its own pytest start-up (~1.5 CPU s), which the suite pays once per
+worker.
 
     .venv/bin/python benchmarks/suite_cost.py tests/reliability tests/server/test_demo_interrupt.py ...
     .venv/bin/python benchmarks/suite_cost.py --per-test tests/test_docs.py
