@@ -12,10 +12,10 @@ worker.
     .venv/bin/python benchmarks/suite_cost.py --per-test tests/test_docs.py
 
 Runs each test file alone, one after the other (``nice``), and prints one row per file: tests, runs (bwrap
-invocations that ran a command, i.e. the sandbox's measured runs), SIM runs (those whose command says ``sim``), CPU s
-and wall s; ``--json FILE`` keeps the rows. The tests run from this checkout: do not edit it while they run (a
-server started meanwhile imports the half-edited code). Runs are counted by a ``bwrap`` wrapper put first on PATH (the stdio
-client passes PATH to the server), which logs its argument vector and execs the real one.
+invocations that ran a command, i.e. the sandbox's measured runs), SIM runs (those whose command says ``sim``), CPU
+s and wall s; ``--json FILE`` keeps the rows. The tests run from this checkout: do not edit it while they run (a
+server started meanwhile imports the half-edited code). Runs are counted by a ``bwrap`` wrapper put first on PATH
+(the stdio client passes PATH to the server), which logs its argument vector and execs the real one.
 """
 
 from __future__ import annotations
