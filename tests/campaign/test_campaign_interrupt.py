@@ -21,7 +21,7 @@ from pypto_tune.tools.campaign.facts import latest_session
 from pypto_tune.tools.session.ledger import Ledger
 from pypto_tune.tools.session.state import derive_state, load_rows
 from tests.conftest import OPERATORS, require_real
-from tests.server.test_demo_interrupt import Tmux
+from tests.terminal import Tmux
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 

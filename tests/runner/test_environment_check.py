@@ -38,6 +38,36 @@ async def test_sim_checklist_on_this_machine(tmp_path: Path) -> None:
 
 
 @pytest.mark.sim
+async def test_the_checklist_imports_pypto_in_one_child_and_the_probe_alone_names_a_failed_import(
+        tmp_path: Path) -> None:
+    """Importing pypto (and torch with it) costs as much CPU as a SIM kernel: the "import pypto" check and the test's
+    needs are answered by one child. Where pypto does not import, the probe of its own runs and names the error."""
+    (tmp_path / "op.py").write_text("import pypto\nimport torch\nX = 1\n")
+    log = tmp_path / "argv.log"
+    python = tmp_path / "python"  # the interpreter the checks use, logging each child it starts
+    python.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" | tr '\\n' ' ' >> {log}\necho >> {log}\n"
+                      f"exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    env = build_child_env(run_mode="sim")
+    c = by_name(await check_environment(run_mode="sim", workspace=tmp_path, operator_files=["op.py"], env=env,
+                                        python=str(python)))
+    assert c["import pypto"].ok and c["import pypto"].detail.startswith("pypto 0.2.0 from "), c["import pypto"]
+    assert c["test imports"].ok and "torch" in c["test imports"].detail
+    children = log.read_text().splitlines()
+    assert sum("import" in a and "pypto" in a for a in children) == 1, children
+
+    # an interpreter where pypto fails to import: the check fails with pypto's own error, from its own probe
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "pypto.py").write_text("raise ImportError('this pypto is broken on purpose')\n")
+    log.unlink()
+    broken = build_child_env(run_mode="sim", extra={"PYTHONPATH": str(tmp_path / "site")})
+    c = by_name(await check_environment(run_mode="sim", workspace=tmp_path, operator_files=["op.py"], env=broken,
+                                        python=str(python)))
+    assert not c["import pypto"].ok and "this pypto is broken on purpose" in c["import pypto"].detail, c
+    assert sum("import" in a and "pypto" in a for a in log.read_text().splitlines()) == 2
+
+
+@pytest.mark.sim
 async def test_a_missing_import_and_an_option_pypto_does_not_know_are_named_with_where_and_the_fix(
         tmp_path: Path) -> None:
     """PyPTO's tests import pytest at module level and may set a runtime option another pypto version knows

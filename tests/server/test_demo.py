@@ -1,23 +1,105 @@
 """The main job, as `scripts/demo.sh` runs it: `pypto-tune demo` performs a whole SIM session over stdio, uses the
 server's search (at least one batch of `run_candidates`), reaches its goal, and writes a report that shows each batch's
-candidates and which one won (issue #12), in Markdown and HTML, en and zh (issue #18)."""
+candidates and which one won (issue #12), in Markdown and HTML, en and zh (issue #18).
+
+Ctrl-C in a real terminal (tmux): `pypto-tune demo` prints one line that says what state the session is in, what the
+operator file holds and how to go on; a second demo on the folder is refused while the first runs, naming its pid and
+start; `pypto-tune demo --resume` then reaches the same result as a demo nobody interrupted (the same kept operator
+source, the same best time).
+
+One uninterrupted demo serves both: it is the main job whose output and ledger are checked, and the run the
+interrupted one is compared with (it runs alongside the interrupted one)."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pypto_tune.tools.campaign.facts import latest_session
+from tests.conftest import require_real
+from tests.terminal import Tmux
+
 pytestmark = pytest.mark.sim
 
+CLI = Path(sys.executable).with_name("pypto-tune")
 
-def test_the_demo_session_searches_reaches_its_goal_and_reports_the_batches(tmp_path: Path) -> None:
+
+class Demo:
+    """`pypto-tune demo --workspace ws` started at once; :meth:`result` waits for it (once)."""
+
+    def __init__(self, ws: Path) -> None:
+        self.ws = ws
+        self.proc = subprocess.Popen([str(CLI), "demo", "--workspace", str(ws)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self._out: tuple[str, str] | None = None
+
+    def result(self) -> subprocess.CompletedProcess[str]:
+        if self._out is None:
+            self._out = self.proc.communicate(timeout=900)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, *self._out)
+
+
+@pytest.fixture(scope="module")
+def plain_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    demo = Demo(tmp_path_factory.mktemp("plain") / "demo-run")
+    try:
+        yield demo
+    finally:
+        if demo.proc.poll() is None:
+            demo.proc.kill()
+            demo.proc.communicate()
+
+
+def _result(ws: Path) -> tuple[str, float | None, str]:
+    facts = latest_session(ws)
+    assert facts is not None
+    return facts.level1, facts.best_us, (ws / "softmax.py").read_text()
+
+
+# First in the file: the interrupted demo runs while the plain one does.
+@pytest.mark.slow
+def test_ctrl_c_prints_the_state_a_second_demo_is_refused_and_resume_reaches_the_same_result(
+        tmp_path: Path, plain_demo: Demo) -> None:
+    require_real(shutil.which("tmux") is not None, "tmux is not installed (apt-get install -y tmux)")
     ws = tmp_path / "demo-run"
-    cli = Path(sys.executable).with_name("pypto-tune")
-    proc = subprocess.run([str(cli), "demo", "--workspace", str(ws)], capture_output=True, text=True, timeout=900)
+    term = Tmux("demo", f"{CLI} demo --workspace {ws}", tmp_path)
+    try:
+        term.wait_for(r"round 1: \S+ → \[1, 8, 256\]", timeout=600)  # round 1 applied, its precision run going
+        second = subprocess.run([str(CLI), "demo", "--workspace", str(ws)], capture_output=True, text=True,
+                                timeout=120)
+        assert second.returncode == 1 and re.search(r"another demo is running in .*\(pid \d+, started 20\d\d-",
+                                                    second.stderr), second.stderr
+        term.keys("C-c")
+        line = term.wait_for(r"pypto-tune demo: stopped by SIGINT in session (\S+) at S4_TUNE / FRONTEND; "
+                             r"round 1 is open \(step \w+\): the operator file holds its change; resuming rolls it "
+                             r"back to the kept state and does it again — resume: pypto-tune demo --resume "
+                             r"--workspace \S+ \(or start over: pypto-tune demo --workspace \S+\)", timeout=120)
+        term.wait_for(r"EXIT=130", timeout=60)
+        assert "set_vec_tile_shapes(1, 8, 256)" in (ws / "softmax.py").read_text()  # the open round's change
+        sid = line.group(1)
+    finally:
+        term.close()
+    resumed = subprocess.run([str(CLI), "demo", "--resume", "--workspace", str(ws)], capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"session {sid} resumed" in resumed.stdout
+    assert "round 1 was open when the demo stopped: rolled back to the kept state" in resumed.stdout
+    plain = plain_demo.result()
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+    assert _result(ws) == _result(plain_demo.ws)  # DONE, the same best time, the same kept source
+    assert _result(ws)[0] == "DONE"
+
+
+def test_the_demo_session_searches_reaches_its_goal_and_reports_the_batches(plain_demo: Demo) -> None:
+    ws = plain_demo.ws
+    proc = plain_demo.result()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     # a passing first run prints nothing that looks like a failure: pypto's helpers fail to import matplotlib on
     # every SIM run (kept out on purpose, A.2b), and that traceback is not progress

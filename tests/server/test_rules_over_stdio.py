@@ -1,5 +1,7 @@
 """Every rule, allowing and refusing, through the real MCP client talking to the real server over stdio, with the
-real PyPTO simulator running our softmax fixture. One session walks the whole loop so the suite stays fast."""
+real PyPTO simulator running our softmax fixture. One session walks the whole loop so the suite stays fast; its
+baseline analysis also shows the suggestions an agent can act on (the current stage's items only, through this
+operator's knobs)."""
 
 from __future__ import annotations
 
@@ -77,6 +79,24 @@ def test_a_whole_session_enforces_every_gate(softmax_ws: Path) -> None:
             assert whole["measurement_id"] == base_m["measurement_id"] and whole["valid"] is True
             assert len(whole["analysis"]["cores"]) == an["cores_total"]
             assert whole["operator_time_us"] == pytest.approx(an["operator_time_us"], abs=1e-3)
+
+            # Suggestions an agent can act on: only the current stage's catalogue items, each naming knobs of THIS
+            # operator that carry it out, or saying it is an analysis or needs a structural change.
+            full = await s.ok("analyze_bubbles", session_id=sid, lang="en", detail="full")
+            assert full["stage"] == "FRONTEND"
+            sugg = full["suggestions"]
+            assert sugg, full["message"]
+            assert {x["stage"] for x in sugg} == {"frontend"}
+            knob_ids = {k["id"] for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+            for x in sugg:
+                assert x["action"] in ("knob", "analysis", "structural"), x
+                assert (x["action"] == "knob") == bool(x["knobs"]), x
+                assert set(x["knobs"]) <= knob_ids, (x, knob_ids)
+            # softmax's vector tile and block size serve frontend items: at least one suggestion names one
+            assert any(x["action"] == "knob" for x in sugg), sugg
+            # the compact default view (the call above) carries the same annotations
+            assert [(x["catalog_id"], x["action"]) for x in an["suggestions"]] == \
+                [(x["catalog_id"], x["action"]) for x in sugg[:len(an["suggestions"])]]
 
             # R9: one knob per round; R10: the id must belong to the stage.
             src = (softmax_ws / "softmax.py").read_text()

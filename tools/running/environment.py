@@ -290,8 +290,16 @@ async def _path_python_checks(*, cwd: Path, env: dict[str, str], timeout_s: floa
 
 # What the test's files need, asked of the interpreter the runs use, in one child: ``find_spec`` locates a module
 # without running it; the options tree needs pypto imported. The answer is the last line (pypto may print before it).
+# The same child answers the "import pypto" check first (its line after PYPTO_MARK): importing pypto and torch costs
+# ~2.5 CPU s, as much as a SIM run's kernel, and a second child importing them again doubled the checklist's cost.
+PYPTO_MARK = "PYPTO-TUNE-IMPORT-PYPTO "
 _NEEDS_PROBE = r"""
 import importlib.util, json, sys
+try:
+    import importlib.metadata as _m, pypto
+    print("PYPTO-TUNE-IMPORT-PYPTO pypto", _m.version("pypto"), "from", pypto.__file__, flush=True)
+except BaseException:  # the separate "import pypto" probe then runs and names pypto's own error
+    pass
 missing = []
 for name in json.loads(sys.argv[1]):
     try:
@@ -311,16 +319,26 @@ print(json.dumps({"missing": missing, "options": tree}))
 
 
 async def needs_checks(*, workspace: Path, files: list[str], python: str, env: dict[str, str],
-                            timeout_s: float = CHECK_TIMEOUT_S) -> list[EnvCheck]:
+                            timeout_s: float = CHECK_TIMEOUT_S, pypto_ok: list[EnvCheck] | None = None
+                            ) -> list[EnvCheck]:
     """Two checks of what the test's own files need (``source_needs.py``): every module they import unconditionally
     is importable by ``python`` (a missing one is named with where it is imported and how to install it — before the
     session fingerprints the interpreter, after which an install voids its runs), and every pypto option key they
-    set is one the installed pypto knows (an unknown key fails inside the run as ``IndexError: map::at``)."""
+    set is one the installed pypto knows (an unknown key fails inside the run as ``IndexError: map::at``).
+
+    ``pypto_ok``: when pypto imported in the same child, the passed "import pypto" check is appended to it (what
+    the separate probe would have said: the output up to its line)."""
     imports = source_needs.module_imports(workspace, files)
     imports.pop("pypto", None)  # the "import pypto" check names it, with pypto's own error
     keys = source_needs.option_keys(workspace, files)
     res = await _run([python, "-c", _NEEDS_PROBE, json.dumps(sorted(imports))], cwd=workspace, env=env,
                      timeout_s=timeout_s)
+    if pypto_ok is not None and isinstance(res, RunResult):
+        lines = res.output.splitlines()
+        at = next((i for i, ln in enumerate(lines) if ln.startswith(PYPTO_MARK)), None)
+        if at is not None:
+            upto = [ln.removeprefix(PYPTO_MARK) for ln in lines[:at + 1] if ln.strip()]
+            pypto_ok.append(_check("import pypto", True, " | ".join(upto[-4:])[-400:]))
     bad = _failed_probe(res, "the import probe")
     answer = None
     if not bad:
@@ -391,14 +409,20 @@ async def check_environment(*, run_mode: str, workspace: Path, operator_files: l
         parts["path"] = await _path_python_checks(cwd=cwd, env=env, timeout_s=timeout_s)
 
     async def needs() -> None:
+        # One child imports pypto for both checks; the "import pypto" probe runs on its own only where it did not
+        # answer (no test files found, or pypto failed to import: then the probe names pypto's own error).
         files = source_needs.files_of_test(workspace, list(test_command or []), operator_files)
+        pypto_ok: list[EnvCheck] = []
         parts["needs"] = await needs_checks(workspace=cwd, files=files, python=python, env=env,
-                                                 timeout_s=timeout_s) if files else []
+                                            timeout_s=timeout_s, pypto_ok=pypto_ok) if files else []
+        if pypto_ok:
+            parts["pypto"] = pypto_ok
+        else:
+            await pypto()
 
     async with anyio.create_task_group() as tg:
         if mode == "npu":
             tg.start_soon(npu)
-        tg.start_soon(pypto)
         tg.start_soon(path_python)
         tg.start_soon(needs)
     checks: list[EnvCheck] = [*parts.get("npu", []), *parts["pypto"], *parts["path"]]
