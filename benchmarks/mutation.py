@@ -84,7 +84,7 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
                     ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
     "rules": Target("tools/session/rules.py",
                     ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
-    "gates": Target("tools/session/gates.py",
+    "gates": Target("tools/rules/gates.py",
                     ("check", "round_phase", "has_pass", "time_limit_exceeded", "global_stop_reason",
                      "platform_utilization"), RULES_SUITE),
     "admission": Target("tools/code/admission.py",
