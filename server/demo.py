@@ -339,7 +339,7 @@ async def _ledger_tables(client: Any, sid: str) -> dict[str, list[dict[str, Any]
 
 def interrupted_line(workspace: Path, why: str) -> str:
     """One line for a person who stopped the demo: the session's state, what the operator file holds, how to go on."""
-    from pypto_tune.tools.session import gates
+    from pypto_tune.tools.rules import gates
     from pypto_tune.tools.session.ledger import Ledger
     from pypto_tune.tools.session.state import load_rows, derive_state
 

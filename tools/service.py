@@ -1,6 +1,6 @@
 """The tuning session: every operation an agent can ask for, with the rules enforced before anything happens.
 
-Each public method (1) loads the session state from the ledger, (2) runs the gates (``tools/session/gates.py``) — a refusal is
+Each public method (1) loads the session state from the ledger, (2) runs the gates (``tools/rules/gates.py``) — a refusal is
 recorded and raised as ``GateRefusal`` —, (3) does the work (run the test, parse artifacts, edit source), and
 (4) records the outcome as one ledger transaction. Numbers in the ledger come only from artifacts the server parsed.
 

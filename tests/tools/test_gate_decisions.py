@@ -372,7 +372,7 @@ def test_the_theoretical_limit_is_read_from_the_kept_codes_newest_valid_measurem
     """R14b ends the session at util > 80 % (of the active cores and of the platform's) with bubble < 10 %, read from
     the newest VALID measurement of the KEPT code — never another code's, an invalid one, or the kept-state
     reference samples an NPU round took for its own decision (round −2)."""
-    from pypto_tune.tools.session import gates
+    from pypto_tune.tools.rules import gates
 
     w = tuning(tmp_path / "ws", "SWIMLANE_1")  # its measurements so far: 40 % utilisation
     at_limit = analysis(BASE_US, active_util=95.0, busy_us=[19.0] * 4, theoretical_aiv=4)  # 95 %, 95 %, bubble 5 %
@@ -402,7 +402,7 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
     follows the third); a candidate trial's code (run on a private copy) moves neither the expected nor the kept
     code; a finish reason only once the session moved to reporting."""
     from pypto_tune.tools.operations.base import _patch_row
-    from pypto_tune.tools.session import gates
+    from pypto_tune.tools.rules import gates
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -518,7 +518,7 @@ def test_the_round_phase_follows_the_newest_precision_record_and_the_measurement
         tmp_path: Path) -> None:
     """D.1 level 3: VERIFY until the round's code has a precision record; the newest record on that code decides
     between VERIFY_FAILED and MEASURE; a measurement of that code makes it RECORD."""
-    from pypto_tune.tools.session import gates
+    from pypto_tune.tools.rules import gates
 
     w = tuning(tmp_path / "ws")
     change = KnobChange(knob_id="softmax.py:TILE_B", file="softmax.py", line=14, before=4, after=2)
@@ -539,7 +539,7 @@ def test_the_time_limit_counts_hours_since_the_session_started(tmp_path: Path) -
     is within it, six seconds past is not (an hour taken as 3599 or 3601 s would move the limit by 12 s)."""
     import time
 
-    from pypto_tune.tools.session import gates
+    from pypto_tune.tools.rules import gates
     from pypto_tune.tools.session.ledger import Ledger, now_iso
     from pypto_tune.tools.session.state import derive_state, load_rows
 

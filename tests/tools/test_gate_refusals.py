@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pypto_tune.tools.errors import GateRefusal
-from pypto_tune.tools.session import gates
+from pypto_tune.tools.rules import gates
 from pypto_tune.tools.session.state import OpenRound, SessionState
 
 CURRENT = "0123456789abcdef0123"  # the current code's functional hash

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pypto_tune.tools.session import gates
+from pypto_tune.tools.rules import gates
 
 
 def _analysis(active: int, listed: int, *, theoretical: int = 0, busy_frac: float = 1.0,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.session import gates, rules
+from pypto_tune.tools.rules import gates
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.session.ledger import Ledger, now_iso
 from pypto_tune.tools.session.state import derive_state, load_rows

@@ -31,7 +31,8 @@ from pypto_tune.tools.session.discarded import invalid_next_step
 from pypto_tune.tools.campaign.facts import SessionFacts, facts_of, session_state
 from pypto_tune.tools.campaign.manifest import OperatorSpec
 from pypto_tune.tools.errors import InputError, PyptoTuneError
-from pypto_tune.tools.session import gates, rules
+from pypto_tune.tools.rules import gates
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.session.ledger import Ledger
 
 if TYPE_CHECKING:

@@ -334,7 +334,7 @@ class Campaign:
     def _update_knowledge(self) -> str:
         if self.opts.knowledge is None:
             return ""
-        from pypto_tune.tools.knowledge.store import add_workspaces
+        from pypto_tune.tools.knowledge.distill import add_workspaces
 
         spaces = [op.workspace for op in self.spec.operators if (op.workspace / ".pypto-tune").is_dir()]
         summary = add_workspaces(self.opts.knowledge, spaces)

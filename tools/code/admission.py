@@ -36,7 +36,8 @@ from typing import Any, Literal
 import libcst as cst
 from pydantic import BaseModel, Field
 
-from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
+from pypto_tune.tools.errors import InputError, KnobValueError
+from pypto_tune.tools.rules import change as refuse
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
 from pypto_tune.tools.patching import runcheck
@@ -278,11 +279,6 @@ def _line(stmt: ast.stmt, lines: list[str], how: str) -> str:
 # ------------------------------------------------------------------------------------------------ the gate
 
 
-def _refuse(rule: str, message: str, hint: str, allowed: list[str] | None = None) -> GateRefusal:
-    return GateRefusal(rule, message, allowed=allowed or ["apply_tuning_patch", "list_knobs", "get_status"],
-                       hint=hint)
-
-
 def _pure(code: str) -> bool:
     """A knob value may be data and arithmetic; a call is allowed only to read a pypto enum-like attribute path."""
     try:
@@ -327,7 +323,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
         raise InputError("the change changes nothing", hint="choose a different value; list_knobs shows the "
                          "current ones")
     if set(after) != set(before):
-        raise _refuse("one-change", f"the change adds or removes operator files ({', '.join(changed)})",
+        raise refuse.one_change(f"the change adds or removes operator files ({', '.join(changed)})",
                       "change the existing operator files only")
     for path in changed:
         _check_bytes(path, before.get(path, ""), after[path])
@@ -336,7 +332,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
         try:
             _plain_tree(fa[path])
         except SyntaxError as exc:
-            raise _refuse("one-change", f"{path} is not valid Python after the change: {exc.msg} at line "
+            raise refuse.one_change(f"{path} is not valid Python after the change: {exc.msg} at line "
                           f"{exc.lineno}", "fix the syntax; a change must leave the file valid Python") from None
     parsed_b, sites_b = sites_of(fb, context)
     parsed_a, sites_a = sites_of(fa, context)
@@ -359,7 +355,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     if structural_files and algorithm and allow_structural:
         outside = _outside_kernels(changed, parsed_b, parsed_a, sites_b, sites_a, fb, fa, context)
         if outside:
-            raise _refuse("algorithm", "an algorithm-level change rewrites the kernel, never the test: "
+            raise refuse.algorithm("an algorithm-level change rewrites the kernel, never the test: "
                           + "; ".join(outside[:3]), "change only code inside the jit kernels (and the helpers they "
                           "call); the harness, its inputs, tolerances and verdict stay as recorded")
     if structural_files:
@@ -377,9 +373,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                              checked=[o for o in own if o] + report.checked,
                              unchecked=report.unchecked, structural_lines=structural,
                              change=delta[0] if len(delta) == 1 else None)
-        raise _refuse(
-            "one-change",
-            "the change is not a knob change: " + "; ".join(structural[:4])
+        raise refuse.one_change("the change is not a knob change: " + "; ".join(structural[:4])
             + (f" (+{len(structural) - 4} more)" if len(structural) > 4 else "")
             + (f" — besides the knob change {delta[0].knob_id}" if len(delta) == 1 else ""),
             "change exactly one knob and nothing else (list_knobs shows them); computation, shapes, dtypes and the "
@@ -412,7 +406,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
         if link is not None:
             return _admit_pair(delta, link, fb, fa, context, sites_b, sites_a, run, formatting)
     if len(delta) > 1:
-        raise _refuse("one-change", f"the change touches {len(delta)} knobs at once: "
+        raise refuse.one_change(f"the change touches {len(delta)} knobs at once: "
                       + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta)
                       + (f"; not a linked pair: {why_not_pair}" if why_not_pair else ""),
                       "split it: one knob per round, each verified and measured on its own"
@@ -446,9 +440,9 @@ def _tuning_knob(change: KnobChange, sites_a: list[Site], sites_b: list[Site]) -
     if not knob.tunable:
         why = "; ".join(knob.context.get("problem_uses", [])) or knob.legal
         if uncatalogued(knob.legal):  # R10 + domain C: only catalogued options with a declared domain
-            raise _refuse("catalog-stage", f"{knob.id} = {change.after!r}: {why}",
+            raise refuse.catalog_stage(f"{knob.id} = {change.after!r}: {why}",
                           "tune a knob list_knobs shows as tunable; each serves a catalogue item of a stage")
-        raise _refuse("one-change", f"{knob.id} is not a tuning knob ({why})",
+        raise refuse.one_change(f"{knob.id} is not a tuning knob ({why})",
                       "tune a knob from list_knobs; problem sizes, run_mode and debug options are fixed")
     return knob
 
@@ -562,7 +556,7 @@ def _data(knob: Any, change: KnobChange) -> None:
     """Refuse a new value that is code, not data (see ``_pure``)."""
     impure = [c for c in _exprs(change.after) if not _pure(c)]
     if impure:
-        raise _refuse("one-change", f"the new value of {knob.id} is code, not data: {impure[0]!r} (line "
+        raise refuse.one_change(f"the new value of {knob.id} is code, not data: {impure[0]!r} (line "
                       f"{change.line})", "write the value as a literal (numbers, lists, dicts)")
 
 
@@ -577,10 +571,10 @@ def _own_domain(knob: Any, new_value: Any, sites_b: list[Site]) -> str:
         check_knob_value(knob.model_copy(update={"value": next(
             (s.knob.value for s in sites_b if s.knob.id == knob.id), knob.value)}), new_value)
     except KnobValueError as exc:
-        raise _refuse("legality", f"{knob.id} = {new_value!r} is not legal: {exc.message}",
+        raise refuse.legality(f"{knob.id} = {new_value!r} is not legal: {exc.message}",
                       "choose a value inside the legal range (list_knobs shows it)") from None
     except InputError as exc:
-        raise _refuse("one-change", f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
+        raise refuse.one_change(f"{knob.id}: {exc.message}", exc.hint or "tune another knob") from None
     # the rule's start, cut on a word: a reader (the report shows this line) must not meet "at most 96 KB per t"
     legal = knob.legal if len(knob.legal) <= 90 else knob.legal[:89].rsplit(" ", 1)[0].rstrip(",;") + " …"
     return f"{knob.id} = {new_value!r} within its domain ({legal})"
@@ -641,12 +635,12 @@ def _run_map(fb: dict[str, str], context: dict[str, str] | None, sites_b: list[S
 def _check_run(knob: Any, site: Site | None, runmap: runmap_mod.RunMap, info: Any, change: KnobChange) -> None:
     """The run-time probe's part of the gate: never a dead site; a tiling source only with a record to derive from."""
     if info is not None and info.live is False:
-        raise _refuse("live-site", f"{knob.id} is dead for this test: {info.why} (the run-time probe of the state "
+        raise refuse.live_site(f"{knob.id} is dead for this test: {info.why} (the run-time probe of the state "
                       "this change starts from); changing it changes nothing the test measures",
                       "tune a live knob: list_knobs lists them (dead ones apart), propose_candidates proposes only "
                       "live ones")
     if knob.kind == "tile_source" and not runmap.reported:
-        raise _refuse("legality", f"{knob.id} is the source of a tile value; what it gives at each tile call is "
+        raise refuse.legality(f"{knob.id} is the source of a tile value; what it gives at each tile call is "
                       f"derived from the run-time probe's record of the state the change starts from, and there is "
                       f"none ({runmap.status}{': ' + runmap.reason if runmap.reason else ''})",
                       "run_precision_check on the kept state records one; or pin the tile call itself to literals")
@@ -670,7 +664,7 @@ def _check_bytes(path: str, before: str, after: str) -> None:
         for line in text.lstrip("\ufeff").splitlines()[:2]:
             m = _COOKIE.match(line)
             if m and m.group(1).lower() not in _UTF8:
-                raise _refuse("one-change", f"{path} declares the source encoding {m.group(1)!r}: Python would read "
+                raise refuse.one_change(f"{path} declares the source encoding {m.group(1)!r}: Python would read "
                               "the file differently from the UTF-8 text the server compares", "keep operator files "
                               "UTF-8 without another coding declaration")
     try:
@@ -684,20 +678,20 @@ def _check_bytes(path: str, before: str, after: str) -> None:
     new_dups = _duplicate_keys(tree_a) - dup_before
     if new_dups:
         line, key = sorted(new_dups)[0]
-        raise _refuse("one-change", f"{path}: line {line} gives the dict key {key!r} twice (the second wins at run "
+        raise refuse.one_change(f"{path}: line {line} gives the dict key {key!r} twice (the second wins at run "
                       "time)", "write each key once")
     for node in ast.walk(tree_a):
         if isinstance(node, ast.Dict):
             for k, v in zip(node.keys, node.values):
                 if isinstance(k, ast.Constant) and k.value == "runtime_debug_mode" and not (
                         isinstance(v, ast.Constant) and type(v.value) is int and 0 <= v.value <= 3):
-                    raise _refuse("one-change", f"{path}: line {v.lineno} sets runtime_debug_mode to "
+                    raise refuse.one_change(f"{path}: line {v.lineno} sets runtime_debug_mode to "
                                   f"{ast.unparse(v)[:60]!r}; it must be an integer 0–3",
                                   "leave debug_options to enable_runtime_debug")
         elif isinstance(node, ast.keyword) and node.arg == "runtime_debug_mode" and not (
                 isinstance(node.value, ast.Constant) and type(node.value.value) is int
                 and 0 <= node.value.value <= 3):  # dict(runtime_debug_mode=7) is no more legal than {…: 7}
-            raise _refuse("one-change", f"{path}: runtime_debug_mode must be an integer 0–3",
+            raise refuse.one_change(f"{path}: runtime_debug_mode must be an integer 0–3",
                           "leave debug_options to enable_runtime_debug")
 
 
@@ -770,7 +764,7 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
         if runmap is not None:
             report.unchecked = runcheck.annotate_unchecked(runmap, report.unchecked, report.checked)
     except KnobValueError as exc:
-        raise _refuse("legality", f"the change makes a tiling site illegal: {exc.message}",
+        raise refuse.legality(f"the change makes a tiling site illegal: {exc.message}",
                       exc.hint or "choose another value") from None
     if own:  # the knob's own domain (type, range) was checked: recorded like every site check
         report.checked.insert(0, own)

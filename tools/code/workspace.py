@@ -8,7 +8,8 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.errors import InputError
+from pypto_tune.tools.rules import setup as setup_rules
 
 #: The server's own folder inside a workspace: ledger, blobs, artifacts, run copies. Defined here, in the code layer,
 #: because the code state and the run copies need it below the session's ledger.
@@ -100,13 +101,7 @@ class WorkspaceLock:
             finally:
                 os.close(fd)
             pid, _, since = holder.partition(" ")
-            raise GateRefusal(
-                "session-lock",
-                f"another pypto-tune server (pid {pid or '?'}, since {since or '?'}) holds the session lock of this "
-                "workspace",
-                allowed=["get_status", "list_knobs", "analyze_bubbles"],
-                hint="use that server, or stop it; read-only calls keep working here",
-            ) from None
+            raise setup_rules.session_locked(pid, since) from None
         os.ftruncate(fd, 0)
         # "<pid> <since>": a refused second server names the holder and how long it has held the workspace
         since = datetime.now().astimezone().isoformat(timespec="seconds")

@@ -23,7 +23,7 @@ from typing import Any
 from pypto_tune.tools.session.discarded import charged_discards, voided_rounds
 from pypto_tune.tools.errors import InputError, LedgerError, PyptoTuneError
 from pypto_tune.tools.knowledge import situation as S
-from pypto_tune.tools.knowledge.store import KnowledgeFile, Observation, SourceInfo, empty
+from pypto_tune.tools.knowledge.store import KnowledgeFile, Observation, SourceInfo, empty, read, write
 
 _PATCH_KINDS = ("tuning", "trial", "manual-adopt")
 
@@ -201,3 +201,15 @@ def distill_workspace(workspace: Path) -> KnowledgeFile:
     finally:
         ledger.close()
     return kf
+
+
+def add_workspaces(path: Path, workspaces: list[Path]) -> str:
+    """Distill every session of these workspaces' ledgers into the store at ``path``; returns a one-line summary."""
+    kf = read(path)
+    added = sources = 0
+    for ws in workspaces:
+        a, s = kf.merge(distill_workspace(ws))
+        added, sources = added + a, sources + s
+    write(path, kf)
+    return (f"{added} observation(s) from {sources} new session(s) added to {path} "
+            f"({len(kf.observations)} in all)")

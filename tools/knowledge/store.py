@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 import os
 from datetime import datetime
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from pypto_tune.tools.errors import InputError
+from pypto_tune.tools.errors import ArtifactError, InputError
 
 FORMAT = "pypto-tune-knowledge/1"
 ENV = "PYPTO_TUNE_KNOWLEDGE"
@@ -118,11 +120,17 @@ class KnowledgeFile(BaseModel):
                                        "sources": [s for s in self.sources if s.operator != operator]})
 
 
+@lru_cache(maxsize=1)
 def seed() -> dict[str, Any]:
-    """The hand-written priors the store starts from (package data of tools/search)."""
-    from pypto_tune.tools.search.priors import seed_data
-
-    return seed_data()
+    """The hand-written priors the store starts from (``priors.json``, package data of tools/search; read here, below
+    the search that ranks with them)."""
+    try:
+        text = resources.files("pypto_tune.tools.search").joinpath("priors.json").read_text(encoding="utf-8")
+    except (FileNotFoundError, ModuleNotFoundError) as exc:
+        raise ArtifactError(f"the search priors are not installed ({exc})",
+                            path="pypto_tune/tools/search/priors.json",
+                            hint="reinstall pypto-tune; priors.json is package data") from None
+    return json.loads(text)
 
 
 def empty() -> KnowledgeFile:
@@ -163,17 +171,3 @@ def write(path: Path, kf: KnowledgeFile) -> None:
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_text(kf.model_dump_json(indent=1), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def add_workspaces(path: Path, workspaces: list[Path]) -> str:
-    """Distill every session of these workspaces' ledgers into the store at ``path``; returns a one-line summary."""
-    from pypto_tune.tools.knowledge.distill import distill_workspace
-
-    kf = read(path)
-    added = sources = 0
-    for ws in workspaces:
-        a, s = kf.merge(distill_workspace(ws))
-        added, sources = added + a, sources + s
-    write(path, kf)
-    return (f"{added} observation(s) from {sources} new session(s) added to {path} "
-            f"({len(kf.observations)} in all)")

@@ -16,7 +16,9 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pypto_tune.tools.session import gates
+from pypto_tune.tools.rules import gates
+from pypto_tune.tools.rules import calls as call_rules, change as change_rules, drift as drift_rules
+from pypto_tune.tools.rules.drift import UnrecordedEdit
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
 from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger, now_iso
 from pypto_tune.tools.patching import (
@@ -125,10 +127,7 @@ class OperationsBase:
             if holder is None:
                 h.busy = name
         if holder is not None:
-            raise self._refuse(h, session_id, name, GateRefusal(
-                "busy", f"{holder} is running for this session; a call that changes the session waits for it",
-                allowed=["wait_job", "get_status", "list_knobs"],
-                hint="call again when it has returned (wait_job for a job)"))
+            raise self._refuse(h, session_id, name, call_rules.busy(holder))
         token = _HELD.set(_HELD.get() | {id(h)})
         try:
             yield
@@ -228,14 +227,9 @@ class OperationsBase:
                 if id(h) not in _HELD.get():  # every call that changes a session is @exclusive (a bug otherwise)
                     raise RuntimeError(f"{tool} changes the session without holding its operation lock")
                 h.lock.acquire()
-                findings = h.ledger.integrity_findings() if tool not in ("render_report", "stop_session") else []
+                findings = h.ledger.integrity_findings() if tool not in call_rules.INTEGRITY_EXEMPT else []
                 if findings:
-                    raise GateRefusal(
-                        "ledger-integrity", f"the ledger holds {len(findings)} row(s) the server did not write, or "
-                        f"misses rows it wrote ({'; '.join(findings[:3])}): its evidence cannot be trusted",
-                        allowed=["get_status", "render_report", "stop_session"],
-                        hint="restore .pypto-tune/ledger.sqlite3 from a backup, or start a new session in a fresh "
-                        "workspace; get_status lists every finding")
+                    raise call_rules.untrusted_ledger(findings)
                 st = self._heal(h, st)
                 st = self._void_discarded(h, st)[0]
                 if (not st.finished and st.open_round is None and st.level1 == "S4_TUNE"
@@ -308,9 +302,7 @@ class OperationsBase:
         added = list(diff.added) if diff else []
         alien = [p for p, _ in self._foreign(h, st)]
         if LEDGER_DIR in alien:
-            raise GateRefusal("drift", f"{LEDGER_DIR}/ itself is a symbolic link: the ledger and the recorded files "
-                              "would live wherever it points", allowed=["get_status"],
-                              hint=f"a person must put the server's own {LEDGER_DIR}/ folder back")
+            raise drift_rules.ledger_dir_is_link(LEDGER_DIR)
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         moved: list[str] = []
         with open_tree(h.workspace) as tree, open_tree(h.workspace, allow_server_dir=True) as own:
@@ -395,28 +387,15 @@ class OperationsBase:
                 if same_knob_as is not None and same_knobs is None:
                     same_knobs = frozenset({same_knob_as})
                 if same_knobs is not None and not {c.knob_id for c in moved} <= same_knobs:
-                    raise GateRefusal("correction-limit", f"a correction must adjust the round's own knob "
-                                      f"{' + '.join(sorted(same_knobs))}, not {ids}",
-                                      allowed=["apply_tuning_patch", "record_round", "revert_patch"],
-                                      hint="correct the same knob, or roll the round back")
+                    raise change_rules.correction_of_other_knob(same_knobs, ids)
                 served = list(adm.catalog_ids)
                 if stage is not None and stage.group != "algorithm" and not served:
-                    raise GateRefusal("catalog-stage", f"knob {ids} serves no catalogue item: only a "
-                                      "knob of a catalogue item of the current stage is tuned (R10)",
-                                      allowed=["apply_tuning_patch", "list_knobs"],
-                                      hint="list_knobs shows each knob's catalogue ids")
+                    raise change_rules.serves_no_item(ids)
                 if catalog_id and stage is not None and stage.group != "algorithm" and catalog_id not in served:
-                    raise GateRefusal("catalog-stage", f"knob {ids} serves {', '.join(served)}, not "
-                                      f"{catalog_id}", allowed=["apply_tuning_patch", "list_knobs"],
-                                      hint="cite the catalogue id the change belongs to (list_knobs shows each "
-                                      "knob's ids)")
+                    raise change_rules.serves_other_item(ids, served, catalog_id)
             tried = self._tried(st, reference, after, adm)
             if tried:
-                raise GateRefusal("no-retry", tried, allowed=["apply_tuning_patch", "propose_candidates",
-                                                                "list_knobs", "get_status"],
-                                  hint="a change judged and not kept is never tried again (R19: failed, no gain, "
-                                  "slower, or a gain another candidate of its batch beat or tied); try another value "
-                                  "or knob — propose_candidates lists untried legal ones")
+                raise change_rules.already_tried(tried)
         except GateRefusal as refusal:
             raise self._refuse(h, st.id, tool, refusal) from None
         h.ledger.insert("admissions", session_id=st.id, at=now_iso(), round=st.open_round.number if st.open_round
@@ -625,20 +604,6 @@ def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict
                 after_hash=code_hash(after), before_raw_hash=hash_sources(before),
                 after_raw_hash=hash_sources(after), before_sources=before, after_sources=after,
                 knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
-
-
-class UnrecordedEdit(GateRefusal):
-    """An operator file about to be written holds an edit nobody recorded (``OperationsBase._write``)."""
-
-    def __init__(self, tool: str, files: list[str]) -> None:
-        self.files = files
-        super().__init__(
-            "drift", f"{', '.join(files)} changed since the server recorded {'it' if len(files) == 1 else 'them'} "
-            f"(an edit nobody recorded): {tool} wrote nothing over it, and the edit is still in the file",
-            allowed=gates.DRIFT_ALLOWED,
-            hint="keep the edit as a change of its own (run_precision_check(adopt_drift=true) adopts an edit that is "
-            "one legal knob change), or revert_patch: it keeps a copy of the edit in .pypto-tune/quarantine/ and "
-            "restores the recorded state")
 
 
 #: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes

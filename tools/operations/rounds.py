@@ -7,7 +7,8 @@ from typing import Any
 
 from pypto_tune.tools.session.discarded import discarded_run_ids, invalid_next_step
 from pypto_tune.tools.session import rules
-from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
+from pypto_tune.tools.rules import change as change_rules, gates
+from pypto_tune.tools.errors import InputError, KnobValueError
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
     extract_knobs,
@@ -61,9 +62,8 @@ class RoundOps(OperationsBase):
             else:
                 plan = plan_knob_edit(base_sources, knob, value, target, context=self._context(h, st))
         except KnobValueError as exc:
-            raise self._refuse(h, st.id, "apply_tuning_patch", GateRefusal(
-                "legality", str(exc.message), allowed=["apply_tuning_patch", "list_knobs", "propose_candidates"],
-                hint=exc.hint or "choose a value inside the legal range (list_knobs)")) from None
+            refusal = change_rules.illegal_value(str(exc.message), exc.hint)
+            raise self._refuse(h, st.id, "apply_tuning_patch", refusal) from None
         if plan.new_sources == base_sources:
             raise InputError("the patch changes nothing", hint="choose a different value; list_knobs shows current ones")
         # The one-change rule compares the candidate with the last KEPT state (E.1.2), not the failed attempt.
@@ -194,11 +194,8 @@ class RoundOps(OperationsBase):
         discarded = _discarded_evidence(st)
         if discarded:
             # the server threw the run away for its own reasons: deciding "failed" would charge the change (R19)
-            raise self._refuse(h, st.id, "record_round", GateRefusal(
-                "discarded-run", f"round {r.number} cannot be judged: {discarded}",
-                allowed=["run_precision_check", "collect_swimlane", "revert_patch", "get_status"],
-                hint=f"{invalid_next_step(discarded)}; or revert_patch rolls the round back without charging the "
-                "change (it stays proposable)"))
+            raise self._refuse(h, st.id, "record_round", gates.discarded_run(r.number, discarded,
+                                                                              invalid_next_step(discarded)))
         before = st.kept_us
         after = delta = None
         flags: list[str] = []

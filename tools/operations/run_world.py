@@ -17,7 +17,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.rules import setup as setup_rules
+from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.operations.base import INTERPRETER_CHECK, OperationsBase, _Handle
 from pypto_tune.tools.running import recorded_env, sandbox
 from pypto_tune.tools.running.interpreter_files import python_of
@@ -60,9 +61,8 @@ class RunWorldOps(OperationsBase):
             return recorded_env.current(run_mode=run_mode, python=python_of(argv, self.python), workspace=h.workspace,
                                         extra=self._extra_env(run_mode))
         except sandbox.SandboxUnavailable as exc:
-            raise self._refuse(h, session_id, "start_session", GateRefusal(
-                "sandbox", f"this server cannot measure: {exc.message}", allowed=["get_status"],
-                hint=sandbox.INSTALL_HINT)) from None
+            raise self._refuse(h, session_id, "start_session", setup_rules.no_sandbox(exc.message,
+                                                                                       sandbox.INSTALL_HINT)) from None
 
     def _run_world(self, h: _Handle, st: SessionState) -> RunWorld:
         """The world a run of ``st`` executes in (a legacy session: this server's, found once per process)."""
@@ -119,13 +119,7 @@ class RunWorldOps(OperationsBase):
                                   "one the session recorded: " + "; ".join(diffs) + ". Accept it as the session's "
                                   "new baseline environment? Measurements so far were made in the recorded one."),
                             info={"digest": digest, "differences": diffs})
-        raise self._refuse(h, st.id, "start_session", GateRefusal(
-            "environment", f"session {st.id} records the environment its runs execute in, and this server's "
-            "differs: " + "; ".join(diffs),
-            allowed=["start_session (from a server started in the recorded environment)", "get_status"],
-            hint=f"restart the server in the recorded environment, or have a person accept the new one: "
-            f"`pypto-tune confirm --workspace {h.workspace}` typed at a terminal (or their answer in a client "
-            "that supports elicitation), then start_session again"))
+        raise self._refuse(h, st.id, "start_session", setup_rules.environment_differs(st.id, diffs, h.workspace))
 
     def pending_environment_question(self, session_id: str) -> dict[str, Any] | None:
         """The newest unanswered environment question of the session, or None."""

@@ -14,7 +14,8 @@ from typing import Any
 
 import anyio
 
-from pypto_tune.tools.session import gates, rules
+from pypto_tune.tools.rules import gates
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run, write_report
 from pypto_tune.tools.analysis.engine import SIM_LIMIT_NAME
 from pypto_tune.tools.running.artifacts import archive_run_dirs
@@ -557,9 +558,8 @@ class RunOps(OperationsBase):
                        + (" — in SIM keep stitch_function_max_num ≥ the number of loop iterations (domain B.9.3)"
                           if st.run_mode == "sim" and stitch else ""))
                 if st.open_round is None:
-                    raise self._refuse(h, st.id, "collect_swimlane", GateRefusal(
-                        "measure-first", msg, allowed=gates.allowed_actions(st2),
-                        hint="fix the cause (the source was not changed by this call) and collect again"))
+                    raise self._refuse(h, st.id, "collect_swimlane",
+                                       gates.invalid_measurement(msg, gates.allowed_actions(st2)))
             else:
                 op_time, e2e = statistics.median(m.samples), statistics.median(m.e2es)
                 spread = (f", spread {min(m.samples):.3f}–{max(m.samples):.3f}" if len(m.samples) > 1 else "")
@@ -621,9 +621,7 @@ class RunOps(OperationsBase):
             return ms[-1], f"round {round_no} as asked"
         m = st.last_valid_measurement(st.kept_hash)
         if m is None:
-            raise self._refuse(h, st.id, "analyze_bubbles", GateRefusal(
-                "sequence", "there is no valid measurement of the kept state to analyse yet",
-                allowed=gates.allowed_actions(st), hint="collect_swimlane first"))
+            raise self._refuse(h, st.id, "analyze_bubbles", gates.nothing_to_analyse(gates.allowed_actions(st)))
         which = "the kept state"
         latest = st.last_valid_measurement()
         if latest is not None and int(latest["id"]) != int(m["id"]):

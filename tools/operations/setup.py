@@ -14,6 +14,7 @@ from typing import Any
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.environment import check_environment
 from pypto_tune.tools.code.codestate import diff_trees, record_tree, scan_tree, tree_hash
+from pypto_tune.tools.rules import change as change_rules, drift as drift_rules, setup as setup_rules
 from pypto_tune.tools.errors import GateRefusal, InputError, TreeError
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
@@ -60,10 +61,7 @@ class SetupOps(RunWorldOps):
                              hint="use 'sim' without an NPU (PyPTO cost-model simulator)")
         if (goal_speedup is None) == (goal_target_us is None):
             h = self._handle(ws)
-            raise self._refuse(h, None, "start_session", GateRefusal(
-                "goal", "exactly one of goal_speedup or goal_target_us is required (the agent must ask the user, "
-                "not guess)", allowed=["start_session"],
-                hint="ask the user: 'how many times faster?' or 'which time in µs?' and pass it"))
+            raise self._refuse(h, None, "start_session", setup_rules.no_goal())
         if goal_speedup is not None and not goal_speedup > 1.0:
             raise InputError(f"goal_speedup must be > 1, got {goal_speedup}", hint="e.g. goal_speedup=2 for 2x faster")
         if goal_target_us is not None and not goal_target_us > 0:
@@ -179,10 +177,7 @@ class SetupOps(RunWorldOps):
         msg = f"resumed session {sid} at {st.level1}" + (f"/{st.stage}" if st.stage else "")
         if argv != st.test_command:
             if st.level1 != "S1_SETUP" or st.passed_hashes:
-                raise self._refuse(h, sid, "start_session", GateRefusal(
-                    "command-fixed", f"session {sid} runs {st.test_command}; the test command is fixed once the "
-                    "baseline precision passed (every verdict and measurement since was made with it)",
-                    allowed=["start_session (same command)", "stop_session", "get_status"], hint=finish))
+                raise self._refuse(h, sid, "start_session", setup_rules.command_fixed(sid, st.test_command, finish))
             self._check_command(argv, ws, run_mode)
             h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="test_command",
                             before_value=st.test_command, after_value=argv,
@@ -195,10 +190,7 @@ class SetupOps(RunWorldOps):
         current = self._patterns(st)
         if patterns != current:
             if st.level1 != "S1_SETUP" or st.passed_hashes:
-                raise self._refuse(h, sid, "start_session", GateRefusal(
-                    "command-fixed", f"session {sid} judges its runs with {current}; the verdict patterns are fixed "
-                    "once the baseline precision passed (every verdict since was made with them)",
-                    allowed=["start_session (same patterns)", "stop_session", "get_status"], hint=finish))
+                raise self._refuse(h, sid, "start_session", setup_rules.patterns_fixed(sid, current, finish))
             h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="verdict_patterns",
                             before_value=current, after_value=patterns,
                             reason="verdict patterns corrected before the baseline precision passed")
@@ -296,11 +288,7 @@ class SetupOps(RunWorldOps):
                 st = self._state(h, session_id)
                 if not st.env_ok:
                     bad = [f"{c.name}: {c.detail}" for c in env_checks if not c.ok]
-                    raise self._refuse(h, st.id, "run_precision_check", GateRefusal(
-                        "env-check", "the environment checklist failed: " + "; ".join(bad),
-                        allowed=["run_precision_check", "get_status"],
-                        hint="fix the failing items (see get_status for the whole checklist), then call "
-                        "run_precision_check again"))
+                    raise self._refuse(h, st.id, "run_precision_check", setup_rules.env_check_failed(bad))
 
             if st.level1 == "S1_SETUP" and st.env_ok and not any(
                     r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
@@ -389,29 +377,20 @@ class SetupOps(RunWorldOps):
         state). Anything else stays drift: revert_patch restores the recorded state."""
         refuse = "run_precision_check(adopt_drift=true)"
         if st.level1 != "S4_TUNE" or st.stage is None:
-            raise self._refuse(h, st.id, refuse, GateRefusal(
-                "drift", f"an external edit can only be adopted while tuning (now {st.level1}); before that the "
-                "baseline must run on the code the session started with (R5: the tuner does not fix the operator)",
-                allowed=["revert_patch", "get_status"], hint="revert_patch restores the recorded state"))
+            raise self._refuse(h, st.id, refuse, drift_rules.adopt_outside_tuning(st.level1))
         diff_tree = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False)) if st.tree else None
         others = [p for p in (diff_tree.changed + diff_tree.added + diff_tree.removed if diff_tree else [])
                   if p not in st.expected_sources]
         if others:
-            raise self._refuse(h, st.id, refuse, GateRefusal(
-                "drift", f"files other than the operator files changed ({', '.join(others[:6])}): the harness, "
-                "helpers and data are fixed for the whole session", allowed=["revert_patch", "get_status"],
-                hint="revert_patch restores them (added files go to .pypto-tune/quarantine/); to change the test, "
-                "finish this session and start a new one"))
+            raise self._refuse(h, st.id, refuse, drift_rules.adopt_other_files(others))
         disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
         stage = rules.STAGES_BY_NAME[st.stage]
         adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
         served = [c for c in adm.catalog_ids if c.startswith(stage.catalog_prefix)] if stage.catalog_prefix else []
         if stage.group != "algorithm" and not served:
-            raise self._refuse(h, st.id, refuse, GateRefusal(
-                "catalog-stage", f"the edited knob serves {', '.join(adm.catalog_ids) or 'no catalogue item'}, "
-                f"none of stage {st.stage}", allowed=["revert_patch", "get_status"],
-                hint="revert_patch, then change a knob of the current stage"))
+            raise self._refuse(h, st.id, refuse,
+                               change_rules.adopted_edit_outside_stage(list(adm.catalog_ids), st.stage))
         catalog_id = served[0] if served else "MANUAL"
         changes = list(adm.changes) if adm.kind == "pair" else [adm.change] if adm.change is not None else []
         round_no = _next_round(st)

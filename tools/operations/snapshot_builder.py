@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools.session import gates, rules
+from pypto_tune.tools.rules import gates
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.running.chips import chip_health
 from pypto_tune.tools.snapshot import (
     AdmissionRecord,

@@ -6,9 +6,11 @@ import logging
 import re
 from typing import Any
 
-from pypto_tune.tools.session import gates, rules
+from pypto_tune.tools.rules import gates
+from pypto_tune.tools.session import rules
 from pypto_tune.tools.analysis import load_catalog
-from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.rules import checklist as checklist_rules
+from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.results import (
     ChecklistResult,
@@ -102,10 +104,7 @@ class StageOps(OperationsBase):
                 problem = (f"{catalog_id} has knobs in this operator ({', '.join(k.id for k in knobs[:4])}): the "
                            "reason must name the knob or cite a measured figure (at least 30 characters)")
         if problem:
-            raise self._refuse(h, st.id, "mark_checklist", GateRefusal(
-                "stage-exit", f"{catalog_id} cannot be marked not-applicable: {problem}",
-                allowed=["apply_tuning_patch", "propose_candidates", "mark_checklist", "get_status"],
-                hint="try the item (a round citing it marks it), or give a specific reason"))
+            raise self._refuse(h, st.id, "mark_checklist", checklist_rules.not_applicable_refused(catalog_id, problem))
         h.ledger.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
                         catalog_id=catalog_id,
                         status=status, reason=text, round=None)
@@ -179,18 +178,12 @@ class StageOps(OperationsBase):
         st = self._state(h, session_id)
         self._gate(h, st, "advance_stage")
         if not (st.stage_measured and st.stage_analyzed):
-            raise self._refuse(h, st.id, "advance_stage", GateRefusal(
-                "stage-analysis", f"{st.stage} has no entry collection and analysis yet; a stage is left only after "
-                "it was measured (R15/R16)", allowed=gates.allowed_actions(st), hint="collect_swimlane, then "
-                "analyze_bubbles"))
+            raise self._refuse(h, st.id, "advance_stage", gates.stage_not_measured(st.stage, gates.allowed_actions(st)))
         group = rules.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
         items = self._checklist(st, group)
         untried = [i["catalog_id"] for i in items if i["status"] == "untried"]
         if untried:
-            raise self._refuse(h, st.id, "advance_stage", GateRefusal(
-                "stage-exit", f"{st.stage} cannot be left early: checklist items untried: {', '.join(untried)}",
-                allowed=["apply_tuning_patch", "propose_candidates", "mark_checklist", "get_status"],
-                hint="try them, or mark_checklist(catalog_id, 'not-applicable', a specific reason) for each"))
+            raise self._refuse(h, st.id, "advance_stage", checklist_rules.items_untried(st.stage, untried))
         msg = self._leave_stage(h, st, f"checklist complete; {reason}", converged=False)
         st2 = self._state(h, session_id)
         return ChecklistResult(**self._base(st2, msg), stage_group=group, items=items)

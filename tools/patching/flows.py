@@ -1,4 +1,4 @@
-"""Where a tiling value comes from, and who shares it: the parts of the role analysis issue #17 added.
+"""Where a tiling value comes from, and who shares it: the value-source and reach parts of the role analysis.
 
 Upstream PyPTO examples rarely write a tile as a literal at the call. They build it in a helper shared by several
 kernels (``tile_list = [32 for _ in range(len(x.shape))]; pypto.set_vec_tile_shapes(*tile_list)``) or carry it in
@@ -64,6 +64,17 @@ class Source:
     @property
     def is_knob(self) -> bool:
         return bool(self.consumers) and not self.problems
+
+
+def dotted(node: ast.AST) -> str:
+    """``a.b.c`` of a name or attribute chain ('' for anything else). Here, below ``roles``, so that the role analysis
+    can import this module at its top without a circle."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = dotted(node.value)
+        return f"{head}.{node.attr}" if head else ""
+    return ""
 
 
 def _number_literal(node: ast.AST) -> Any:
@@ -144,8 +155,6 @@ def _defines_class(a: "_Analysis", path: str, name: str) -> bool:
 
 
 def _reflection(a: "_Analysis") -> list[str]:
-    from .roles import dotted
-
     out = []
     for f in a.files.values():
         for n in ast.walk(f.tree):

@@ -26,6 +26,9 @@ from pathlib import PurePosixPath
 from typing import Any
 from pypto_tune.tools.code import pysource
 
+from . import flows
+from .flows import dotted
+
 MODULE = "<module>"
 
 # pypto calls whose arguments configure tiling / blocking (tuning consumers). For view-like calls the first
@@ -119,15 +122,6 @@ class Program:
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
-
-
-def dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = dotted(node.value)
-        return f"{head}.{node.attr}" if head else ""
-    return ""
 
 
 def literal_value(node: ast.AST) -> Any:
@@ -437,13 +431,12 @@ class _Analysis:
     def find_kernels(self) -> None:
         """The jit-decorated functions, and everything each of them runs (nested defs, workspace functions it
         calls, transitively): kernel code."""
-        from .flows import reach
 
         for f in self.files.values():
             for sname, fn in f.functions.items():
                 if any(f.qname(d.func if isinstance(d, ast.Call) else d) in JIT_NAMES for d in fn.decorator_list):
                     self.jits.add((f.path, sname))
-        self.reach = {j: reach(self, j) for j in sorted(self.jits)}
+        self.reach = {j: flows.reach(self, j) for j in sorted(self.jits)}
         self.kernel = set().union(*self.reach.values()) if self.reach else set()
 
     def callee(self, f: _File, scope: _Scope, func: ast.AST) -> tuple[str, str] | None:
@@ -775,7 +768,6 @@ def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
         b.consumers = {c[0] for c in consumers}
         b.consumer_sites = set(consumers)
         b.problems = list(problems)
-    from . import flows
 
     return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals,
                    jit_scopes=a.jits, kernel_reach=a.reach,

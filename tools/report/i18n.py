@@ -33,7 +33,7 @@ def term(s: dict[str, str], kind: str, value: str | None) -> str:
     return s.get(f"{kind}_{value}", value)
 
 
-# How the server words a session's end (tools/session/gates.py::global_stop_reason, tools/operations/stages.py). The
+# How the server words a session's end (tools/rules/gates.py::global_stop_reason, tools/operations/stages.py). The
 # ledger keeps the English text; a report in another language says it in its own words and keeps what a person
 # typed (a stop reason) as typed. An unknown wording is shown as recorded, never dropped.
 _FINISH = [

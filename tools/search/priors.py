@@ -15,17 +15,14 @@ is always shown as a prior — never as evidence about the operator being tuned.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
-from pypto_tune.tools.errors import ArtifactError
+from pypto_tune.tools.knowledge.store import seed
 
 
 class PriorEvidence(BaseModel):
@@ -163,21 +160,9 @@ def parse_priors(data: dict[str, Any], *, holdout: str | None = None) -> Priors:
                   cube_cores=int(platform.get("cube_cores", 24)), rules=rules)
 
 
-@lru_cache(maxsize=1)
 def seed_data() -> dict[str, Any]:
-    """The seed rules as shipped (``priors.json``)."""
-    return _raw()
-
-
-@lru_cache(maxsize=1)
-def _raw() -> dict[str, Any]:
-    try:
-        text = resources.files("pypto_tune.tools.search").joinpath("priors.json").read_text(encoding="utf-8")
-    except (FileNotFoundError, ModuleNotFoundError) as exc:
-        raise ArtifactError(f"the search priors are not installed ({exc})",
-                            path="pypto_tune/tools/search/priors.json",
-                            hint="reinstall pypto-tune; priors.json is package data") from None
-    return json.loads(text)
+    """The seed rules as shipped (``priors.json``): the knowledge store's seed, read there."""
+    return seed()
 
 
 _store_lock = threading.Lock()
@@ -213,7 +198,7 @@ def load_priors(*, holdout: str | None = None, knowledge: Any = None) -> Priors:
     """The priors: the seed rules (cached read; a fresh model each call, so callers may not disturb each other) and
     the observations of the configured knowledge store. ``knowledge``: a ``KnowledgeFile`` to use instead of the
     configured store (the offline benchmark's leave-one-out); ``holdout`` also drops that operator's observations."""
-    priors = parse_priors(_raw(), holdout=holdout)
+    priors = parse_priors(seed(), holdout=holdout)
     if knowledge is not None:
         source, obs = "given", list(knowledge.observations)
     else:
