@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from pypto_tune.tools.code import pysource
+
 #: keyword arguments that carry a dict of pypto options (the jit decorator, ``pypto.set_options``), and the prefix
 #: pypto's own options tree (``pypto.config.get_options_tree()``) lists their keys under
 OPTION_KINDS = {"runtime_options": "runtime", "pass_options": "pass", "debug_options": "debug",
@@ -53,7 +55,7 @@ def files_of_test(workspace: Path, test_command: list[str], operator_files: list
 
 def _parse(workspace: Path, rel: str) -> ast.Module | None:
     try:
-        return ast.parse((workspace / rel).read_bytes(), filename=rel)
+        return pysource.parse((workspace / rel).read_bytes(), filename=rel)  # type: ignore[return-value]
     except (OSError, SyntaxError, ValueError):
         return None  # the byte-compile check names it
 

@@ -884,11 +884,12 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
         label = t.source + (f" [prior {t.rule}]" if t.rule else "")
         parts.append(f"{label}: {t.text} ({t.score:+.2f})")
     head = f"score {raw.score:+.2f} for {raw.catalog_id} ({_catalog_title(raw.catalog_id)})"
-    if raw.learnt is not None:  # what this session measured comes first; the terms below are its prior
-        parts.insert(0, raw.learnt.text() + f"; the prior score {raw.prior_score:+.2f} sums")
-    if not parts:
+    # what this session measured comes first; the terms after it are its prior (up to four of them, as before the
+    # session model: the line that names the session's evidence must not push the prior's own evidence out)
+    learnt = [raw.learnt.text() + f"; the prior score {raw.prior_score:+.2f} sums"] if raw.learnt is not None else []
+    if not parts and not learnt:
         return head + ": no signal beyond the catalogue (nothing measured or modelled for this knob yet)"
-    return head + ": " + "; ".join(parts[:4]) + (f"; +{len(parts) - 4} more" if len(parts) > 4 else "")
+    return head + ": " + "; ".join(learnt + parts[:4]) + (f"; +{len(parts) - 4} more" if len(parts) > 4 else "")
 
 
 def _evidence(raw: _Raw, priors: Priors) -> dict[str, Any]:
