@@ -196,3 +196,17 @@ def test_kernel_names_come_from_the_recorded_runs():
     dirs = sorted((RUNS / "softmax_two_calls" / "output").glob("output_*"))
     analysis = {"per_dir": [{"run_dir": str(d), "operator_time_us": 2.0} for d in dirs]}
     assert kernel_shares(analysis) == {"softmax_kernel": 1.0}
+
+
+def test_a_cube_tile_or_matmul_not_read_as_numbers_keeps_its_raw_tile_and_no_prediction():
+    # PyPTO's FFN example: a cube tile fed by a config's expression reached the picture unevaluated and the whole
+    # propose_candidates call failed ("'<' not supported between instances of 'int' and 'dict'")
+    from pypto_tune.tools.search.runpicture import _Trial
+
+    tile = {"m": [16, 16], "k": [64, 128], "n": [{"$expr": "cfg.n"}, 256]}
+    f = _Trial._cube(tile, (128, 256, 512), None)
+    assert f["tile"] == tile and "tasks_per_iter" not in f
+    f = _Trial._cube({"m": [16, 16], "k": [64, 64], "n": [256, 256]}, ({"$expr": "M"}, 256, 512), None)
+    assert "tasks_per_iter" not in f
+    f = _Trial._cube({"m": [16, 16], "k": [64, 64], "n": [256, 256]}, (128, 256, 512), None)
+    assert f["tasks_per_iter"] == 8 * 2 and f["l0c_bytes"] == 16 * 256 * 4

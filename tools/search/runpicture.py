@@ -36,6 +36,11 @@ _DERIVED: dict[str, dict[tuple, Any]] = {}  # sources → (knob, value, tile cal
 _LOOP_APIS = {"loop", "loop_unroll"}
 
 
+def _positive_ints(xs: Any) -> bool:
+    return isinstance(xs, (list, tuple)) and bool(xs) and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                                for x in xs)
+
+
 def _ints(v: Any) -> list[int] | None:
     if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         return list(v)
@@ -298,14 +303,16 @@ class _Trial:
         batch = math.prod(lead[0]) if lead else 1
         if lead:
             f["batch"] = batch
-        if isinstance(tile, dict) and mkn and all(isinstance(tile.get(a), list) for a in ("m", "n")):
+        # only a tile and a matmul read as numbers are modelled: a value the reader could not evaluate (a config
+        # field's expression, a matmul whose shape the probe did not record) keeps its raw tile and no prediction
+        if isinstance(tile, dict) and mkn and _positive_ints([mkn[0], mkn[2]]) and _positive_ints(tile.get("m")) \
+                and _positive_ints(tile.get("n")):
             M, _, N = mkn
             m, n = tile["m"], tile["n"]
-            if m and n and m[-1] and n[-1]:
-                # a batched matmul is one [M, N] product per batch entry: each entry has its own cube tasks
-                f["tasks_per_iter"] = batch * -(-M // min(m[-1], M)) * -(-N // min(n[-1], N))
-                f["l0c_bytes"] = m[0] * n[0] * 4  # the FP32 accumulator of one L0 tile (see priors.json)
-                f["eff_out_elems"] = min(m[0], M) * min(n[0], N)
+            # a batched matmul is one [M, N] product per batch entry: each entry has its own cube tasks
+            f["tasks_per_iter"] = batch * -(-M // min(m[-1], M)) * -(-N // min(n[-1], N))
+            f["l0c_bytes"] = m[0] * n[0] * 4  # the FP32 accumulator of one L0 tile (see priors.json)
+            f["eff_out_elems"] = min(m[0], M) * min(n[0], N)
         return f
 
     def _mkn(self, views: list[list[int]], lead: tuple[list[int], tuple[int, int, int]] | None
