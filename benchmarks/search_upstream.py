@@ -220,17 +220,24 @@ def is_tile(knob: dict[str, Any]) -> bool:
     return False
 
 
-def detune_shape(knob: dict[str, Any]) -> tuple[str, int] | None:
-    """The form of the value the de-tune rule writes: ("vec", rank), ("cube", 0), ("cube_src", rank), ("int", 0)."""
+def cube_call_sites(knobs: list[dict[str, Any]]) -> set[str]:
+    """``file:line`` of every cube tile call in the knob map (a tiling source's ``feeds`` names calls so)."""
+    return {f"{k['id'].split(':', 1)[0]}:{k['line']}" for k in knobs if k["kind"] == "cube_tile" and k.get("line")}
+
+
+def detune_shape(knob: dict[str, Any], cube_sites: set[str] = frozenset()) -> tuple[str, int] | None:  # type: ignore[assignment]
+    """The form of the value the de-tune rule writes: ("vec", rank), ("cube", 0), ("cube_src", rank), ("int", 0).
+    A tiling source that feeds a cube tile call (``cube_sites``) is a cube source: its leading axis is the cube's m,
+    not a batch axis."""
     v, eff = knob["value"], (knob.get("effective") or [None])[0]
-    feeds = " ".join(knob.get("feeds", []))
+    feeds = set(knob.get("feeds", []))
     if knob["kind"] == "cube_tile":
         return ("cube", 0)
     if isinstance(v, int) and not isinstance(v, bool):
         return ("int", 0)
     ref = v if isinstance(v, list) else eff
     if isinstance(ref, list) and ref and all(isinstance(x, int) for x in ref):
-        return ("cube_src" if "set_cube_tile_shapes" in feeds else "vec", len(ref))
+        return ("cube_src" if feeds & cube_sites else "vec", len(ref))
     return None
 
 
@@ -592,16 +599,23 @@ def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list
     live = [k for k in knobs if k.get("tunable") and k.get("live") is not False and k.get("kernel_ran") is not False
             and is_tile(k)]
     ids = {k["id"] for k in live}
+    cube_sites = cube_call_sites(knobs)
     sources, edits = dict(op.sources), []
     for k in live:
         if any(s != k["id"] and s in ids for s in k.get("tune_by", [])):
             continue
-        shape = detune_shape(k)
+        shape = detune_shape(k, cube_sites)
         if shape is None:
             edits.append((k["id"], None, "no integer tile to de-tune"))
             continue
+        # A source that feeds a cube tile is judged where it lands: the edit planner sees only the source's literal
+        # (the cube call reads it through expressions), so the value must also be one the server proposes for it,
+        # which the admission's legality on what ran (dtypes, L0 alignment and sizes) has passed.
+        offered = {_key(c) for c in candidates.get(k["id"], [])} if shape[0] == "cube_src" else None
 
-        def legal(v: Any, k: dict[str, Any] = k) -> bool:
+        def legal(v: Any, k: dict[str, Any] = k, offered: set[str] | None = offered) -> bool:
+            if offered is not None and _key(v) not in offered:
+                return False
             try:
                 _plan(sources, op.context, k["id"], v)
                 return True

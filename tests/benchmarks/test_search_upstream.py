@@ -98,8 +98,15 @@ def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8()
     assert su.detune_value(("vec", 2), lambda v: False) is None
     # the form follows the knob: a config field feeding a cube tile, a vector tile pinned from an expression
     assert su.detune_shape(KNOB_MAP[1]) == ("vec", 2)
-    assert su.detune_shape({"id": "c", "kind": "tile_source", "value": [16, 32, 32],
-                            "feeds": ["op.py:k.set_cube_tile_shapes#1"]}) == ("cube_src", 3)
+    # a tiling source names the calls it feeds by file and line (as list_knobs does): the leading axis of one that
+    # feeds a cube tile call is the cube's m, never a batch axis set to 1 (FFN's config: m = 1 cannot compile)
+    cube_map = [{"id": "op.py:k.set_cube_tile_shapes#1", "kind": "cube_tile", "line": 12},
+                {"id": "op.py:test.Cfg(cube)", "kind": "tile_source", "value": [16, 32, 32],
+                 "feeds": ["op.py:9", "op.py:12"]}]
+    sites = su.cube_call_sites(cube_map)
+    assert sites == {"op.py:12"}
+    assert su.detune_shape(cube_map[1], sites) == ("cube_src", 3)
+    assert su.detune_shape(cube_map[1]) == ("vec", 3)  # without the map's cube calls it would look like a vector
     assert su.detune_shape(KNOB_MAP[0]) == ("vec", 2)
     assert su.is_tile(KNOB_MAP[1]) and not su.is_tile(KNOB_MAP[2]) and not su.is_tile(KNOB_MAP[3])
 

@@ -1,6 +1,7 @@
-"""scripts/setup.sh and scripts/demo.sh run again while a session runs from the same checkout: they change no file of
-.venv (a session fingerprints the interpreter's files and would discard its next run), say so in one line, and the
-session goes on measuring; a set-up that must change .venv names the running session and stops."""
+"""scripts/setup.sh and scripts/demo.sh run again while a session and a campaign run from the same checkout: they
+change no file of .venv (a session fingerprints the interpreter's files and would discard its next run), say so in one
+line, the session goes on measuring and the campaign's trials are all judged on runs the server kept; a set-up that
+must change .venv names the running session and stops."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+import time
+
 import anyio
 
-from tests.conftest import require_real
+from tests.conftest import OPERATORS, require_real
 from tests.server.mcp_client import connect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +51,28 @@ def _stamped_extras() -> set[str]:
     return {e for line in lines if line.startswith("extras ") for e in line.split(" ", 1)[1].split(",")}
 
 
+def _campaign(root: Path) -> Path:
+    """One softmax operator, three trials one at a time: long enough to be running while the set-up runs twice."""
+    root.mkdir()
+    cmd = json.dumps(["python", "softmax.py", "--run-mode", "sim"])
+    (root / "campaign.toml").write_text(
+        'name = "beside-setup"\nbatch = 1\nconcurrency = 1\n\n[defaults]\nrun_mode = "sim"\ngoal_speedup = 100\n\n'
+        f'[[operator]]\nname = "softmax"\nworkspace = "ws/softmax"\nsource = "{OPERATORS / "softmax"}"\n'
+        f'operator_files = ["softmax.py"]\ntest_command = {cmd}\ntrials = 3\n')
+    return root / "campaign.toml"
+
+
+async def _campaign_until(s, folder: str, done, what: str) -> dict:
+    deadline = time.monotonic() + 600
+    last: dict = {}
+    while time.monotonic() < deadline:
+        last = await s.ok("campaign_status", campaign=folder)
+        if done(last):
+            return last
+        await anyio.sleep(1.0)
+    raise AssertionError(f"timed out waiting for {what}: {last.get('board')}")
+
+
 def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tmp_path: Path) -> None:
     require_real(Path(sys.executable).parent.parent == VENV, f"the tests run from {VENV}")
     require_real({"sim", "operator-tests"} <= _stamped_extras(), "a .venv made by scripts/setup.sh (its stamp)")
@@ -62,6 +88,13 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
             # the baseline's precision check fingerprints the interpreter's files: from here on a change voids runs
             assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
             await s.ok("enable_runtime_debug", session_id=sid)
+            # a campaign from the same checkout, its operator's session started and measuring
+            started = await s.ok("start_campaign", manifest=str(_campaign(tmp_path / "lib")))
+            folder = started["folder"]
+            running = await _campaign_until(
+                s, folder, lambda v: any(r["status"] == "running" for r in v["operators"])
+                or v["state"] not in ("starting", "running"), "the campaign's operator to run")
+            assert running["state"] == "running", running["board"]
             before = _venv_state()
             # the checkout's main command and its set-up, run twice while the session holds its workspace
             for _ in range(2):
@@ -71,6 +104,11 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
                 demo = _run("demo.sh", "--help")
                 assert demo.returncode == 0 and "usage: pypto-tune demo" in demo.stdout, demo.stderr
             assert _venv_state() == before
+            end = await _campaign_until(s, folder, lambda v: v["state"] not in ("starting", "running")
+                                        and v["driver_pid"] is None, "the campaign to finish")
+            assert end["state"] == "finished", end["board"]
+            row = {r["name"]: r for r in end["operators"]}["softmax"]
+            assert row["status"] == "done", row
             # a set-up that must change .venv (an extra not installed) names the session and stops
             refused = _run("setup.sh", extra="mutation")
             assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -82,6 +120,17 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
             assert measured["valid"] and measured["operator_time_us"], measured["invalid_reasons"]
 
     anyio.run(scenario)
+
+    # the campaign's ledger: every run kept (none discarded for a changed interpreter), every trial judged on its
+    # measurement, so no knob value was charged for the set-up
+    from pypto_tune.tools.campaign.facts import latest_session, ledger_tables
+    from pypto_tune.tools.session.discarded import discarded_run_ids
+
+    cws = tmp_path / "lib" / "ws" / "softmax"
+    rows = ledger_tables(cws, latest_session(cws).session_id)
+    assert rows["runs"] and not any(r.get("tampered") for r in rows["runs"]), [r["tampered"] for r in rows["runs"]]
+    assert len(rows["trials"]) == 3, rows["trials"]
+    assert len(rows["round_decisions"]) >= 3 and not discarded_run_ids(rows), rows["round_decisions"]
 
 
 def test_setup_help_and_an_unknown_option() -> None:
