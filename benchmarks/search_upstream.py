@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/search_upstream.py CHECKOUT --only softmax --only ffn_static_gelu --budget 16
     .venv/bin/python benchmarks/search_upstream.py CHECKOUT --list                   # the example tests found
     .venv/bin/python benchmarks/search_upstream.py CHECKOUT --arms grid,random --variants shipped --json out.json
+    .venv/bin/python benchmarks/search_upstream.py --tables a.json b.json           # one table from earlier runs
 
 PYPTO_CHECKOUT is a work tree of PyPTO's public repository whose ``examples/`` match the installed wheel (pypto 0.2.0:
 tag ``r0.2.0``); ``--tuner-checkout`` is a tree that holds ``tools/scripts/tuner/xgb_tuner.py`` (``master``). Nothing
@@ -284,17 +285,26 @@ def search_curve(baseline_us: float, trials: list[dict[str, Any]]) -> list[float
     return out
 
 
-def remeasured(baseline_us: float | None, trials: list[dict[str, Any]]) -> int:
-    """Trials whose operator time equals, to the last digit, one measured before them in the session."""
+def remeasured(baseline_us: float | None, trials: list[dict[str, Any]]) -> tuple[int, int]:
+    """(no effect, other repeats): trials whose operator time equals, to the last digit, the kept state's they were
+    tried from (in SIM: the change had no effect, or ran the kept configuration again); and trials whose time equals
+    another run measured before them in the session (an upper bound on re-measured configurations: SIM is
+    deterministic, so a configuration measured again gives the same time — two different ones may too)."""
+    kept = baseline_us
     seen = {baseline_us} if baseline_us is not None else set()
-    n = 0
+    flat = repeat = 0
     for t in trials:
         x = t.get("time_us")
         if x is None:
             continue
-        n += x in seen
+        if x == kept:
+            flat += 1
+        elif x in seen:
+            repeat += 1
         seen.add(x)
-    return n
+        if t.get("decision") == "kept":
+            kept = x
+    return flat, repeat
 
 
 def best_curve(times: Iterable[float | None], shipped_us: float) -> list[float]:
@@ -313,10 +323,14 @@ def _cell(v: Any, fmt: str = "") -> str:
     return format(v, fmt) if fmt else str(v)
 
 
+def _remeasured_cell(v: Any) -> str:
+    return f"{v[0]} · {v[1]}" if isinstance(v, (list, tuple)) else _cell(v)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The result table, one row per operator variant (see ``summarise``)."""
     head = ("| operator | variant | N (unwritable) | shipped µs | grid best µs (×) | search best × | search 90 % | "
-            "random 90 % | XGB 90 % | search 99 % | random 99 % | XGB 99 % | re-measured | failed trials | "
+            "random 90 % | XGB 90 % | search 99 % | random 99 % | XGB 99 % | no effect · other repeats | failed trials | "
             "wall s (uncached) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = [head]
     for r in rows:
@@ -335,7 +349,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{trials(r.get('search90'), r.get('search_trials'))} | {_cell(r.get('random90'), '.1f')} | "
             f"{trials(r.get('xgb90'), r.get('xgb_runs'))} | {trials(r.get('search99'), r.get('search_trials'))} | "
             f"{_cell(r.get('random99'), '.1f')} | {trials(r.get('xgb99'), r.get('xgb_runs'))} | "
-            f"{_cell(r.get('remeasured'))}/{_cell(r.get('search_trials'))} | {_cell(r.get('failed'))} | "
+            f"{_remeasured_cell(r.get('remeasured'))}/{_cell(r.get('search_trials'))} | {_cell(r.get('failed'))} | "
             f"{_cell(r.get('wall_s'), '.0f')} ({_cell(r.get('uncached_s'), '.0f')}) |")
     return "\n".join(out)
 
@@ -851,10 +865,22 @@ def run_operator(cache: Cache, checkout: Path, test: ExampleTest, args: argparse
     return out
 
 
+def tables_from(paths: list[Path]) -> str:
+    """One table from several runs' JSON files, each row summarised again from its trials (the run's own columns may
+    come from an older version of this script)."""
+    rows = []
+    for p in paths:
+        for r in json.loads(p.read_text())["results"]:
+            if r.get("trials") is not None and r.get("baseline_us") is not None:
+                r["remeasured"] = remeasured(r["baseline_us"], r["trials"])
+            rows.append(r)
+    return table(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("checkout", type=Path, help="PyPTO work tree whose examples/ match the installed pypto")
+    ap.add_argument("checkout", type=Path, nargs="?", help="PyPTO work tree whose examples/ match the installed pypto")
     ap.add_argument("--tuner-checkout", type=Path, default=None,
                     help="PyPTO work tree holding tools/scripts/tuner/xgb_tuner.py (default: the checkout)")
     ap.add_argument("--only", action="append", default=[],
@@ -869,7 +895,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per SIM run")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--list", action="store_true", help="list the example tests found and exit")
+    ap.add_argument("--tables", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="print one table from the --json files of earlier runs (one per operator, say) and exit")
     args = ap.parse_args(argv)
+    if args.tables:
+        print(tables_from(args.tables))
+        return 0
+    if args.checkout is None:
+        ap.error("PYPTO_CHECKOUT is required (a work tree of PyPTO's repository at the installed version's tag)")
     args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     checkout = args.checkout.resolve()

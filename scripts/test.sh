@@ -3,6 +3,13 @@
 # run every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --fast: the unit tier only (tests/tiers.py: every test that starts no process, a guard failing one that does). It
+# needs the test extra and nothing else: no Chromium, no Node tools.
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  EXTRA=test bash scripts/setup.sh
+  exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --tier unit "$@"
+fi
 # ray: the Ray executor's tests (tests/executors/test_executor_ray.py) run a real local cluster.
 EXTRA=test,ray bash scripts/setup.sh
 bash scripts/install_chromium.sh

@@ -43,3 +43,77 @@ def sim_command(operator: str = "softmax") -> list[str]:
 @pytest.fixture
 def softmax_ws(tmp_path: Path) -> Path:
     return make_workspace(tmp_path, "softmax")
+
+
+# ------------------------------------------------------------------------------------------------- test tiers
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", choices=("all", "unit"), default="all",
+                     help="unit: only tests that start no process (scripts/test.sh --fast); all: every test")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.tiers import MARKERS
+
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--tier") != "unit":
+        return
+    from tests.tiers import in_unit_tier
+
+    kept = [i for i in items if in_unit_tier(i)]
+    config.hook.pytest_deselected(items=[i for i in items if not in_unit_tier(i)])
+    items[:] = kept
+
+
+def _unit(item: pytest.Item) -> bool:
+    return item.config.getoption("--tier") == "unit"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    yield from _guarded(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    yield from _guarded(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    yield from _guarded(item)
+
+
+def _guarded(item: pytest.Item):
+    """Each phase of a unit-tier test (its fixtures' set-up included) runs where no process can be started."""
+    if not _unit(item):
+        yield
+        return
+    from tests.tiers import no_processes
+
+    with no_processes(item.stash.setdefault(_STARTED, [])):
+        yield
+
+
+_STARTED = pytest.StashKey[list]()
+_FLAGGED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    started = item.stash.get(_STARTED, [])
+    if not (_unit(item) and started) or item.stash.get(_FLAGGED, False):
+        return
+    item.stash[_FLAGGED] = True  # one report per test names it (a phase that failed on the refusal already did)
+    if report.passed:
+        # the test's own code caught the refusal: still a test of the wrong tier
+        report.outcome = "failed"
+        report.longrepr = (f"a unit-tier test started a process ({started[0]}): mark its module "
+                           "`pytestmark = pytest.mark.process` or keep it in-process")

@@ -24,3 +24,32 @@ def test_a_missing_part_fails_in_ci(monkeypatch: pytest.MonkeyPatch, value: str)
     monkeypatch.setenv("CI", value)
     with pytest.raises(pytest.fail.Exception, match="CI is missing a real part this test needs: a tmpfs mount"):
         require_real(False, "a tmpfs mount")
+
+
+def test_the_unit_tier_guard_refuses_every_way_to_start_a_process_and_restores_them() -> None:
+    import asyncio
+    import multiprocessing
+    import os
+    import subprocess
+
+    from tests.tiers import ProcessInUnitTier, no_processes
+
+    before = (subprocess._fork_exec, os.fork, os.posix_spawn)  # type: ignore[attr-defined]
+    started: list[str] = []
+    with no_processes(started):
+        with pytest.raises(ProcessInUnitTier, match="Mark its module"):
+            subprocess.run(["true"])
+        with pytest.raises(ProcessInUnitTier):
+            os.fork()
+        with pytest.raises(ProcessInUnitTier):
+            asyncio.run(asyncio.create_subprocess_exec("true"))
+        with pytest.raises(ProcessInUnitTier):
+            multiprocessing.get_context("fork").Process(target=print).start()
+        try:  # code that catches every Exception cannot hide it: it is a BaseException, and it is noted
+            subprocess.run(["true"])
+        except Exception:
+            pass
+        except BaseException:
+            pass
+    assert len(started) == 5 and started[0].startswith("subprocess(['true']")
+    assert (subprocess._fork_exec, os.fork, os.posix_spawn) == before  # type: ignore[attr-defined]

@@ -127,7 +127,9 @@ def test_search_curve_reach_and_remeasured_trials():
     curve = su.search_curve(100.0, trials)
     assert curve == [1.25, 1.25, 1.25, 1.25, 2.0, 2.0]  # a failed trial never counts, kept or not
     assert su.reach(curve, 1.25) == 1 and su.reach(curve, 1.9) == 5 and su.reach(curve, 2.1) is None
-    assert su.remeasured(100.0, trials) == 2  # 80.0 again, and the baseline's 100.0
+    # 80.0 from the state it was kept in: no effect; 100.0 from 80.0: the baseline's time again
+    assert su.remeasured(100.0, trials) == (1, 1)
+    assert su.remeasured(100.0, [{"time_us": 100.0, "decision": "reverted"}]) == (1, 0)
     assert su.best_curve([None, 50.0, 60.0], 100.0) == [1.0, 2.0, 2.0]
 
 
@@ -143,11 +145,24 @@ def test_table_has_one_row_per_variant_and_names_what_did_not_run():
     rows = [{"operator": "ops/softmax.py::test_softmax", "variant": "shipped", "N": 27, "unwritable": 0,
              "baseline_us": 74.44, "grid_best_us": 12.0, "grid_speedup": 6.2, "search_best": 6.2, "search90": 1,
              "random90": 9.3, "xgb90": 12, "search99": None, "random99": 14.0, "xgb99": None, "xgb_runs": 100,
-             "remeasured": 3, "search_trials": 16, "failed": 1, "wall_s": 90.0, "uncached_s": 900.0},
+             "remeasured": [2, 1], "search_trials": 16, "failed": 1, "wall_s": 90.0, "uncached_s": 900.0},
             {"operator": "ops/x.py::test_x", "variant": "shipped", "error": "TypeError: boom", "wall_s": 20.0}]
     text = su.table(rows)
     lines = text.splitlines()
     assert len(lines) == 4 and lines[0].startswith("| operator | variant |")
     assert ("| ops/softmax.py::test_softmax | shipped | 27 (0) | 74.440 | 12.000 (6.20×) | 6.20 | 1 | 9.3 | 12 | "
-            ">16 | 14.0 | >100 | 3/16 | 1 | 90 (900) |") == lines[2]
+            ">16 | 14.0 | >100 | 2 · 1/16 | 1 | 90 (900) |") == lines[2]
     assert lines[3].startswith("| ops/x.py::test_x | shipped | — |")
+
+
+def test_tables_from_earlier_runs_summarise_each_row_again_from_its_trials(tmp_path):
+    row = {"operator": "ops/a.py::test_a", "variant": "shipped", "N": 4, "unwritable": 0, "baseline_us": 10.0,
+           "grid_best_us": 5.0, "grid_speedup": 2.0, "search_best": 2.0, "search_trials": 3, "failed": 0,
+           "remeasured": 3,  # an older run's single count
+           "trials": [{"time_us": 10.0, "decision": "reverted"}, {"time_us": 5.0, "decision": "kept"},
+                      {"time_us": 10.0, "decision": "reverted"}]}
+    (tmp_path / "a.json").write_text(__import__("json").dumps({"results": [row]}))
+    (tmp_path / "b.json").write_text(__import__("json").dumps(
+        {"results": [{"operator": "ops/b.py::test_b", "variant": "shipped", "error": "no verdict line"}]}))
+    lines = su.tables_from([tmp_path / "a.json", tmp_path / "b.json"]).splitlines()
+    assert "| 1 · 1/3 |" in lines[2] and lines[3].startswith("| ops/b.py::test_b | shipped | — |")

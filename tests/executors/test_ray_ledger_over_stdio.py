@@ -101,7 +101,8 @@ WRITTEN = ("sessions", "env_checks", "runs", "precision_records", "measurements"
 #     address in hex (C0000202 = 192.0.2.2), empty in the loopback-only namespace; the folders themselves are
 #     compared file for file (test_ray_runs_brought_their_output_folders_into_the_workspace);
 #   the time stamps in the names of archives and trace copies (round<n>-<HHMMSSµs>, swimlane_1-entry-<HHMMSSµs>), the
-#     dates the simulator prints, and the code addresses in its backtraces (ASLR) → <t>, <time>, 0x<addr>;
+#     dates the simulator prints, its wall time ("Time taken: 0 secs"), and the code addresses in its backtraces
+#     (ASLR) → <t>, <time>, <n>, 0x<addr>;
 #   the workspace path, the session id and the batch ids → <ws>, <sid>, <batch0>, <batch1>.
 # Everything else is compared as recorded: argv and env (the server's; the worker rewrites them only for its own
 # copy), output_head/tail (the simulator's console text), device_id (the session's chip "0" on SIM, None in the
@@ -116,6 +117,8 @@ MASKS = [
     (re.compile(r"\b([a-z_0-9]+)-\d{12}\b"), r"\1-<t>"),
     (re.compile(r"\b0x[0-9a-f]{6,}\b"), "0x<addr>"),
     (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"), "<time>"),
+    # the simulator's own wall time of a run ("Time taken: 0 secs"): 1 on a loaded machine
+    (re.compile(r"Time taken: \d+ secs"), "Time taken: <n> secs"),
 ]
 
 

@@ -163,3 +163,29 @@ def test_kinds_of_knob():
     assert learn.kind_of("tile_source", "cube_tile_shape", ["cube_tile"]) == "cube-tile"
     assert learn.kind_of("tile_constant", "ROWS_PER_BLOCK", ["loop", "view"]) == "block-size"
     assert learn.kind_of("vec_tile", "set_vec_tile_shapes#1") == "vector-tile"
+
+
+def test_a_config_field_and_the_call_it_feeds_are_one_knob_when_its_other_call_never_ran():
+    """PyPTO's FFN example: ``FFNConfig(vec_tile_shape)`` feeds the activation kernel's vector tile call (which ran)
+    and a second call in a branch the static test never takes. Counted as a different knob from the pinned call, it
+    got two more no-effect trials from every kept state; counted by the calls that ran, the field and the pinned call
+    are one knob to the model and its no-effect rule. Without a probe record (nothing says what ran) every call
+    counts."""
+    from types import SimpleNamespace
+
+    from pypto_tune.tools.patching.models import Knob
+    from pypto_tune.tools.search.propose import _ran_tile_sites, _site_group
+
+    pinned = Knob(id="ffn.py:kernel.set_vec_tile_shapes#1", kind="vec_tile", name="set_vec_tile_shapes",
+                  file="ffn.py", line=234, value={"$expr": "*config.vec_tile_shape"})
+    branch = Knob(id="ffn.py:kernel.set_vec_tile_shapes#0", kind="vec_tile", name="set_vec_tile_shapes",
+                  file="ffn.py", line=205, value={"$expr": "*config.vec_tile_shape"})
+    field = Knob(id="ffn.py:test.FFNConfig(vec_tile_shape)", kind="tile_source", name="vec_tile_shape",
+                 file="ffn.py", line=280, value=[16, 32],
+                 context={"consumers": ["vec_tile"], "feeds": ["ffn.py:205", "ffn.py:234"]})
+    ran = SimpleNamespace(knobs=[pinned, branch, field], live=lambda k: k.line != 205)
+    assert _ran_tile_sites(ran, field) == {("ffn.py", 234)}
+    assert _site_group(ran, field) == _site_group(ran, pinned) == "sites:ffn.py:234"
+    unknown = SimpleNamespace(knobs=[pinned, branch, field], live=lambda k: None)
+    assert _ran_tile_sites(unknown, field) == {("ffn.py", 205), ("ffn.py", 234)}
+    assert _site_group(unknown, field) != _site_group(unknown, pinned)

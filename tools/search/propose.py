@@ -486,10 +486,11 @@ def _kept_us(ctx: _Context) -> float | None:
 MAX_KNOWN_SHOWN = 6  # known outcomes listed in a proposal (the rest are counted in excluded["known"])
 
 
-def _site_group(k: Knob) -> str:
-    """Knobs that set the same tile calls are one knob to the session model and its no-effect rule (the call pinned
-    and the config field that feeds it: PyPTO's FFN example spent ten trials on one and six on the other)."""
-    sites = _tile_sites(k)
+def _site_group(ctx: _Context, k: Knob) -> str:
+    """Knobs that set the same tile calls that ran are one knob to the session model and its no-effect rule (the call
+    pinned and the config field that feeds it: PyPTO's FFN example spent ten trials on one and six on the other; the
+    field also feeds a call in a branch the test never takes, which must not make it a different knob)."""
+    sites = _ran_tile_sites(ctx, k)
     return "sites:" + ",".join(f"{f}:{line}" for f, line in sorted(sites)) if sites else k.id
 
 
@@ -513,7 +514,7 @@ def _point(ctx: _Context, k: Knob | None, knob_id: str, value: Any, before: Any,
         return learn.Point(knob_id, "knob:" + knob_id, ext, learn.direction(ext0, ext), state, group)
     clamp = _clamp(k, norm_value(value), ctx.kernel_of(k))
     ext, ext0 = learn.log2_extents(value, clamp), learn.log2_extents(before, clamp)
-    return learn.Point(_site_group(k), learn.kind_of(k.kind, k.name, k.context.get("consumers")), ext,
+    return learn.Point(_site_group(ctx, k), learn.kind_of(k.kind, k.name, k.context.get("consumers")), ext,
                        learn.direction(ext0, ext), state, group)
 
 
@@ -736,17 +737,27 @@ def _tile_sites(k: Knob) -> set[tuple[str, int]]:
     return set()
 
 
+def _ran_tile_sites(ctx: _Context, k: Knob) -> set[tuple[str, int]]:
+    """The tile calls a knob sets that the test ran (all of them when no probe record says which ran)."""
+    sites = _tile_sites(k)
+    if len(sites) < 2:
+        return sites
+    calls = {(x.file, x.line): x for x in ctx.knobs if x.kind in ("vec_tile", "cube_tile")}
+    ran = {s for s in sites if s not in calls or ctx.live(calls[s]) is not False}
+    return ran or sites
+
+
 def _contradicted(ctx: _Context, k: Knob, terms: list[R.Term]) -> list[R.Term]:
     """When every change of this knob's tile tried from the kept state regressed (at least ``CONTRADICTED_AFTER``,
     through whichever knob set it: the call pinned, or the config field that feeds it), the model's prediction for
     that tile is not counted here: its positive model terms are cancelled. The measurements outrank the model."""
-    sites = _tile_sites(k)
+    sites = _ran_tile_sites(ctx, k)
     model = sum(t.score for t in terms if t.source == "model")
     if not sites or model <= 0:
         return []
     by_id = {x.id: x for x in ctx.knobs}
     here = [t for t in ctx.history if t.from_kept_hash == ctx.kept_hash and t.knob_id in by_id
-            and _tile_sites(by_id[t.knob_id]) & sites]
+            and _ran_tile_sites(ctx, by_id[t.knob_id]) & sites]
     if len(here) < CONTRADICTED_AFTER or any(t.outcome != "regression" for t in here):
         return []
     worst = ", ".join(f"{t.knob_id.split(':', 1)[-1]} = {t.value!r}" for t in here[:3])
