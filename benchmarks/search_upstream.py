@@ -512,7 +512,12 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool, c
             out["knob_map_s"] = time.monotonic() - t0
             if with_search:
                 await _search(a, sid, out, budget, batch, Refused, _leave_stage, _stage_ready)
-            await a.call("stop_session", session_id=sid, reason="benchmark budget spent")
+            try:
+                await a.call("stop_session", session_id=sid, reason="benchmark budget spent")
+            except Refused as exc:  # the search ran every stage to its end: the session has finished by itself
+                if "GATE finished" not in str(exc):
+                    raise
+                out["search_stop"] = out.get("search_stop") or first_line(str(exc))
     out["wall_s"] = time.monotonic() - t0
     return out
 

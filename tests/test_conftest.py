@@ -45,11 +45,9 @@ def test_the_unit_tier_guard_refuses_every_way_to_start_a_process_and_restores_t
             asyncio.run(asyncio.create_subprocess_exec("true"))
         with pytest.raises(ProcessInUnitTier):
             multiprocessing.get_context("fork").Process(target=print).start()
-        try:  # code that catches every Exception cannot hide it: it is a BaseException, and it is noted
+        try:  # code that catches it cannot hide it: every attempt is noted (the test's report is failed on it)
             subprocess.run(["true"])
         except Exception:
-            pass
-        except BaseException:
             pass
     assert len(started) == 5 and started[0].startswith("subprocess(['true']")
     assert (subprocess._fork_exec, os.fork, os.posix_spawn) == before  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@
 ``scripts/test.sh --fast`` runs ``pytest --tier unit``: every test not marked ``process``, ``sim``, ``browser`` or
 ``slow``. What keeps the tier honest is not a list but a guard: while a unit-tier test runs, creating a process
 (``subprocess``, ``asyncio`` subprocesses, ``multiprocessing``, ``os.fork``, ``os.posix_spawn``) raises
-:class:`ProcessInUnitTier`, and a test whose code swallowed that is failed at teardown. A test that needs a process
+:class:`ProcessInUnitTier`, and a test whose code swallowed that is failed all the same. A test that needs a process
 (a server over stdio, the simulator, a shell script, a browser) says so with ``pytest.mark.process`` on its module.
 """
 
@@ -24,8 +24,10 @@ MARKERS = [
 ]
 
 
-class ProcessInUnitTier(BaseException):
-    """Raised where a unit-tier test creates a process. A BaseException, so ``except Exception`` cannot hide it."""
+class ProcessInUnitTier(RuntimeError):
+    """Raised where a unit-tier test creates a process. Code that catches it does not hide it: the attempt is noted,
+    and the test's report is failed (tests/conftest.py). Not a BaseException: async test runners treat those as
+    cancellation and stop the whole session."""
 
 
 def in_unit_tier(item: pytest.Item) -> bool:

@@ -107,6 +107,7 @@ def _check(path: str, src: str, knob_edits: list, struct_edits: list, fmt_edits:
 @given(knobs=st.lists(st.sampled_from(SOFTMAX_KNOBS), max_size=3, unique=True),
        structural=st.lists(st.sampled_from(SOFTMAX_STRUCTURAL), max_size=2, unique=True),
        fmt=st.lists(st.sampled_from(FORMATTING), max_size=2, unique=True))
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_single_file_operator(knobs, structural, fmt) -> None:
     _check("softmax.py", SOFTMAX, knobs, structural, fmt, {})
 
@@ -114,6 +115,7 @@ def test_single_file_operator(knobs, structural, fmt) -> None:
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(knobs=st.lists(st.sampled_from(KERNEL_KNOBS), max_size=3, unique=True),
        structural=st.lists(st.sampled_from(KERNEL_STRUCTURAL), max_size=2, unique=True))
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_kernel_with_a_separate_harness(knobs, structural) -> None:
     _check("kernels.py", KERNELS, knobs, structural, [], {"test_kernels.py": HARNESS})
 

@@ -25,6 +25,8 @@ import pytest
 from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "fixtures" / "operators"
 RUNS = ROOT / "fixtures" / "runs"

@@ -19,6 +19,8 @@ import pytest
 
 from tests.npu_emulator.box import FIXTURE_REFERENCES, copy_operator, emulated_box, load_convert
 
+pytestmark = pytest.mark.process
+
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 PYPTO_TUNE = Path(sys.executable).parent / "pypto-tune"
 QUANTUM_US = 0.02  # one A2/A3 counter tick (A.2)

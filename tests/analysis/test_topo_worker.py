@@ -14,6 +14,8 @@ from pypto_tune.tools.errors import ArtifactError
 
 from .analysis_helpers import DATA
 
+pytestmark = pytest.mark.process
+
 
 def _topo(name: str) -> Path:
     return next((DATA / name / "runs").glob("*/dyn_topo.txt"))

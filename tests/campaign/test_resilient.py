@@ -15,6 +15,8 @@ from pypto_tune.tools.running.executors import ExecutorError, LocalExecutor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "executors"))
 from exec_helpers import job_spec, make_workspace  # noqa: E402
 
+pytestmark = pytest.mark.process
+
 ray_exceptions = pytest.importorskip("ray.exceptions")
 
 

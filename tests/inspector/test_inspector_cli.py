@@ -22,6 +22,8 @@ import pytest
 from tests.conftest import OPERATORS, ROOT, RUNS, require_real, sim_command
 from tests.reliability.helpers import running_http
 
+pytestmark = pytest.mark.process
+
 NPM_DIR = ROOT / "tools-npm"
 INSPECTOR = NPM_DIR / "node_modules" / ".bin" / "mcp-inspector"
 PINNED = json.loads((NPM_DIR / "package.json").read_text())["dependencies"]["@modelcontextprotocol/inspector"]

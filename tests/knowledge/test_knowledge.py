@@ -26,6 +26,8 @@ from pypto_tune.tools.search.priors import load_priors
 
 from tests.conftest import OPERATORS
 
+pytestmark = pytest.mark.process
+
 DEMO = Path(__file__).resolve().parents[1] / "report" / "demo_ledger.sqlite3"
 README_ROUNDS = [  # (before, after µs, outcome) of the demo plan, fixtures/operators/README.md
     ([1, 4, 256], [1, 8, 256], 36.405, 21.031, "kept"),

@@ -13,6 +13,10 @@ from pypto_tune.tools.knowledge.store import read
 
 from tests.knowledge.test_knowledge import DEMO
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 def _campaign_run(tmp_path: Path) -> Path:
     """What `pypto-tune campaign ops --copy-to campaign-run` leaves: the copies (each a workspace with its ledger)

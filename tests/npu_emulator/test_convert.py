@@ -15,6 +15,8 @@ import pytest
 from pypto_tune.tools.analysis.aicpu_trace import read_aicpu_trace
 from tests.npu_emulator.box import load_convert
 
+pytestmark = pytest.mark.process
+
 RUNS = Path(__file__).resolve().parents[2] / "fixtures" / "runs"
 conv = load_convert()
 BASE = 5_000_000_000_000  # a 50 MHz counter after ~28 h of uptime: float µs then carry ~1e-5 µs of rounding

@@ -8,6 +8,10 @@ import subprocess
 
 from pypto_tune.tools.running.environment import parse_npu_smi_info
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 WIDTH = 98
 CHIP_ROW = re.compile(r"^\| (\d+)\s+910B2\s+\| (\S+)\s+\| (\d+\.\d)\s+(\d+)\s+0\s+/ 0\s+\|$")
 BUS_ROW = re.compile(r"^\| 0\s+\| 0000:[0-9A-F]{2}:00\.0\s+\| (\d+)\s+0\s+/ 0\s+(\d+)\s*/ (\d+)\s+\|$")

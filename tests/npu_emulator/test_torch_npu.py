@@ -6,6 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 PROBE = r"""
 import json, warnings
 warnings.simplefilter("error")  # torch warns when the npu device module lacks its seeding hooks

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import pytest
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -130,6 +131,7 @@ def normalise(value):
     return value
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 @PROPERTY
 @given(src=operators(), data=st.data())
 def test_editing_one_knob_changes_exactly_that_knob_and_reverts_to_the_same_bytes(src, data):
@@ -160,6 +162,7 @@ def test_editing_one_knob_changes_exactly_that_knob_and_reverts_to_the_same_byte
     assert apply_diff(src, plan.diff) == plan.new_sources
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 @PROPERTY
 @given(src=operators())
 def test_runtime_debug_round_trip_is_the_identity_and_no_knob_change(src):
@@ -170,6 +173,7 @@ def test_runtime_debug_round_trip_is_the_identity_and_no_knob_change(src):
     assert set_runtime_debug(on, False) == src
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 @PROPERTY
 @given(src=operators(), data=st.data())
 def test_a_diff_changing_two_knobs_always_has_a_delta_of_two_or_more(src, data):

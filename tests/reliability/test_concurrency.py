@@ -14,6 +14,10 @@ from tests.conftest import make_workspace, sim_command
 from tests.runner.runner_helpers import is_alive
 from tests.server.mcp_client import connect
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 
 def test_second_server_is_refused_by_session_lock_until_the_holder_dies(tmp_path: Path) -> None:

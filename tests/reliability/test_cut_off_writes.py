@@ -14,6 +14,10 @@ from pypto_tune.tools.service import TuningService
 
 from ..conftest import sim_command
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 def _start(ws: Path) -> tuple[TuningService, str]:
     svc = TuningService()

@@ -23,6 +23,8 @@ from pypto_tune.tools.session.discarded import VOID_FIELD, charged_discards, voi
 from pypto_tune.tools.session.ledger import ledger_fault
 from tests.conftest import make_workspace, sim_command
 
+pytestmark = pytest.mark.process
+
 
 def _rows(**tables: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     base: dict[str, list[dict[str, Any]]] = {t: [] for t in ("runs", "round_decisions", "precision_records",

@@ -16,6 +16,8 @@ from pypto_tune.server.http import is_loopback
 
 from tests.reliability.helpers import free_port, kill_group, serve_cmd, start_http
 
+pytestmark = pytest.mark.process
+
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-03-26", "capabilities": {},
                    "clientInfo": {"name": "attacker", "version": "0"}}}

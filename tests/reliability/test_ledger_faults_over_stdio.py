@@ -14,6 +14,10 @@ import anyio
 from tests.conftest import make_workspace, sim_command
 from tests.server.mcp_client import connect
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 LEDGER = Path(".pypto-tune") / "ledger.sqlite3"
 
 

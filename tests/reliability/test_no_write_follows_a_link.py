@@ -19,6 +19,10 @@ import anyio
 from tests.conftest import OPERATORS, sim_command
 from tests.server.mcp_client import connect
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 RECORDED = b"recorded notes: the bytes the session started with\n"
 FOREIGN = b"a file outside the workspace that nobody gave the server\n"
 

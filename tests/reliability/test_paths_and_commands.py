@@ -16,6 +16,8 @@ from pypto_tune.tools.service import TuningService
 from tests.conftest import make_workspace, sim_command
 from tests.server.mcp_client import connect
 
+pytestmark = pytest.mark.process
+
 
 def _start(svc: TuningService, ws: Path, files: list[str]):
     return svc.start_session(workspace=str(ws), operator_files=files, test_command=sim_command(), run_mode="sim",

@@ -20,6 +20,8 @@ from pypto_tune.tools.service import TuningService
 from tests.conftest import OPERATORS, require_real, sim_command
 from tests.reliability.crash_harness import processes_in
 
+pytestmark = pytest.mark.process
+
 NO_PYPTO_PYTHON = "/usr/bin/python3"
 
 

@@ -20,6 +20,8 @@ from pypto_tune.tools.report.i18n import strings
 from pypto_tune.tools.service import TuningService
 from tests.conftest import OPERATORS
 
+pytestmark = pytest.mark.process
+
 VEC = "softmax.py:softmax_kernel.set_vec_tile_shapes#1"
 SIM = [sys.executable, "softmax.py", "--run-mode", "sim"]
 

@@ -11,7 +11,7 @@ from pypto_tune.tools.running.environment import byte_compile_check, check_envir
 from pypto_tune.tools.running.runner import build_child_env
 from tests.conftest import require_real
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.process, pytest.mark.anyio]
 
 
 def by_name(checks):

@@ -22,6 +22,8 @@ from pypto_tune.tools.running.probe import DIR_ENV, HOOK_DIR, parse_records, pro
 from pypto_tune.tools.running.runner import build_child_env
 from tests.conftest import OPERATORS
 
+pytestmark = pytest.mark.process
+
 LN = OPERATORS / "upstream_layernorm" / "layernorm_op.py"
 CMD = [sys.executable, "layernorm_op.py", "layernorm_op.py::test_layer_norm", "--run_mode", "sim"]
 

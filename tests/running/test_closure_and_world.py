@@ -12,6 +12,10 @@ from pypto_tune.tools.running.recorded_env import RunWorld, differences
 from pypto_tune.tools.running.runner import build_child_env
 from pypto_tune.tools.running.sandbox import Closure
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 
 def test_the_closure_is_what_the_interpreter_imports_from_not_a_list(tmp_path: Path) -> None:
     ws = tmp_path / "ws"

@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import OPERATORS
 from tests.server.mcp_client import connect
 
+pytestmark = pytest.mark.process
+
 # PyPTO 0.2.0 knows no runtime option max_workspace_kb: set, it fails the run as `IndexError: map::at` from SetScope
 NEEDY_OP = '''"""A kernel file as a user might bring it: an option from another pypto version."""
 import pypto

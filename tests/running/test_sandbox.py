@@ -21,6 +21,8 @@ from pypto_tune.tools.running.runner import build_child_env
 from tests.attacker import sandboxed_copies
 from tests.conftest import require_real
 
+pytestmark = pytest.mark.process
+
 RECORDED = b"recorded bytes\n"
 LIVE = "live bytes (edited by the agent)\n"
 

@@ -19,6 +19,10 @@ import anyio
 from tests.conftest import OPERATORS, require_real
 from tests.server.mcp_client import connect
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".venv"
 SOFTMAX = ROOT / "fixtures" / "operators" / "softmax" / "softmax.py"

@@ -88,6 +88,7 @@ def _measured(name):
     return json.loads((ROOT / "benchmarks" / "grids" / f"{name}.json").read_text())
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_a_knob_the_server_cannot_see_stays_where_the_kept_row_has_it(monkeypatch):
     """upstream_attention's ``rows_per_tile`` is a helper's default argument (``row_tile(t, rows_per_tile=2)``):
     the server's knob vector does not show it, so three grid rows share each vector. A move of the search leaves
@@ -116,6 +117,7 @@ def test_a_knob_the_server_cannot_see_stays_where_the_kept_row_has_it(monkeypatc
     assert moves
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_the_floor_is_the_shortest_keep_on_gain_walk():
     """The fewest trials any ranking can need to reach 90 % of a grid's speed-up, checked against a brute force
     over the measured rows by the grid's own knob names."""
@@ -144,6 +146,7 @@ def test_the_floor_is_the_shortest_keep_on_gain_walk():
     # (its best needs rows_per_tile, which no move of the search changes)
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_the_staged_floor_counts_the_trials_that_leave_a_stage():
     """multi_stage's best needs ``vec_nbuffer_setting``, a knob of the swimlane stage (S-5), which a session reaches
     only after the frontend's exit: 5 trials without gain (R14), none of its knobs left untried being fewer here.

@@ -222,6 +222,7 @@ def test_a_direction_that_gained_is_continued(admission_cache):
     assert back and all("walks back" in c.why and c.rank > by_value[2].rank for c in back)
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_a_failed_compile_pushes_down_every_larger_tile(admission_cache):
     kept, ctx = load_operator("rmsnorm_grid")
     # 64 rows per loop iteration: the view is [64, 512], so tiles of 8 and 32 rows are within it
@@ -267,6 +268,7 @@ def test_plain_ranking_is_catalogue_priority_then_nearest_value(admission_cache)
 # ------------------------------------------------------------------------------------------------ determinism
 
 
+@pytest.mark.slow  # long for the unit tier (scripts/test.sh --fast); the full suite runs it
 def test_same_inputs_same_ids_and_order(softmax_analysis, admission_cache):
     kept, ctx = load_operator("matmul_act")
     a = search(kept, stage="frontend", context=ctx, analysis=softmax_analysis, limit=5, cache=admission_cache)

@@ -12,6 +12,8 @@ import pytest
 from pypto_tune.server.cli import _parser
 from tests.test_docs import subcommands
 
+pytestmark = pytest.mark.process
+
 COMMANDS = {"pypto-tune": _parser(), **subcommands(_parser())}
 
 

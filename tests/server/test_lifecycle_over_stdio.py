@@ -17,6 +17,8 @@ from tests.conftest import sim_command
 from tests.runner.runner_helpers import is_alive, processes_mentioning
 from tests.server.mcp_client import connect, server_params
 
+pytestmark = pytest.mark.process
+
 # Runs execute in the run sandbox (tools/running/sandbox.py): their own pid namespace, and no file outside the
 # workspace's copy reaches the host. So the grandchild cannot report its pid; it carries a marker on its command line
 # instead (it re-executes itself with one), and the test finds it in the host's /proc.

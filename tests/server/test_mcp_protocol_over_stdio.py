@@ -25,6 +25,8 @@ from tests.conftest import make_workspace, sim_command
 from tests.reliability.helpers import running_http
 from tests.server.mcp_client import Session, server_params
 
+pytestmark = pytest.mark.process
+
 STATIC_TTL_MS = 3_600_000  # an hour: the lists never change while the server runs
 
 

@@ -28,6 +28,8 @@ from pypto_tune.tools.operations.results import (CandidatesResult, KnobOut, Coll
 from tests.conftest import OPERATORS, RUNS, make_workspace, sim_command
 from tests.server.mcp_client import connect
 
+pytestmark = pytest.mark.process
+
 LONG_TOOLS = {"run_precision_check": PrecisionResult, "collect_swimlane": CollectResult,
               "run_candidates": TrialsResult, "propose_candidates": CandidatesResult}
 KB8 = 8 * 1024

@@ -17,6 +17,8 @@ from mcp import Client, StdioServerParameters
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.process
+
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 SECTION = README[README.index("## Connect your client"):README.index("## Tools, prompts and rules")]
 

@@ -11,6 +11,8 @@ import pytest
 
 from pypto_tune.tools.errors import LedgerError
 
+pytestmark = pytest.mark.process
+
 _RACE = r"""
 import os, sys, multiprocessing as mp
 os.environ["PYPTO_TUNE_SEAL_KEY"] = sys.argv[1]

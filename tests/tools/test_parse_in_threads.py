@@ -13,6 +13,10 @@ from pathlib import Path
 
 from pypto_tune.tools.code import pysource
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = (ROOT / "tools" / "patching" / "roles.py").read_text()
 
