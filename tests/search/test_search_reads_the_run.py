@@ -369,3 +369,18 @@ def test_a_batched_matmul_is_read_from_its_views():
     first = search(kept, stage="frontend", limit=1, run=rec, budget_s=0.0,
                    knob=f"{file}:build_bmm_scale.bmm_scale_kernel.set_cube_tile_shapes#1").candidates[0]
     assert first.score > 0 and "cube" in first.why
+
+
+def test_candidates_that_run_the_same_configuration_come_after_every_distinct_one(ln_all):
+    """upstream_layernorm runs one row per block: a vector tile of 1, 2 or 4 rows is clipped to the same one-row view,
+    so those candidates run the same configuration. Proposed side by side, a batch of two measured one run twice
+    (PyPTO's FFN example: a cube tile's m of 16 and of 32 on a matmul of 16 rows, twice in 16 trials). Each such twin
+    now follows every distinct configuration, says whose twin it is, and is counted; none is dropped (its written
+    value may matter once the block grows)."""
+    whys = [c.why for c in ln_all.candidates]
+    twins = [i for i, w in enumerate(whys) if w.startswith("runs the same configuration as")]
+    assert twins and ln_all.excluded.get("twin") == len(twins)
+    assert twins == list(range(len(whys) - len(twins), len(whys)))  # all after the distinct ones
+    first_twin = ln_all.candidates[twins[0]]
+    named = first_twin.why.split("runs the same configuration as ", 1)[1].split(" (ranked above)", 1)[0]
+    assert any(f"{c.knob.split(':', 1)[-1]} = {c.value!r}" == named for c in ln_all.candidates[:twins[0]])

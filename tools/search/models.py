@@ -154,7 +154,9 @@ class Proposal(BaseModel):
                                      "did not pay off), 'failed-larger' (at or past a value that did not compile from "
                                      "this kept state), 'illegal' (refused by the server's admission), 'no-change', "
                                      "'known' (its effective configuration was measured: see known_outcomes), "
-                                     "'no-effect-here' (its knob measured no effect twice from this kept state)")
+                                     "'no-effect-here' (its knob measured no effect twice from this kept state), "
+                                     "'twin' (not dropped: runs the same configuration as a better-ranked candidate, "
+                                     "so it is listed after every distinct one)")
     refusals: list[str] = Field(default_factory=list, description="first few admission refusals, for the record")
     notes: list[str] = Field(default_factory=list)
     ranking_flat: bool = Field(False, description="the first candidates score the same (within FLAT_SCORE): nothing "

@@ -85,6 +85,8 @@ class _Raw:
     prior_score: float = 0.0  # the prior's score (model, priors, store, history rules, analysis): the session model's prior
     learnt: learn.Prediction | None = None  # the session model's prediction (ranking "model")
     tier: int = 0  # 1: a knob or kind measured without effect, behind every candidate of a kind not yet tried
+    effective: str | None = None  # the configuration as it would run (_effective_key), once computed
+    twin_of: str | None = None  # a better-ranked candidate that runs the same configuration ("knob = value")
 
     def sort_key(self, ranking: Ranking) -> tuple:
         tail = (self.knob.id, value_key(self.value))
@@ -591,7 +593,8 @@ def _known_outcomes(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) -
     measured = _measured_configs(ctx, by_id, now)
     keep, known = [], []
     for raw in raws:
-        m = measured.get(_effective_key(ctx, by_id, now, {**now, raw.knob.id: raw.value}))
+        raw.effective = _effective_key(ctx, by_id, now, {**now, raw.knob.id: raw.value})
+        m = measured.get(raw.effective)
         if m is None:
             keep.append(raw)
             continue
@@ -600,6 +603,28 @@ def _known_outcomes(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) -
             known.append({"knob": raw.knob.id, "value": raw.value, "same_as_round": m["round"],
                           "operator_time_us": m["operator_time_us"], "same_as": m["what"]})
     return keep, known
+
+
+def _one_per_configuration(raws: list[_Raw], excluded: dict[str, int]) -> list[_Raw]:
+    """Every distinct configuration before any candidate that would run one of them again (PyPTO's FFN: a cube
+    tile's m of 16 and of 32 on a matmul of 16 rows, proposed side by side, measured the same run twice in one
+    batch). A twin stays in the list, after them, saying whose twin it is: its written value may still matter for a
+    later step (a tile clipped to its view now, uncovered when the block grows)."""
+    first: dict[str, _Raw] = {}
+    distinct, twins = [], []
+    for raw in raws:
+        if raw.effective is None:
+            distinct.append(raw)
+        elif raw.effective in first:
+            best = first[raw.effective]
+            raw.twin_of = f"{best.knob.id.split(':', 1)[-1]} = {best.value!r}"
+            twins.append(raw)
+        else:
+            first[raw.effective] = raw
+            distinct.append(raw)
+    if twins:
+        excluded["twin"] = len(twins)  # not dropped: counted, and listed after the distinct configurations
+    return distinct + twins
 
 
 def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) -> list[_Raw]:
@@ -895,6 +920,9 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
         label = t.source + (f" [prior {t.rule}]" if t.rule else "")
         parts.append(f"{label}: {t.text} ({t.score:+.2f})")
     head = f"score {raw.score:+.2f} for {raw.catalog_id} ({_catalog_title(raw.catalog_id)})"
+    if raw.twin_of:
+        head = (f"runs the same configuration as {raw.twin_of} (ranked above), so it comes after every distinct "
+                f"one; {head}")
     # what this session measured comes first; the terms after it are its prior (up to four of them, as before the
     # session model: the line that names the session's evidence must not push the prior's own evidence out)
     learnt = [raw.learnt.text() + f"; the prior score {raw.prior_score:+.2f} sums"] if raw.learnt is not None else []
@@ -1087,6 +1115,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     raws.sort(key=lambda r: r.sort_key(ranking))
     if ranking == "model":
         raws = sorted(_spread(raws), key=lambda r: r.tier)  # spread within a tier: a flat kind waits for all others
+    raws = _one_per_configuration(raws, excluded)
 
     cache = cache if cache is not None else AdmissionCache()
     skey = admission_state_key(kept, context, ctx.run)
