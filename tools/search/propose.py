@@ -44,7 +44,7 @@ from pypto_tune.tools.errors import (
 )
 from pypto_tune.tools.knowledge.situation import change_class
 from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
-from pypto_tune.tools.patching.models import EXPR_KEY, Knob
+from pypto_tune.tools.patching.models import EXPR_KEY, EditPlan, Knob
 from pypto_tune.tools.search import failures, learn, linked, pairs, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
@@ -1314,25 +1314,17 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
 def _admit_pair(cache: AdmissionCache, skey: str, ctx: _Context, p: pairs.PairPoint) -> dict[str, Any]:
     """A pair's admission, remembered like a single change's (:func:`_admit`): admitted only as that pair."""
     ids, values = p.id_key
-    key = cache.key(skey, ids, values)
-    entry = cache.get(key)
-    if entry is not None:
-        return entry
-    t0 = time.monotonic()
     b, t = p.link.block, p.link.tile
-    try:
-        plan = pairs.plan_edit(ctx.kept, (b.id, p.block_value), (t.id, p.tile_value), context=ctx.context)
-        adm = admit(ctx.kept, plan.new_sources, context=ctx.context, run=ctx.run)
+
+    def plan() -> EditPlan:
+        return pairs.plan_edit(ctx.kept, (b.id, p.block_value), (t.id, p.tile_value), context=ctx.context)
+
+    def wrong(adm: Any) -> str | None:
         if adm.kind != "pair" or {c.knob_id for c in adm.changes} != {b.id, t.id}:
-            entry = {"ok": False, "refusal": f"admitted as {adm.describe()}, not as the linked pair"}
-        else:
-            entry = {"ok": True, "sources": plan.new_sources, "diff": plan.diff,
-                     "semantic_hash": semantic_hash(plan.new_sources)}
-    except (GateRefusal, KnobValueError, InputError, PatchError) as exc:
-        entry = {"ok": False, "refusal": exc.message if isinstance(exc, PyptoTuneError) else str(exc)}
-    cache.timed(time.monotonic() - t0)
-    cache.put(key, entry)
-    return entry
+            return f"admitted as {adm.describe()}, not as the linked pair"
+        return None
+
+    return _admitted(cache, cache.key(skey, ids, values), ctx.kept, ctx.context, ctx.run, plan, wrong)
 
 
 def _flat(out: list[Candidate]) -> bool:
@@ -1383,19 +1375,31 @@ def _reported(run: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _admit(cache: AdmissionCache, skey: str, kept: dict[str, str], context: dict[str, str] | None,
            raw: _Raw, run: dict[str, Any] | None = None) -> dict[str, Any]:
-    key = cache.key(skey, raw.knob.id, raw.value)
+    def wrong(adm: Any) -> str | None:
+        if adm.kind != "knob" or adm.change is None or adm.change.knob_id != raw.knob.id:
+            return f"admitted as {adm.describe()}, not as a change of {raw.knob.id}"
+        return None
+
+    return _admitted(cache, cache.key(skey, raw.knob.id, raw.value), kept, context, run,
+                     lambda: plan_knob_edit(kept, raw.knob.id, raw.value, context=context), wrong)
+
+
+def _admitted(cache: AdmissionCache, key: str, kept: dict[str, str], context: dict[str, str] | None,
+              run: dict[str, Any] | None, plan: Callable[[], EditPlan], wrong: Callable[[Any], str | None]
+              ) -> dict[str, Any]:
+    """The server's own admission of one planned edit, remembered by ``key``: refused when planning or admission
+    refuses it, or when it is admitted as something else than asked for (``wrong`` says what)."""
     entry = cache.get(key)
     if entry is not None:
         return entry
     t0 = time.monotonic()
     try:
-        plan = plan_knob_edit(kept, raw.knob.id, raw.value, context=context)
-        adm = admit(kept, plan.new_sources, context=context, run=run)
-        if adm.kind != "knob" or adm.change is None or adm.change.knob_id != raw.knob.id:
-            entry = {"ok": False, "refusal": f"admitted as {adm.describe()}, not as a change of {raw.knob.id}"}
-        else:
-            entry = {"ok": True, "sources": plan.new_sources, "diff": plan.diff,
-                     "semantic_hash": semantic_hash(plan.new_sources)}
+        planned = plan()
+        adm = admit(kept, planned.new_sources, context=context, run=run)
+        why = wrong(adm)
+        entry = {"ok": False, "refusal": why} if why else {
+            "ok": True, "sources": planned.new_sources, "diff": planned.diff,
+            "semantic_hash": semantic_hash(planned.new_sources)}
     except (GateRefusal, KnobValueError, InputError, PatchError) as exc:
         entry = {"ok": False, "refusal": exc.message if isinstance(exc, PyptoTuneError) else str(exc)}
     cache.timed(time.monotonic() - t0)
