@@ -307,6 +307,12 @@ def remeasured(baseline_us: float | None, trials: list[dict[str, Any]]) -> tuple
     return flat, repeat
 
 
+def failed_trials(trials: list[dict[str, Any]]) -> int:
+    """Trials that ran and gave no time (a compile failure, an invalid run); a candidate the server refused at
+    ``run_candidates`` (its admission, before any run) is counted apart."""
+    return sum(1 for t in trials if t.get("time_us") is None and not t.get("refused"))
+
+
 def best_curve(times: Iterable[float | None], shipped_us: float) -> list[float]:
     """Best speed-up so far after each run of a sequence of measured times (None: a failed run)."""
     best, out = shipped_us, []
@@ -330,7 +336,7 @@ def _remeasured_cell(v: Any) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     """The result table, one row per operator variant (see ``summarise``)."""
     head = ("| operator | variant | N (unwritable) | shipped µs | grid best µs (×) | search best × | search 90 % | "
-            "random 90 % | XGB 90 % | search 99 % | random 99 % | XGB 99 % | no effect · other repeats | failed trials | "
+            "random 90 % | XGB 90 % | search 99 % | random 99 % | XGB 99 % | no effect · other repeats | failed · refused | "
             "wall s (uncached) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = [head]
     for r in rows:
@@ -349,7 +355,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{trials(r.get('search90'), r.get('search_trials'))} | {_cell(r.get('random90'), '.1f')} | "
             f"{trials(r.get('xgb90'), r.get('xgb_runs'))} | {trials(r.get('search99'), r.get('search_trials'))} | "
             f"{_cell(r.get('random99'), '.1f')} | {trials(r.get('xgb99'), r.get('xgb_runs'))} | "
-            f"{_remeasured_cell(r.get('remeasured'))}/{_cell(r.get('search_trials'))} | {_cell(r.get('failed'))} | "
+            f"{_remeasured_cell(r.get('remeasured'))}/{_cell(r.get('search_trials'))} | {_cell(r.get('failed'))} · "
+            f"{_cell(r.get('refused', 0))} | "
             f"{_cell(r.get('wall_s'), '.0f')} ({_cell(r.get('uncached_s'), '.0f')}) |")
     return "\n".join(out)
 
@@ -818,7 +825,7 @@ def run_variant(cache: Cache, op: Operator, variant: str, args: argparse.Namespa
             res.update(search_curve=curve, search_best=curve[-1] if curve else 1.0,
                        search90=reach(curve, target90), search99=reach(curve, target99),
                        remeasured=remeasured(base, ses["trials"]),
-                       failed=sum(1 for t in ses["trials"] if t["time_us"] is None),
+                       failed=failed_trials(ses["trials"]), refused=sum(1 for t in ses["trials"] if t.get("refused")),
                        failed_kept=sum(1 for t in ses["trials"] if t["time_us"] is None and t["decision"] == "kept"),
                        stages=ses.get("stages"), search_stop=ses.get("search_stop"),
                        trials=ses["trials"])
@@ -878,6 +885,8 @@ def tables_from(paths: list[Path]) -> str:
         for r in json.loads(p.read_text())["results"]:
             if r.get("trials") is not None and r.get("baseline_us") is not None:
                 r["remeasured"] = remeasured(r["baseline_us"], r["trials"])
+                r["failed"] = failed_trials(r["trials"])
+                r["refused"] = sum(1 for t in r["trials"] if t.get("refused"))
             rows.append(r)
     return table(rows)
 

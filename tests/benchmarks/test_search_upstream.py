@@ -151,7 +151,7 @@ def test_table_has_one_row_per_variant_and_names_what_did_not_run():
     lines = text.splitlines()
     assert len(lines) == 4 and lines[0].startswith("| operator | variant |")
     assert ("| ops/softmax.py::test_softmax | shipped | 27 (0) | 74.440 | 12.000 (6.20×) | 6.20 | 1 | 9.3 | 12 | "
-            ">16 | 14.0 | >100 | 2 · 1/16 | 1 | 90 (900) |") == lines[2]
+            ">16 | 14.0 | >100 | 2 · 1/16 | 1 · 0 | 90 (900) |") == lines[2]
     assert lines[3].startswith("| ops/x.py::test_x | shipped | — |")
 
 
@@ -160,9 +160,9 @@ def test_tables_from_earlier_runs_summarise_each_row_again_from_its_trials(tmp_p
            "grid_best_us": 5.0, "grid_speedup": 2.0, "search_best": 2.0, "search_trials": 3, "failed": 0,
            "remeasured": 3,  # an older run's single count
            "trials": [{"time_us": 10.0, "decision": "reverted"}, {"time_us": 5.0, "decision": "kept"},
-                      {"time_us": 10.0, "decision": "reverted"}]}
+                      {"time_us": 10.0, "decision": "reverted"}, {"time_us": None, "refused": True}]}
     (tmp_path / "a.json").write_text(__import__("json").dumps({"results": [row]}))
     (tmp_path / "b.json").write_text(__import__("json").dumps(
         {"results": [{"operator": "ops/b.py::test_b", "variant": "shipped", "error": "no verdict line"}]}))
     lines = su.tables_from([tmp_path / "a.json", tmp_path / "b.json"]).splitlines()
-    assert "| 1 · 1/3 |" in lines[2] and lines[3].startswith("| ops/b.py::test_b | shipped | — |")
+    assert "| 1 · 1/3 | 0 · 1 |" in lines[2] and lines[3].startswith("| ops/b.py::test_b | shipped | — |")
