@@ -1,12 +1,16 @@
-"""Steps many session tests share: reach the FRONTEND stage, leave a stage with a checklist the server accepts."""
+"""Steps many session tests share: reach the FRONTEND stage, leave a stage with a checklist the server accepts, wait
+for a campaign to reach a state."""
 
 from __future__ import annotations
 
 import os
 import pty
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from tests.server.mcp_client import Session
 
@@ -34,6 +38,19 @@ async def leave_stage_by_checklist(s: Session, sid: str) -> dict[str, Any]:
                        reason=f"{item['catalog_id']} left for later: kept time {status['best_us']:.3f} µs "
                        f"over {status['kept_samples']} samples")
     return await s.ok("advance_stage", session_id=sid, reason="checklist marked; next stage")
+
+
+async def campaign_until(s: Session, folder: str, done: Callable[[dict[str, Any]], bool], what: str, *,
+                         wait_s: float, poll_s: float) -> dict[str, Any]:
+    """``campaign_status`` every ``poll_s`` until ``done`` holds for it; after ``wait_s``, fail naming ``what``."""
+    deadline = time.monotonic() + wait_s
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        last = await s.ok("campaign_status", campaign=folder)
+        if done(last):
+            return last
+        await anyio.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}: {last.get('board')}")
 
 
 def run_in_pty(argv: list[str], typed: str, prompt: bytes = b"Type RETRY") -> str:

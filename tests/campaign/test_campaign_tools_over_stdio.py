@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from pypto_tune.tools.knowledge.distill import observation
 from pypto_tune.tools.knowledge.store import KnowledgeFile, read, write
 
 from tests.conftest import OPERATORS
+from tests.sessions import campaign_until
 from tests.server.mcp_client import connect
 
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
@@ -76,14 +76,7 @@ def manifest(root: Path, held: Path) -> Path:
 
 
 async def until(s: Any, folder: str, done: Any, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + WAIT_S
-    last: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        last = await s.ok("campaign_status", campaign=folder)
-        if done(last):
-            return last
-        await anyio.sleep(2.0)
-    raise AssertionError(f"timed out waiting for {what}: {last.get('board')}")
+    return await campaign_until(s, folder, done, what, wait_s=WAIT_S, poll_s=2.0)
 
 
 def test_an_agent_starts_watches_and_stops_a_campaign(tmp_path: Path) -> None:

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import json
-import time
 
 import anyio
 
 from tests.conftest import OPERATORS, require_real
 from tests.server.mcp_client import connect
+from tests.sessions import campaign_until
 
 import pytest
 
@@ -66,17 +66,6 @@ def _campaign(root: Path) -> Path:
     return root / "campaign.toml"
 
 
-async def _campaign_until(s, folder: str, done, what: str) -> dict:
-    deadline = time.monotonic() + 600
-    last: dict = {}
-    while time.monotonic() < deadline:
-        last = await s.ok("campaign_status", campaign=folder)
-        if done(last):
-            return last
-        await anyio.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what}: {last.get('board')}")
-
-
 def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tmp_path: Path) -> None:
     require_real(Path(sys.executable).parent.parent == VENV, f"the tests run from {VENV}")
     require_real({"sim", "operator-tests"} <= _stamped_extras(), "a .venv made by scripts/setup.sh (its stamp)")
@@ -95,9 +84,9 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
             # a campaign from the same checkout, its operator's session started and measuring
             started = await s.ok("start_campaign", manifest=str(_campaign(tmp_path / "lib")))
             folder = started["folder"]
-            running = await _campaign_until(
+            running = await campaign_until(
                 s, folder, lambda v: any(r["status"] == "running" for r in v["operators"])
-                or v["state"] not in ("starting", "running"), "the campaign's operator to run")
+                or v["state"] not in ("starting", "running"), "the campaign's operator to run", wait_s=600, poll_s=1.0)
             assert running["state"] == "running", running["board"]
             before = _venv_state()
             # the checkout's main command and its set-up, run twice while the session holds its workspace
@@ -108,8 +97,8 @@ def test_setup_and_demo_run_again_beside_a_session_change_nothing_it_measures(tm
                 demo = _run("demo.sh", "--help")
                 assert demo.returncode == 0 and "usage: pypto-tune demo" in demo.stdout, demo.stderr
             assert _venv_state() == before
-            end = await _campaign_until(s, folder, lambda v: v["state"] not in ("starting", "running")
-                                        and v["driver_pid"] is None, "the campaign to finish")
+            end = await campaign_until(s, folder, lambda v: v["state"] not in ("starting", "running")
+                                       and v["driver_pid"] is None, "the campaign to finish", wait_s=600, poll_s=1.0)
             assert end["state"] == "finished", end["board"]
             row = {r["name"]: r for r in end["operators"]}["softmax"]
             assert row["status"] == "done", row
