@@ -119,26 +119,12 @@ async def run_operator(name: str, trials_budget: int, batch: int, parallel: int 
             kept = base
             stages: list[str] = []
             while len(trials) < trials_budget:
-                status = await a.call("get_status", session_id=sid)
-                if status["finished"]:
+                step = await next_batch(a, sid, stages, min(batch, trials_budget - len(trials)), max(batch, 4))
+                if isinstance(step, str):
+                    if step.startswith(PROPOSE_REFUSED):
+                        print(f"    {step[:len(PROPOSE_REFUSED) + 140]}", flush=True)
                     break
-                if not stages or stages[-1] != status["stage"]:
-                    stages.append(status["stage"])
-                if status["stage"] and status["stage"] != "FRONTEND" and not _stage_ready(status):
-                    # SWIMLANE_n / INCORE_n start with their own collection and analysis (R15/R16)
-                    await a.call("collect_swimlane", session_id=sid)
-                    await a.call("analyze_bubbles", session_id=sid, lang="en")
-                    continue
-                try:
-                    prop = await a.call("propose_candidates", session_id=sid, limit=max(batch, 4))
-                except Refused as exc:
-                    print(f"    propose_candidates refused: {str(exc).splitlines()[0][:140]}", flush=True)
-                    break
-                cands = prop["candidates"][:min(batch, trials_budget - len(trials))]
-                if not cands:
-                    if not await _leave_stage(a, sid):
-                        break
-                    continue
+                status, cands = step
                 args: dict[str, Any] = {"session_id": sid, "candidates": [c["id"] for c in cands]}
                 if parallel:
                     args["parallel"] = parallel
@@ -161,6 +147,37 @@ async def run_operator(name: str, trials_budget: int, batch: int, parallel: int 
         shutil.rmtree(tmp, ignore_errors=True)
     return {"operator": name, "kind": KINDS.get(name, ""), "grid": summary, "baseline_us": base, "trials": trials,
             "batches": batches, "stages": stages, "wall_s": time.monotonic() - t0}
+
+
+PROPOSE_REFUSED = "propose_candidates refused: "
+
+
+async def next_batch(a: Agent, sid: str, stages: list[str], want: int, limit: int
+                     ) -> tuple[dict[str, Any], list[dict]] | str:
+    """The scripted agent's next step: the stage's status and the first ``want`` of ``limit`` proposals by rank —
+    collecting and
+    analysing first where a stage starts with that (R15/R16), leaving a stage with no proposal left — or, when
+    the search cannot go on, why (the session finished, propose_candidates refused, a stage that cannot be left).
+    ``stages`` gets every stage met, in order."""
+    while True:
+        status = await a.call("get_status", session_id=sid)
+        if status["finished"]:
+            return "the session finished"
+        if not stages or stages[-1] != status["stage"]:
+            stages.append(status["stage"])
+        if status["stage"] and status["stage"] != "FRONTEND" and not _stage_ready(status):
+            await a.call("collect_swimlane", session_id=sid)
+            await a.call("analyze_bubbles", session_id=sid, lang="en")
+            continue
+        try:
+            prop = await a.call("propose_candidates", session_id=sid, limit=limit)
+        except Refused as exc:
+            return PROPOSE_REFUSED + str(exc).splitlines()[0]
+        cands = prop["candidates"][:want]
+        if cands:
+            return status, cands
+        if not await _leave_stage(a, sid):
+            return "no candidate left and the stage could not be left"
 
 
 def _stage_ready(status: dict[str, Any]) -> bool:

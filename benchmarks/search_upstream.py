@@ -465,7 +465,7 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool, c
     knob's candidates) and, with ``with_search``, the search arm; with ``check_only``, only whether it runs
     (``start_session`` and ``run_precision_check``)."""
     from mcp import Client, StdioServerParameters
-    from search_bench import Agent, Refused, _leave_stage, _stage_ready
+    from search_bench import Agent, Refused
 
     out: dict[str, Any] = {"trials": [], "knobs": [], "candidates": {}, "stages": []}
     t0 = time.monotonic()
@@ -518,7 +518,7 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool, c
                     out.setdefault("candidate_refusals", {})[k["id"]] = first_line(str(exc))
             out["knob_map_s"] = time.monotonic() - t0
             if with_search:
-                await _search(a, sid, out, budget, batch, Refused, _leave_stage, _stage_ready)
+                await _search(a, sid, out, budget, batch)
             try:
                 await a.call("stop_session", session_id=sid, reason="benchmark budget spent")
             except Refused as exc:  # the search ran every stage to its end: the session has finished by itself
@@ -529,31 +529,20 @@ async def session(op: Operator, *, budget: int, batch: int, with_search: bool, c
     return out
 
 
-async def _search(a: Any, sid: str, out: dict[str, Any], budget: int, batch: int, Refused: type,
-                  leave_stage: Any, stage_ready: Any) -> None:
+async def _search(a: Any, sid: str, out: dict[str, Any], budget: int, batch: int) -> None:
+    from search_bench import PROPOSE_REFUSED, next_batch
+
     trials = out["trials"]
     t0 = time.monotonic()
     while len(trials) < budget:
-        status = await a.call("get_status", session_id=sid)
-        if status["finished"]:
+        step = await next_batch(a, sid, out["stages"], min(batch, budget - len(trials)), max(batch, 4))
+        if isinstance(step, str):
+            if step.startswith(PROPOSE_REFUSED):
+                out["search_stop"] = PROPOSE_REFUSED + first_line(step[len(PROPOSE_REFUSED):])
+            elif step != "the session finished":
+                out["search_stop"] = step
             break
-        if not out["stages"] or out["stages"][-1] != status["stage"]:
-            out["stages"].append(status["stage"])
-        if status["stage"] and status["stage"] != "FRONTEND" and not stage_ready(status):
-            await a.call("collect_swimlane", session_id=sid)
-            await a.call("analyze_bubbles", session_id=sid, lang="en")
-            continue
-        try:
-            prop = await a.call("propose_candidates", session_id=sid, limit=max(batch, 4))
-        except Refused as exc:
-            out["search_stop"] = "propose_candidates refused: " + first_line(str(exc))
-            break
-        cands = prop["candidates"][:min(batch, budget - len(trials))]
-        if not cands:
-            if not await leave_stage(a, sid):
-                out["search_stop"] = "no candidate left and the stage could not be left"
-                break
-            continue
+        status, cands = step
         job = await a.call("run_candidates", session_id=sid, candidates=[c["id"] for c in cands], wait=False)
         while job["status"] not in ("done", "failed", "cancelled"):
             job = await a.call("wait_job", job_id=job["job_id"], timeout_s=60)
