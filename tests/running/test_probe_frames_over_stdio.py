@@ -45,8 +45,9 @@ def test_a_view_made_inside_the_probe_hook_still_counts_as_the_runs_own(tmp_path
     async def scenario() -> None:
         async with connect(ws) as s:
             sid = await to_frontend(s, ws, ["rope_op.py"], cmd)
-            # the gated trial path (run_candidates): the candidate the search proposes first here
-            prop = await s.ok("propose_candidates", session_id=sid, limit=8)
+            # the gated trial path (run_candidates). (4, 256) is clamped to the block's two rows, so (2, 256) runs
+            # the same configuration and is ranked after every distinct one: ask for the whole list
+            prop = await s.ok("propose_candidates", session_id=sid, limit=50)
             # since the tiling dict is read entry by entry, the search moves ROPE_TILING["vec_tile"]; the same tile
             # pinned at the call makes the same operations
             wide = next(c for c in prop["candidates"] if c["knob"] in (TILE, ENTRY) and c["value"] == [2, 256])
