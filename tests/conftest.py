@@ -61,6 +61,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from tests.schedule import longest_first
+
+    longest_first(items)
     if config.getoption("--tier") != "unit":
         return
     from tests.tiers import in_unit_tier
