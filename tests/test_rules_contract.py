@@ -104,10 +104,12 @@ def test_the_exceptions_are_rule_ids_of_the_catalogue() -> None:
     assert not set(NOT_CATALOGUED) & CATALOGUE
 
 
-#: what a decision may import: the refusal, the catalogue, the state it reads, its sibling rules (and the stdlib's
-#: pure helpers); a ledger, a file system, a process or a logger is the caller's business
-ALLOWED_IMPORTS = re.compile(r"^(__future__|dataclasses|typing|time|statistics|re)(\..*)?$|"
-                             r"^pypto_tune\.tools\.(errors|rules|session\.rules|session\.state|analysis)(\..*)?$")
+#: what a decision may import: the refusal, the catalogue, the state it reads, the reading of a run's output (the
+#: precision verdict's lines), its sibling rules (and the stdlib's pure helpers); a ledger, a file system, a process
+#: or a logger is the caller's business
+ALLOWED_IMPORTS = re.compile(r"^(__future__|dataclasses|typing|time|statistics|re|collections\.abc)(\..*)?$|"
+                             r"^pypto_tune\.tools\.(errors|rules|session\.rules|session\.state|analysis|"
+                             r"running\.verdict)(\..*)?$")
 ACTING_CALLS = {"open", "print", "insert", "transaction", "write_text", "write_bytes", "unlink", "mkdir", "run",
                 "Popen", "info", "warning", "debug", "error", "exception"}
 
@@ -128,3 +130,4 @@ def test_a_rule_decides_and_never_acts() -> None:
             if isinstance(node, ast.Call):
                 called = _builder_name(node)
                 assert called not in ACTING_CALLS, f"{path.name}:{node.lineno}: calls {called}"
+
