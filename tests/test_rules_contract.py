@@ -104,10 +104,12 @@ def test_the_exceptions_are_rule_ids_of_the_catalogue() -> None:
     assert not set(NOT_CATALOGUED) & CATALOGUE
 
 
-#: what a decision may import: the refusal, the catalogue, the state it reads, its sibling rules (and the stdlib's
-#: pure helpers); a ledger, a file system, a process or a logger is the caller's business
-ALLOWED_IMPORTS = re.compile(r"^(__future__|dataclasses|typing|time|statistics|re)(\..*)?$|"
-                             r"^pypto_tune\.tools\.(errors|rules|session\.rules|session\.state|analysis)(\..*)?$")
+#: what a decision may import: the refusal, the catalogue, the state it reads, the reading of a run's output (the
+#: precision verdict's lines), its sibling rules (and the stdlib's pure helpers); a ledger, a file system, a process
+#: or a logger is the caller's business
+ALLOWED_IMPORTS = re.compile(r"^(__future__|dataclasses|typing|time|statistics|re|collections\.abc)(\..*)?$|"
+                             r"^pypto_tune\.tools\.(errors|rules|session\.rules|session\.state|analysis|"
+                             r"running\.verdict)(\..*)?$")
 ACTING_CALLS = {"open", "print", "insert", "transaction", "write_text", "write_bytes", "unlink", "mkdir", "run",
                 "Popen", "info", "warning", "debug", "error", "exception"}
 
@@ -128,3 +130,37 @@ def test_a_rule_decides_and_never_acts() -> None:
             if isinstance(node, ast.Call):
                 called = _builder_name(node)
                 assert called not in ACTING_CALLS, f"{path.name}:{node.lineno}: calls {called}"
+
+
+#: the longest a function deciding a rule may be, decorators and docstring included: one step of a decision reads on
+#: one screen, and a rule set in one long body is a table or a list of named steps instead
+RULE_FUNCTION_MAX_LINES = 60
+#: the modules outside tools/rules/ whose functions decide a rule: the session's state derived from the ledger, and
+#: the admission of a change
+RULE_MODULES_ELSEWHERE = ("tools/session/state.py", "tools/code/admission.py")
+
+
+def long_functions(paths: list[Path], root: Path = ROOT, limit: int = RULE_FUNCTION_MAX_LINES) -> list[str]:
+    """``path:line: name is N lines`` for every function (nested ones too) in ``paths`` longer than ``limit``."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = (node.end_lineno or node.lineno) - first + 1
+                if length > limit:
+                    found.append(f"{path.relative_to(root).as_posix()}:{first}: {node.name} is {length} lines "
+                                 f"(at most {limit})")
+    return found
+
+
+def test_no_function_deciding_a_rule_is_longer_than_sixty_lines() -> None:
+    paths = [*_sources("tools/rules"), *(ROOT / p for p in RULE_MODULES_ELSEWHERE)]
+    assert len(paths) > len(RULE_MODULES_ELSEWHERE)  # the rules folder itself was read
+    assert long_functions(paths) == [], "split the decision into named steps, one small function each"
+
+
+def test_the_length_check_sees_a_long_function_and_its_decorators(tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("@staticmethod\ndef f():\n" + "    x = 1\n" * 59 + "\n\ndef g():\n    pass\n")
+    assert long_functions([tmp_path / "x.py"], tmp_path) == ["x.py:1: f is 61 lines (at most 60)"]
+    assert long_functions([tmp_path / "x.py"], tmp_path, limit=61) == []

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pypto_tune.tools.running.runner import _Capture
-from pypto_tune.tools.running.verdict import judge_precision
+from pypto_tune.tools.rules.precision import judge_precision
 from test_verdict import MATPLOTLIB_NOISE, PASSED, run
 
 

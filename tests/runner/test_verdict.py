@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.running.verdict import KEY_OUTPUT_MAX_CHARS, compile_verdict_patterns, judge_precision
+from pypto_tune.tools.rules.precision import judge_precision
+from pypto_tune.tools.running.verdict import KEY_OUTPUT_MAX_CHARS, compile_verdict_patterns
 from runner_helpers import DATA
 
 MATPLOTLIB_NOISE = """Traceback (most recent call last):

@@ -36,7 +36,7 @@ from typing import Any, Literal
 import libcst as cst
 from pydantic import BaseModel, Field
 
-from pypto_tune.tools.errors import InputError, KnobValueError
+from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError
 from pypto_tune.tools.rules import change as refuse
 from pypto_tune.tools.patching import functional_sources
 from pypto_tune.tools.patching import effective, roles
@@ -318,6 +318,42 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     (``ProbeRecord.model_dump()``), or None. Raises ``GateRefusal`` (rules ``one-change``, ``live-site``,
     ``legality``) or ``InputError`` (nothing changed, a file does not parse).
     """
+    changed = _changed_paths(before, after)
+    fb, fa = functional_sources(before), functional_sources(after)
+    _check_parses(changed, fa)
+    parsed_b, sites_b = sites_of(fb, context)
+    parsed_a, sites_a = sites_of(fa, context)
+    _pair_sources(parsed_b, sites_b, fb, parsed_a, sites_a, fa)
+    structural, structural_files, formatting = _syntax_differences(changed, parsed_b, sites_b, fb, parsed_a,
+                                                                   sites_a, fa)
+    delta = _delta(sites_b, sites_a)
+    declared = algorithm and allow_structural  # one declared algorithm-level change (R23)
+    if structural_files:
+        if not declared:
+            raise _not_a_knob_change(structural, delta)
+        outside = _outside_kernels(changed, parsed_b, parsed_a, sites_b, sites_a, fb, fa, context)
+        if outside:
+            raise refuse.algorithm("an algorithm-level change rewrites the kernel, never the test: "
+                          + "; ".join(outside[:3]), "change only code inside the jit kernels (and the helpers they "
+                          "call); the harness, its inputs, tolerances and verdict stay as recorded")
+        return _admit_rewrite(delta, fb, fa, context, sites_b, sites_a, formatting, structural)
+    if not delta:
+        raise InputError("the change differs only in formatting or comments: nothing to verify or measure",
+                         hint="change a knob's value (list_knobs)")
+    if len(delta) > 1 and declared:
+        return _admit_co_tuned(delta, fb, fa, context, sites_b, sites_a, run, formatting)
+    why_not_pair = ""
+    if len(delta) == 2:
+        link, why_not_pair = _pair_link(fb, context, run, delta, sites_b)
+        if link is not None:
+            return _admit_pair(delta, link, fb, fa, context, sites_b, sites_a, run, formatting)
+    if len(delta) > 1:
+        raise _too_many_knobs(delta, why_not_pair)
+    return _admit_one_knob(delta[0], fb, fa, context, sites_b, sites_a, run, formatting)
+
+
+def _changed_paths(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The operator files the change edits, refused unless it edits (never adds or removes) some, in clean bytes."""
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     if not changed:
         raise InputError("the change changes nothing", hint="choose a different value; list_knobs shows the "
@@ -327,19 +363,26 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
                       "change the existing operator files only")
     for path in changed:
         _check_bytes(path, before.get(path, ""), after[path])
-    fb, fa = functional_sources(before), functional_sources(after)
+    return changed
+
+
+def _check_parses(changed: list[str], fa: dict[str, str]) -> None:
+    """Every edited file is still valid Python."""
     for path in changed:
         try:
             _plain_tree(fa[path])
         except SyntaxError as exc:
             raise refuse.one_change(f"{path} is not valid Python after the change: {exc.msg} at line "
                           f"{exc.lineno}", "fix the syntax; a change must leave the file valid Python") from None
-    parsed_b, sites_b = sites_of(fb, context)
-    parsed_a, sites_a = sites_of(fa, context)
-    _pair_sources(parsed_b, sites_b, fb, parsed_a, sites_a, fa)
 
-    structural: list[str] = []  # what differs, for the message
-    structural_files: list[str] = []  # the decision: files whose masked syntax trees differ
+
+def _syntax_differences(changed: list[str], parsed_b: dict[str, ParsedFile], sites_b: list[Site],
+                        fb: dict[str, str], parsed_a: dict[str, ParsedFile], sites_a: list[Site],
+                        fa: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(what differs outside the knobs, for the message; the files whose masked syntax trees differ, the decision;
+    the files that differ only in formatting or comments)."""
+    structural: list[str] = []
+    structural_files: list[str] = []
     formatting: list[str] = []
     for path in changed:
         ma, mb = _masked_tree(parsed_b[path], sites_b), _masked_tree(parsed_a[path], sites_a)
@@ -350,69 +393,75 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
             structural.extend(f"{path}: {d}" for d in (diffs or ["a difference outside any knob"]))
         elif ast.dump(_plain_tree(fb[path])) == ast.dump(_plain_tree(fa[path])):
             formatting.append(path)
+    return structural, structural_files, formatting
 
-    delta = _delta(sites_b, sites_a)
-    if structural_files and algorithm and allow_structural:
-        outside = _outside_kernels(changed, parsed_b, parsed_a, sites_b, sites_a, fb, fa, context)
-        if outside:
-            raise refuse.algorithm("an algorithm-level change rewrites the kernel, never the test: "
-                          + "; ".join(outside[:3]), "change only code inside the jit kernels (and the helpers they "
-                          "call); the harness, its inputs, tolerances and verdict stay as recorded")
-    if structural_files:
-        if algorithm and allow_structural:
-            own = []
-            for c in delta:  # the rewrite may move tuning knobs, never a problem size, run_mode or a debug option
-                knob = _tuning_knob(c, sites_a, sites_b)
-                if knob.kind in SHAPE_FREE_KINDS:
-                    # an option's domain (domain C) does not depend on the kernel's shapes, so a rewrite changes
-                    # nothing about it; tiles and blocks are judged on the rewritten kernel by _legal below
-                    _data(knob, c)
-                    own.append(_own_domain(knob, c.after, sites_b))
-            report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
-            return Admission(kind="structural", formatting_files=formatting,
-                             checked=[o for o in own if o] + report.checked,
-                             unchecked=report.unchecked, structural_lines=structural,
-                             change=delta[0] if len(delta) == 1 else None)
-        raise refuse.one_change("the change is not a knob change: " + "; ".join(structural[:4])
+
+def _not_a_knob_change(structural: list[str], delta: list[KnobChange]) -> GateRefusal:
+    """The refusal of a structural change outside a declared algorithm-level change."""
+    return refuse.one_change("the change is not a knob change: " + "; ".join(structural[:4])
             + (f" (+{len(structural) - 4} more)" if len(structural) > 4 else "")
             + (f" — besides the knob change {delta[0].knob_id}" if len(delta) == 1 else ""),
             "change exactly one knob and nothing else (list_knobs shows them); computation, shapes, dtypes and the "
             "test's inputs are structural: algorithm-level changes come only in the ALGORITHM stage (R23)")
-    if not delta:
-        raise InputError("the change differs only in formatting or comments: nothing to verify or measure",
-                         hint="change a knob's value (list_knobs)")
-    if len(delta) > 1 and algorithm and allow_structural:
-        # R23: a declared algorithm-level change may move several knobs together (co-tuned knobs, S-8); it is
-        # still one declared change, legal on every site it reaches. Nothing but knobs changed, so each knob is held
-        # to what a change of it alone is held to: a tuning knob, a value that is data, inside its own domain.
-        # And each is checked against the run, as alone: none of them dead for this test, no tiling source without a
-        # record to derive from.
-        own = []
-        runmap = _run_map(fb, context, sites_b, run)
-        for c in delta:
-            knob = _tuning_knob(c, sites_a, sites_b)
+
+
+def _admit_rewrite(delta: list[KnobChange], fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None,
+                   sites_b: list[Site], sites_a: list[Site], formatting: list[str],
+                   structural: list[str]) -> Admission:
+    """A declared algorithm-level rewrite of the kernels: legal on every site it reaches."""
+    own = []
+    for c in delta:  # the rewrite may move tuning knobs, never a problem size, run_mode or a debug option
+        knob = _tuning_knob(c, sites_a, sites_b)
+        if knob.kind in SHAPE_FREE_KINDS:
+            # an option's domain (domain C) does not depend on the kernel's shapes, so a rewrite changes
+            # nothing about it; tiles and blocks are judged on the rewritten kernel by _legal below
             _data(knob, c)
             own.append(_own_domain(knob, c.after, sites_b))
-            site = next((s for s in sites_b if s.knob.id == c.knob_id), None)
-            _check_run(knob, site, runmap, runmap.of(site) if site is not None else None, c)
-        report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
-        return Admission(kind="structural", formatting_files=formatting,
-                         checked=[o for o in own if o] + report.checked,
-                         unchecked=report.unchecked,
-                         structural_lines=[f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in delta])
-    why_not_pair = ""
-    if len(delta) == 2:
-        link, why_not_pair = _pair_link(fb, context, run, delta, sites_b)
-        if link is not None:
-            return _admit_pair(delta, link, fb, fa, context, sites_b, sites_a, run, formatting)
-    if len(delta) > 1:
-        raise refuse.one_change(f"the change touches {len(delta)} knobs at once: "
-                      + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta)
-                      + (f"; not a linked pair: {why_not_pair}" if why_not_pair else ""),
-                      "split it: one knob per round, each verified and measured on its own"
-                      + ("; two knobs go together only as a pair the kept state's run links (rule linked-pair: "
-                         "propose_candidates offers such pairs)" if why_not_pair else ""))
-    change = delta[0]
+    report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
+    return Admission(kind="structural", formatting_files=formatting,
+                     checked=[o for o in own if o] + report.checked,
+                     unchecked=report.unchecked, structural_lines=structural,
+                     change=delta[0] if len(delta) == 1 else None)
+
+
+def _admit_co_tuned(delta: list[KnobChange], fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None,
+                    sites_b: list[Site], sites_a: list[Site], run: dict[str, Any] | None,
+                    formatting: list[str]) -> Admission:
+    """A declared algorithm-level change that moves several knobs and nothing else."""
+    # R23: a declared algorithm-level change may move several knobs together (co-tuned knobs, S-8); it is
+    # still one declared change, legal on every site it reaches. Nothing but knobs changed, so each knob is held
+    # to what a change of it alone is held to: a tuning knob, a value that is data, inside its own domain.
+    # And each is checked against the run, as alone: none of them dead for this test, no tiling source without a
+    # record to derive from.
+    own = []
+    runmap = _run_map(fb, context, sites_b, run)
+    for c in delta:
+        knob = _tuning_knob(c, sites_a, sites_b)
+        _data(knob, c)
+        own.append(_own_domain(knob, c.after, sites_b))
+        site = next((s for s in sites_b if s.knob.id == c.knob_id), None)
+        _check_run(knob, site, runmap, runmap.of(site) if site is not None else None, c)
+    report = _legal(fb, fa, context, sites_b, sites_a, structural=True)
+    return Admission(kind="structural", formatting_files=formatting,
+                     checked=[o for o in own if o] + report.checked,
+                     unchecked=report.unchecked,
+                     structural_lines=[f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in delta])
+
+
+def _too_many_knobs(delta: list[KnobChange], why_not_pair: str) -> GateRefusal:
+    """The refusal of a change of several knobs that is neither a linked pair nor a declared algorithm change."""
+    return refuse.one_change(f"the change touches {len(delta)} knobs at once: "
+                  + ", ".join(f"{c.knob_id} (line {c.line})" for c in delta)
+                  + (f"; not a linked pair: {why_not_pair}" if why_not_pair else ""),
+                  "split it: one knob per round, each verified and measured on its own"
+                  + ("; two knobs go together only as a pair the kept state's run links (rule linked-pair: "
+                     "propose_candidates offers such pairs)" if why_not_pair else ""))
+
+
+def _admit_one_knob(change: KnobChange, fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | None,
+                    sites_b: list[Site], sites_a: list[Site], run: dict[str, Any] | None,
+                    formatting: list[str]) -> Admission:
+    """One knob changed: a tuning knob, its value data, live for the test, legal on the values that ran."""
     knob = _tuning_knob(change, sites_a, sites_b)
     _data(knob, change)
     site_b = next((s for s in sites_b if s.knob.id == change.knob_id), None)

@@ -39,9 +39,8 @@ from pypto_tune.tools.running.executors.base import RunSpec
 from pypto_tune.tools.running import probe
 from pypto_tune.tools.running.probe import store as probe_store
 from pypto_tune.tools.running.runner import RunResult
-from pypto_tune.tools.running.verdict import (
-    SIM_NOTE, VerdictResult, judge_precision,
-)
+from pypto_tune.tools.running.verdict import SIM_NOTE, VerdictResult
+from pypto_tune.tools.rules.precision import judge_precision
 from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
 

@@ -1,4 +1,4 @@
-"""Judge a run of the test command: the precision gate R4 (domain D.2).
+"""Read a run of the test command for the precision gate R4 (domain D.2): its verdict lines, tracebacks and result.
 
 R4 says: passed iff exit status 0, no timeout or signal, the output says "passed"/"success" and says none of
 "failed"/"error"/"timeout". Applied to the whole output that rule is wrong here: every SIM run prints
@@ -6,36 +6,15 @@ R4 says: passed iff exit status 0, no timeout or signal, the output says "passed
 print metrics such as ``max error: 1e-5``. So the keywords are looked for only in **verdict lines**, and every
 result names the lines that decided it (:attr:`VerdictResult.deciding_lines`).
 
-Decision order (the first rule that applies decides):
-
-1. the run timed out → ``timeout``;
-2. the process was killed by a signal, ended without a status, or a shell reports 128+N for a crash signal → ``error``;
-3. a ``PRECISION: error`` line (our fixtures' protocol) → ``error``;
-4. exit status ≠ 0 → ``failed``. **Nothing printed can outweigh a non-zero exit**; pass lines are listed as
-   ignored so the agent sees why they did not count;
-5. exit 0 and a failure line → ``failed``. Failure lines are, in this order of authority: a structured summary
-   (``PRECISION: failed``, pytest's ``1 failed, 2 passed in 0.3s``, unittest's ``Ran 3 tests`` + ``FAILED (…)``,
-   or ``Ran 0 tests`` / every test skipped); then either the session's ``fail_pattern`` or, without one, the
-   built-in heuristics: explicit failure markers (``ERROR: …``, ``Error: …``, ``FAIL: …``, ``FAILED …``, ``✗ …``,
-   ``[FAIL]``), a Python traceback that is not known noise, and — only when no structured verdict line and no
-   ``pass_pattern`` line is present — chatty lines that pair a subject with a failure word (``Result mismatch``,
-   ``test failed: …``);
-6. exit 0 and a pass line → ``passed``. Pass lines are the session's ``pass_pattern`` matches when one is given
-   (then nothing else can pass), else the first kind present of: ``PRECISION: passed``, a pytest summary, a
-   unittest summary, generic lines (``✓ LayerNorm passed``, ``✓ … passed for the test case``, ``All softmax tests
-   passed!``, ``All examples completed successfully``, ``Compare result: success``, ``[PASS]``, and PyPTO's own
-   examples' ``✓ SwiGLU test completed`` / ``FFN test completed``: "completed" is a verdict on a line that is
-   check-marked or names a test, never on "Compilation completed");
-7. exit 0 and none of the above → ``failed`` ("exit 0 but no verdict line"), with the last output lines shown. This is
-   a **command problem** (``command_problem=True``), not a verdict about the code: the test did not say, so the
-   session needs a ``pass_pattern`` for the line it prints on success. A caller never counts it as a failure of the
-   operator (not a baseline failure under R5, no chip is blamed).
+This module reads: it splits the output into lines, locates tracebacks (:class:`Scan`), recognises structured
+summaries (:func:`structured_lines`), failure markers (:func:`is_failure_marker`) and chatty result lines
+(:func:`generic_kind`), and holds the result model. Which reading decides, in which order, is the rule's:
+``tools/rules/precision.py`` (``judge_precision``), whose docstring states the decision order.
 
 Never a pass line: a line inside a Python traceback (or inside the message lines right after its exception line),
 a CANN/pypto runtime log record (``[ERROR] RUNTIME(…)``), a Python ``logging`` record (``ERROR:root:…``), a line
 longer than 200 characters (generic recogniser), or a line about compiling, loading, building… ("Kernel compiled
-successfully" is not a precision verdict). In SIM the simulator computes no output values (A.8): even a passed
-verdict has ``numerics_checked=False`` and its reason says that numerics were not checked.
+successfully" is not a precision verdict).
 """
 
 from __future__ import annotations
@@ -48,11 +27,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.running.runner import RunResult
 
 KEY_OUTPUT_MAX_CHARS = 2000
 #: At most this many lines are reported as deciding lines (the last ones of each side: the end of a run is what
-#: an agent needs; the first pass/fail line is also kept, see _pick).
+#: an agent needs; the first pass/fail line is also kept, see pick_lines).
 DECIDING_LINES_MAX = 8
 #: A deciding line's text is clipped to this many characters.
 LINE_TEXT_MAX = 300
@@ -237,6 +215,17 @@ _ONLY_WORD_RE = re.compile(r"^[\W_]*(passed|pass|success|successful|ok|failed|fa
 _GENERIC_MAX_LEN = 200
 _ARGPARSE_ERROR_RE = re.compile(r"^[\w.-]+: error: ")
 
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI colour escapes: pypto colours its diagnostics (ESC[1m...), patterns and agents read
+    plain text."""
+    return _ANSI_RE.sub("", text)
+
+
+def is_argparse_error(s: str) -> bool:
+    """A stripped line in which a script's argparse rejected its command line (``prog: error: …``)."""
+    return bool(_ARGPARSE_ERROR_RE.match(s))
+
 # Error lines worth showing an agent: pypto/CANN error codes (FC4000, F21004, EZ9999...), "Run pass failed",
 # log lines at ERROR level, assertion and exception lines.
 _KEY_ERROR_RE = re.compile(
@@ -246,13 +235,15 @@ _KEY_ERROR_RE = re.compile(
 
 # ------------------------------------------------------------------------------------------------- the scan
 @dataclass
-class _Hit:
+class Hit:
+    """A recognised verdict line: where, which way it points, and which recogniser read it."""
+
     idx: int  # 0-based line index
     polarity: Literal["pass", "fail", "error"]
     recogniser: str
 
 
-class _Scan:
+class Scan:
     """The output split into lines, with traceback blocks located once."""
 
     def __init__(self, text: str) -> None:
@@ -304,10 +295,10 @@ class _Scan:
         return [i for i, h in enumerate(self.hidden) if not h]
 
 
-def _structured(scan: _Scan, vis: list[int]) -> dict[str, list[_Hit]]:
+def structured_lines(scan: Scan, vis: list[int]) -> dict[str, list[Hit]]:
     """Structured verdict lines by kind: precision, pytest, unittest."""
     lines = scan.lines
-    out: dict[str, list[_Hit]] = {"precision": [], "pytest": [], "unittest": []}
+    out: dict[str, list[Hit]] = {"precision": [], "pytest": [], "unittest": []}
     for i in vis:
         s = lines[i].strip()
         if not s:
@@ -315,7 +306,7 @@ def _structured(scan: _Scan, vis: list[int]) -> dict[str, list[_Hit]]:
         m = _PRECISION_RE.match(s)
         if m:
             word = m.group(1).lower()
-            out["precision"].append(_Hit(i, "pass" if word == "passed" else "error" if word == "error" else "fail",
+            out["precision"].append(Hit(i, "pass" if word == "passed" else "error" if word == "error" else "fail",
                                          "precision"))
             continue
         m = _PYTEST_RE.match(s)
@@ -323,10 +314,10 @@ def _structured(scan: _Scan, vis: list[int]) -> dict[str, list[_Hit]]:
             counts = m.group(1)
             bad = re.search(r"\b[1-9]\d* (failed|errors?)\b", counts)
             good = re.search(r"\b[1-9]\d* passed\b", counts)
-            out["pytest"].append(_Hit(i, "fail" if bad or not good else "pass", "pytest"))
+            out["pytest"].append(Hit(i, "fail" if bad or not good else "pass", "pytest"))
             continue
         if _PYTEST_NONE_RE.match(s):
-            out["pytest"].append(_Hit(i, "fail", "pytest"))
+            out["pytest"].append(Hit(i, "fail", "pytest"))
             continue
         m = _UNITTEST_RAN_RE.match(s)
         if m:
@@ -337,8 +328,8 @@ def _structured(scan: _Scan, vis: list[int]) -> dict[str, list[_Hit]]:
                 continue  # "Ran N tests" without unittest's status line: some other tool's words
             skipped = re.search(r"skipped=(\d+)", sm.group(2) or "")
             ok = sm.group(1) == "OK" and ran > 0 and not (skipped and int(skipped.group(1)) >= ran)
-            out["unittest"].append(_Hit(i, "pass" if ok else "fail", "unittest"))
-            out["unittest"].append(_Hit(status, "pass" if ok else "fail", "unittest"))
+            out["unittest"].append(Hit(i, "pass" if ok else "fail", "unittest"))
+            out["unittest"].append(Hit(status, "pass" if ok else "fail", "unittest"))
     return out
 
 
@@ -346,11 +337,13 @@ def _is_log_record(s: str) -> bool:
     return bool(_RUNTIME_LOG_RE.match(s) or _PY_LOG_RE.match(s))
 
 
-def _marker(s: str) -> bool:
+def is_failure_marker(s: str) -> bool:
+    """An explicit failure marker at the start of a stripped line (``FAIL: …``, ``✗ …``, ``[FAIL]``), not a metric,
+    a zero count or a log record."""
     return bool(_MARKER_RE.match(s)) and not _MARKER_EXEMPT_RE.match(s) and not _is_log_record(s)
 
 
-def _generic_kind(s: str) -> Literal["pass", "fail"] | None:
+def generic_kind(s: str) -> Literal["pass", "fail"] | None:
     """'pass' / 'fail' / None for a stripped line that is not a structured verdict line."""
     if not s or len(s) > _GENERIC_MAX_LEN or _is_log_record(s):
         return None
@@ -370,12 +363,13 @@ def _generic_kind(s: str) -> Literal["pass", "fail"] | None:
     return None
 
 
-def _clip_line(s: str) -> str:
+def clip_line(s: str) -> str:
+    """A line as a deciding line shows it: stripped, at most LINE_TEXT_MAX characters."""
     s = s.strip()
     return s if len(s) <= LINE_TEXT_MAX else s[:LINE_TEXT_MAX - 1] + "…"
 
 
-def _pick(hits: list[_Hit]) -> list[_Hit]:
+def pick_lines(hits: list[Hit]) -> list[Hit]:
     """The first hit and the last ones, at most DECIDING_LINES_MAX: the first pass/fail line is often the one a
     reader looks for, the last ones are where a run ends."""
     if len(hits) <= DECIDING_LINES_MAX:
@@ -383,7 +377,8 @@ def _pick(hits: list[_Hit]) -> list[_Hit]:
     return [hits[0], *hits[-(DECIDING_LINES_MAX - 1):]]
 
 
-def _signal_name(sig: int) -> str:
+def signal_name(sig: int) -> str:
+    """``SIGSEGV`` for 11; ``signal N`` for a number the platform does not name."""
     try:
         return _signal.Signals(sig).name
     except ValueError:
@@ -391,197 +386,22 @@ def _signal_name(sig: int) -> str:
 
 
 # Exit statuses a shell reports for a child killed by a signal (128 + N): a crash, not a test verdict.
-_SHELL_SIGNAL_EXITS = {128 + s: s for s in (_signal.SIGILL, _signal.SIGABRT, _signal.SIGBUS, _signal.SIGFPE,
+SHELL_SIGNAL_EXITS = {128 + s: s for s in (_signal.SIGILL, _signal.SIGABRT, _signal.SIGBUS, _signal.SIGFPE,
                                             _signal.SIGKILL, _signal.SIGSEGV)}
 
 
-# ------------------------------------------------------------------------------------------------ the verdict
-def judge_precision(result: RunResult, run_mode: str, *, pass_pattern: str | re.Pattern[str] | None = None,
-                    fail_pattern: str | re.Pattern[str] | None = None) -> VerdictResult:
-    """Apply R4 to one run, in the decision order of the module docstring. Pure: reads only its arguments.
-
-    ``pass_pattern`` / ``fail_pattern`` are the session's optional verdict patterns (validated with
-    :func:`compile_verdict_patterns`; a bad one raises :class:`InputError`). The result carries the rule that
-    decided (``decided_by``) and the lines that decided with their line numbers (``deciding_lines``). In SIM,
-    ``numerics_checked`` is always False and the reason says that numerics were not checked (A.8).
-    """
-    pats = compile_verdict_patterns(pass_pattern, fail_pattern)
-    sim = run_mode.lower() == "sim"
-    # pypto colours its diagnostics (ESC[1m...): strip the escapes so patterns and the agent see plain text.
-    scan = _Scan(_ANSI_RE.sub("", result.output))
-    lines = scan.lines
-    vis = scan.visible()
-    stripped = {i: lines[i].strip() for i in vis}
-    errors = _key_error_lines(scan)
-    exc = lines[scan.real_exc[-1]].strip()[:LINE_TEXT_MAX] if scan.real_exc else ""
-    truncated_note = ("; note: the output was capped and its middle was not kept, so a verdict line there could "
-                      "not be read" if result.output_truncated else "")
-
-    def vline(h: _Hit, role: LineRole | None = None) -> VerdictLine:
-        return VerdictLine(line_no=h.idx + 1, text=_clip_line(lines[h.idx]), role=role or h.polarity,
-                           recogniser=h.recogniser)
-
-    def last_output(k: int = 3) -> list[VerdictLine]:
-        idx = [i for i in range(len(lines)) if lines[i].strip() and not scan.noise[i]][-k:]
-        return [VerdictLine(line_no=i + 1, text=_clip_line(lines[i]), role="last-output", recogniser="output")
-                for i in idx]
-
-    def make(verdict: Verdict, decided_by: DecidedBy, reason: str, deciding: list[VerdictLine],
-             checked: bool = False) -> VerdictResult:
-        shown = {d.text for d in deciding}
-        key = [f"L{d.line_no}: {d.text}" for d in deciding] + [e for e in errors if _clip_line(e) not in shown]
-        if sim:
-            note = SIM_NOTE if verdict == "passed" else SIM_NOTE_NOT_PASSED
-            key = [*key, note]
-            reason = f"{reason}; {note}"
-        return VerdictResult(verdict=verdict, numerics_checked=checked and not sim, key_output=_clip(key),
-                             reason=reason, decided_by=decided_by, deciding_lines=deciding)
-
-    # 1-2. the process did not end on its own terms: nothing it printed is a verdict.
-    if result.timed_out:
-        return make("timeout", "timeout", f"the test command did not finish within its time limit "
-                    f"({result.duration_s:.0f} s elapsed) and was killed; whatever it printed is not a verdict",
-                    last_output())
-    if result.signal is not None:
-        return make("error", "signal", f"the test process was killed by {_signal_name(result.signal)} (a crash, not "
-                    "a precision verdict; lines it printed before do not count)", last_output())
-    if result.exit_code is None:
-        return make("error", "signal", "the test process ended without an exit status", last_output())
-    if result.exit_code in _SHELL_SIGNAL_EXITS:
-        sig = _SHELL_SIGNAL_EXITS[result.exit_code]
-        return make("error", "signal", f"exit status {result.exit_code} means a process was killed by "
-                    f"{_signal_name(sig)} (reported through a shell)", last_output())
-
-    kinds = _structured(scan, vis)
-    # 3. our fixtures' protocol for "could not judge" (missing golden file, exception caught by the test).
-    prec_errors = [h for h in kinds["precision"] if h.polarity == "error"]
-    if prec_errors:
-        return make("error", "precision-error-line", f"the test reported an error instead of a verdict (exit "
-                    f"{result.exit_code}): {stripped[prec_errors[-1].idx]!r}", [vline(h) for h in _pick(prec_errors)])
-
-    # Pass lines: the session pattern alone when given, else the first structured kind present, else generic.
-    builtin_pass: list[_Hit] = []
-    pass_kind = ""
-    for kind in ("precision", "pytest", "unittest"):
-        if kinds[kind]:
-            pass_kind = kind
-            builtin_pass = [h for h in kinds[kind] if h.polarity == "pass"]
-            break
-    if not pass_kind:
-        builtin_pass = [_Hit(i, "pass", "generic") for i in vis if _generic_kind(stripped[i]) == "pass"]
-    if pats.pass_re is not None:
-        passes = [_Hit(i, "pass", "session-pattern") for i in vis
-                  if pats.pass_re.search(lines[i][:PATTERN_LINE_MAX])]
-    else:
-        passes = builtin_pass
-
-    # 4. a non-zero exit fails whatever was printed.
-    if result.exit_code != 0:
-        fails = [h for k in ("precision", "pytest", "unittest") for h in kinds[k] if h.polarity == "fail"]
-        markers = [_Hit(i, "fail", "marker") for i in vis if _marker(stripped[i])]
-        argparse_errors = [_Hit(i, "fail", "argparse") for i in vis if _ARGPARSE_ERROR_RE.match(stripped[i])]
-        deciding = [vline(h) for h in _pick(fails or markers or argparse_errors)]
-        if scan.real_exc:
-            deciding.append(VerdictLine(line_no=scan.real_exc[-1] + 1, text=_clip_line(exc), role="exception",
-                                        recogniser="traceback"))
-        deciding += [vline(h, "ignored-pass") for h in passes[-2:]]
-        if not deciding:
-            deciding = last_output()
-        what = ""
-        if argparse_errors:
-            what = (f"; the script rejected its command-line arguments: {stripped[argparse_errors[-1].idx]!r} (check "
-                    "the test command's flags against the script's --help)")
-        elif fails or markers:
-            what = f"; failure line: {stripped[(fails or markers)[-1].idx]!r}"
-        if exc:
-            what += f"; last exception: {exc}"
-        if passes:
-            what += (f"; {len(passes)} pass line(s) were printed but a non-zero exit status overrides them "
-                     f"(last: {stripped[passes[-1].idx]!r})")
-        return make("failed", "exit-status", f"the test command exited with status {result.exit_code}{what}",
-                    deciding, checked=bool(fails))
-
-    # 5. exit 0: any failure line fails the run.
-    structured_fails = [(k, h) for k in ("precision", "pytest", "unittest") for h in kinds[k] if h.polarity == "fail"]
-    heuristic: list[_Hit] = []
-    heuristic_by: DecidedBy = "failure-marker"
-    if pats.fail_re is not None:
-        heuristic = [_Hit(i, "fail", "session-pattern") for i in range(len(lines))
-                     if not scan.noise[i] and pats.fail_re.search(lines[i][:PATTERN_LINE_MAX])]
-        heuristic_by = "session-pattern"
-    else:
-        heuristic = [_Hit(i, "fail", "marker") for i in vis if _marker(stripped[i])]
-        if not heuristic and scan.real_exc:
-            heuristic = [_Hit(i, "fail", "traceback") for i in scan.real_exc]
-            heuristic_by = "traceback"
-        # Chatty lines ("case 2 failed") count only when the test printed no verdict line of its own: a structured
-        # line or the session's pass line is authoritative over "[INFO] retry of stream 2 failed, retrying".
-        if not heuristic and not pass_kind and not (pats.pass_re is not None and passes):
-            heuristic = [_Hit(i, "fail", "generic") for i in vis if _generic_kind(stripped[i]) == "fail"]
-            heuristic_by = "generic-line"
-    if structured_fails or heuristic:
-        if structured_fails:
-            kind, _ = structured_fails[0]
-            fail_hits = [h for _, h in structured_fails]
-            by: DecidedBy = {"precision": "precision-line", "pytest": "pytest-summary",
-                             "unittest": "unittest-summary"}[kind]  # type: ignore[assignment]
-            what = f"a {kind} verdict line reports failure"
-        else:
-            fail_hits, by = heuristic, heuristic_by
-            what = {"session-pattern": "a line matches the session's fail_pattern",
-                    "failure-marker": "an explicit failure line",
-                    "traceback": "a Python traceback (not known noise) was printed, so a pass line cannot be "
-                                 "trusted; if it is expected, give the session a fail_pattern",
-                    "generic-line": "a result line reports failure"}[by]
-        deciding = [vline(h, "exception" if by == "traceback" else None) for h in _pick(fail_hits)]
-        deciding += [vline(h, "ignored-pass") for h in passes[-2:]]
-        last_fail = lines[fail_hits[-1].idx].strip()
-        tail = f" ({len(passes)} pass line(s) were printed too)" if passes else ""
-        # A failure line that reports a comparison means the numbers were compared; a marker or a traceback does not.
-        compared = by in ("precision-line", "pytest-summary", "unittest-summary", "generic-line", "session-pattern")
-        return make("failed", by, f"exit 0 but {what}: {last_fail!r}{tail}", deciding, checked=compared)
-
-    # 6. exit 0 and a pass line.
-    if passes:
-        by = ("session-pattern" if pats.pass_re is not None else
-              {"precision": "precision-line", "pytest": "pytest-summary", "unittest": "unittest-summary",
-               "": "generic-line"}[pass_kind])  # type: ignore[assignment]
-        what = ("the session's pass_pattern matches" if pats.pass_re is not None else
-                f"the {pass_kind or 'generic'} verdict line says passed")
-        checked = not any("numerics not checked" in stripped[h.idx].lower() for h in passes)
-        return make("passed", by, f"exit 0 and {what}: {stripped[passes[-1].idx]!r}{truncated_note}",
-                    [vline(h) for h in _pick(passes)], checked=checked)
-
-    # 7. exit 0 and nothing decided.
-    extra = ""
-    if pats.pass_re is not None and builtin_pass:
-        extra = (f"; the session's pass_pattern {pats.pass_re.pattern!r} matched no line (a built-in recogniser "
-                 f"read {stripped[builtin_pass[-1].idx]!r}, but the session pattern takes precedence)")
-    elif pats.pass_re is not None:
-        extra = f"; the session's pass_pattern {pats.pass_re.pattern!r} matched no line"
-    tail = last_output()
-    suggestion = _suggest_pattern(tail[-1].text) if tail else None
-    hint = (f" (if {tail[-1].text!r} is its success line: pass_pattern={suggestion!r})" if suggestion else "")
-    out = make("failed", "no-verdict-line", "exit 0 but the test printed no verdict line (none of 'PRECISION: "
-               "passed', a pytest or unittest summary, '✓ … passed', '✓ … completed', '… test completed', 'All … "
-               f"tests passed', 'completed successfully'){extra}{truncated_note}. This is a problem of the test "
-               "command, not a verdict on the operator: make the test print its verdict, or start the session again "
-               f"with a pass_pattern that matches the line it prints on success{hint}", tail)
-    return out.model_copy(update={"command_problem": True, "suggested_pass_pattern": suggestion})
-
-
-def _suggest_pattern(line: str) -> str | None:
+def suggest_pass_pattern(line: str) -> str | None:
     """A pass_pattern for ``line``: its text escaped, with every number left free (timings and diffs change from
     run to run). None for a line that reads as a failure, or is too short to name anything."""
     s = line.strip()
-    if len(s) < 4 or _NEG_RE.search(_NEG_EXEMPT_RE.sub(" ", s)) or _marker(s):
+    if len(s) < 4 or _NEG_RE.search(_NEG_EXEMPT_RE.sub(" ", s)) or is_failure_marker(s):
         return None
     parts = re.split(r"(\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", s[:120])
     return "".join("[-+.0-9eE]+" if i % 2 else re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", p)
                    for i, p in enumerate(parts))
 
 
-def _key_error_lines(scan: _Scan) -> list[str]:
+def key_error_lines(scan: Scan) -> list[str]:
     """The lines an agent needs to see for a failure: error-looking lines and the last real traceback's tail."""
     lines = scan.lines
     errs: list[str] = []
@@ -598,7 +418,8 @@ def _key_error_lines(scan: _Scan) -> list[str]:
     return out
 
 
-def _clip(parts: list[str]) -> str:
+def clip_key_output(parts: list[str]) -> str:
+    """The key-output text: ``parts`` once each, at most KEY_OUTPUT_MAX_CHARS, the end kept when clipped."""
     seen: set[str] = set()
     kept = []
     for p in parts:  # a verdict line is often also an error line: show it once

@@ -124,10 +124,50 @@ def load_rows(ledger: Ledger, session_id: str) -> dict[str, list[Row]]:
 
 
 def derive_state(rows: dict[str, list[Row]]) -> SessionState:
+    """The session's state from its ledger rows, one named step per part of it; pure (see the module docstring)."""
     session = rows["sessions"][0]
+    level1, stage, finish_reason, stage_entry_id = _levels(rows["transitions"])
+    outer = rules.STAGES_BY_NAME[stage].outer_round if stage in rules.STAGES_BY_NAME else 1  # ALGORITHM: 3
+    current_hash, raw_hash, sources, debug_enabled, debug_baseline = _expected_code(session, rows["patches"])
+    env_ok, env_batches = _environment(rows["env_checks"])
+    passed = {r["code_hash"] for r in rows["precision_records"] if r["verdict"] == "passed"}
+    failures = _baseline_failures(rows)
+    awaiting = failures >= rules.BASELINE_ATTEMPTS and level1 == "S1_SETUP"
+    baseline = next((m for m in rows["measurements"] if m["round"] == 0 and m["valid"]), None)
+    baseline_us = float(baseline["operator_time_us"]) if baseline else None
+    decisions = {int(d["number"]): d for d in rows["round_decisions"]}
+    kept_hash, kept_raw, kept_sources, best_round = _kept_code(session, rows["patches"], decisions)
+    # The kept time is the median of EVERY sample ever measured on the kept code (baseline, stage re-collections,
+    # the round that kept it), never the latest or the best one: re-collecting until noise gives a good number
+    # moves nothing (issue #10, attack 9).
+    kept_samples = kept_samples_of(rows["measurements"], kept_hash)
+    kept_us = statistics.median(kept_samples) if kept_samples else None
+    stage_measured, stage_analyzed = _stage_entry_done(rows, stage, stage_entry_id, baseline is not None)
+    pending = _pending_question(rows)
+
+    return SessionState(
+        device=_current_device(rows, [str(d) for d in session["device_ids"]]), kept_samples=kept_samples,
+        tree=_tree(rows["tree_files"]), test_command=_test_command(session, rows["corrections"]),
+        pending_question=pending if awaiting else None,
+        session=session, level1=level1, stage=stage, outer_round=outer, current_hash=current_hash,
+        expected_raw_hash=raw_hash, expected_sources=sources, debug_enabled=debug_enabled,
+        debug_baseline=debug_baseline, env_ok=env_ok, env_batches=env_batches, passed_hashes=passed,
+        baseline_failures=failures, awaiting_user=awaiting, baseline_us=baseline_us,
+        target_us=_target_us(session, baseline_us),
+        kept_hash=kept_hash, kept_raw_hash=kept_raw, kept_sources=kept_sources, kept_us=kept_us,
+        best_round=best_round, open_round=_open_round(rows, decisions), rounds=rows["rounds"], decisions=decisions,
+        counters=_stage_counters(rows, decisions), stage_entry_transition_id=stage_entry_id,
+        stage_measured=stage_measured, stage_analyzed=stage_analyzed,
+        checklist=_checklist(rows["checklist_marks"], stage), finish_reason=finish_reason, rows=rows,
+    )
+
+
+def _levels(transitions: list[Row]) -> tuple[str, str | None, str | None, int | None]:
+    """(level-1 state, stage, finish reason, id of the stage's entry transition): the last transition of each level
+    wins."""
     level1, stage, finish_reason = "S1_SETUP", None, None
     stage_entry_id: int | None = None
-    for t in rows["transitions"]:
+    for t in transitions:
         if t["level"] == "state":
             level1 = t["to_value"]
             if level1 in ("S5_REPORT",):
@@ -135,14 +175,16 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
         else:
             stage = t["to_value"]
             stage_entry_id = int(t["id"])
-    outer = rules.STAGES_BY_NAME[stage].outer_round if stage in rules.STAGES_BY_NAME else 1  # ALGORITHM: 3
+    return level1, stage, finish_reason, stage_entry_id
 
-    # Expected source state: the last patch (any kind) wins; before any patch, the original sources.
-    current_hash = session["original_hash"]
-    raw_hash = session["original_raw_hash"]
+
+def _expected_code(session: Row, patches: list[Row]) -> tuple[str, str, dict[str, str], bool, dict[str, str] | None]:
+    """(functional hash, raw hash, sources, debug on, sources before debug) the workspace must hold: the last patch
+    (any kind) wins; before any patch, the original sources."""
+    current_hash, raw_hash = session["original_hash"], session["original_raw_hash"]
     sources: dict[str, str] = dict(session["original_sources"])
     debug_enabled, debug_baseline = False, None
-    for p in rows["patches"]:
+    for p in patches:
         if p["kind"] == "trial":
             continue  # a candidate trial ran on a private copy; its code was never written to the workspace
         current_hash, raw_hash, sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
@@ -150,19 +192,22 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
             debug_enabled, debug_baseline = True, dict(p["before_sources"])
         elif p["kind"] in ("debug-off", "debug-restore"):
             debug_enabled, debug_baseline = False, None
+    return current_hash, raw_hash, sources, debug_enabled, debug_baseline
 
-    env_ok: bool | None = None
-    batches = sorted({int(r["batch"]) for r in rows["env_checks"]})
-    if batches:
-        last = batches[-1]
-        env_ok = all(r["ok"] for r in rows["env_checks"] if r["batch"] == last)
 
-    passed = {r["code_hash"] for r in rows["precision_records"] if r["verdict"] == "passed"}
+def _environment(env_checks: list[Row]) -> tuple[bool | None, int]:
+    """(the last batch of environment checks all passed — None before any, the number of batches)."""
+    batches = sorted({int(r["batch"]) for r in env_checks})
+    if not batches:
+        return None, 0
+    return all(r["ok"] for r in env_checks if r["batch"] == batches[-1]), len(batches)
 
-    # R5: consecutive baseline failures, reset by a pass or by an explicit user confirmation. A confirmation row's
-    # detail holds the id of the last precision record it answered, which orders the two tables without clocks.
-    # Only a person's answer counts (MCP elicitation answered in the client, or `pypto-tune confirm` typed at a
-    # terminal): an agent's own argument never resets the count (issue #10, attack 8).
+
+def _baseline_failures(rows: dict[str, list[Row]]) -> int:
+    """R5: consecutive baseline precision failures, reset by a pass or by a person's confirmation."""
+    # A confirmation row's detail holds the id of the last precision record it answered, which orders the two
+    # tables without clocks. Only a person's answer counts (MCP elicitation answered in the client, or `pypto-tune
+    # confirm` typed at a terminal): an agent's own argument never resets the count (issue #10, attack 8).
     confirmed_upto = max((int(c["detail"]) for c in rows["confirmations"] if c["kind"] == "baseline-retry"
                           and c.get("source") in PERSON_SOURCES),
                          default=0)
@@ -174,16 +219,19 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
             failures = 0
         elif int(r["id"]) > confirmed_upto:
             failures += 1
-    awaiting = failures >= rules.BASELINE_ATTEMPTS and level1 == "S1_SETUP"
+    return failures
 
-    baseline = next((m for m in rows["measurements"] if m["round"] == 0 and m["valid"]), None)
-    baseline_us = float(baseline["operator_time_us"]) if baseline else None
-    target_us = None
-    if baseline_us is not None:
-        target_us = (baseline_us / float(session["goal_value"]) if session["goal_kind"] == "speedup"
-                     else float(session["goal_value"]))
 
-    decisions = {int(d["number"]): d for d in rows["round_decisions"]}
+def _target_us(session: Row, baseline_us: float | None) -> float | None:
+    """The goal as an operator time: the baseline over the speed-up, or the time the session asked for."""
+    if baseline_us is None:
+        return None
+    return (baseline_us / float(session["goal_value"]) if session["goal_kind"] == "speedup"
+            else float(session["goal_value"]))
+
+
+def _open_round(rows: dict[str, list[Row]], decisions: dict[int, Row]) -> OpenRound | None:
+    """The last round without a decision, with the records taken during it."""
     open_round = None
     for r in rows["rounds"]:
         if int(r["number"]) not in decisions:
@@ -194,13 +242,18 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
                 measurements=[m for m in rows["measurements"] if m["round"] == n],
                 patches=[p for p in rows["patches"] if p["round"] == n],
             )
+    return open_round
 
-    # Kept state: patches outside rounds (debug toggles, adoptions before tuning, drift reverts) apply to it
-    # directly; a round's patches count only once the round was decided "kept". Reverts restore exactly this.
+
+def _kept_code(session: Row, patches: list[Row], decisions: dict[int, Row]
+               ) -> tuple[str, str, dict[str, str], int | None]:
+    """(hash, raw hash, sources, best round) of the kept state: what reverts restore exactly."""
+    # Patches outside rounds (debug toggles, adoptions before tuning, drift reverts) apply to it directly; a round's
+    # patches count only once the round was decided "kept".
     kept_hash = session["original_hash"]
     kept_raw, kept_sources = session["original_raw_hash"], dict(session["original_sources"])
     best_round = None
-    for p in rows["patches"]:
+    for p in patches:
         n = p["round"]
         if p["kind"] == "trial":
             continue  # the kept trial's code arrives through its "trial-apply" patch
@@ -208,12 +261,12 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
             kept_hash, kept_raw, kept_sources = p["after_hash"], p["after_raw_hash"], dict(p["after_sources"])
             if n is not None:
                 best_round = int(n)
-    # The kept time is the median of EVERY sample ever measured on the kept code (baseline, stage re-collections,
-    # the round that kept it), never the latest or the best one: re-collecting until noise gives a good number
-    # moves nothing (issue #10, attack 9).
-    kept_samples = kept_samples_of(rows["measurements"], kept_hash)
-    kept_us = statistics.median(kept_samples) if kept_samples else None
+    return kept_hash, kept_raw, kept_sources, best_round
 
+
+def _stage_counters(rows: dict[str, list[Row]], decisions: dict[int, Row]) -> dict[str, StageCounters]:
+    """Per stage: rounds judged, the no-gain streak (R12) and failures (R13), rounds voided by a discarded run left
+    out."""
     counters: dict[str, StageCounters] = {}
     # A candidate batch is judged as a whole: its trials count in round order, but a batch that kept a gain ends its
     # streak with that gain, wherever the winner's number falls in the batch.
@@ -243,55 +296,61 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
             c.consecutive_no_gain += 1
         else:
             c.failures += 1  # R13: failures before measurement do not touch the no-gain counter
+    return counters
 
-    stage_measured = stage_analyzed = False
-    if stage is not None and stage_entry_id is not None:
-        # A stage name is entered once, so "measured in this stage" needs no clock comparison.
-        stage_ms = [m for m in rows["measurements"] if m["stage"] == stage and m["valid"] and m["round"] == -1]
-        if rules.STAGES_BY_NAME[stage].group in ("frontend", "algorithm"):
-            # FRONTEND reuses the S2/S3 baseline data (R15): the S3 analysis is its entry analysis.
-            stage_measured = baseline is not None
-            stage_analyzed = any(a for a in rows["analyses"])
-        else:
-            stage_measured = bool(stage_ms)
-            if stage_ms:
-                mid = int(stage_ms[-1]["id"])
-                stage_analyzed = any(a["measurement_id"] == mid for a in rows["analyses"])
 
+def _stage_entry_done(rows: dict[str, list[Row]], stage: str | None, stage_entry_id: int | None,
+                      has_baseline: bool) -> tuple[bool, bool]:
+    """(measured, analysed) since the current stage was entered: the fresh collection (R15) and its analysis (R16)."""
+    if stage is None or stage_entry_id is None:
+        return False, False
+    # A stage name is entered once, so "measured in this stage" needs no clock comparison.
+    stage_ms = [m for m in rows["measurements"] if m["stage"] == stage and m["valid"] and m["round"] == -1]
+    if rules.STAGES_BY_NAME[stage].group in ("frontend", "algorithm"):
+        # FRONTEND reuses the S2/S3 baseline data (R15): the S3 analysis is its entry analysis.
+        return has_baseline, any(a for a in rows["analyses"])
+    if not stage_ms:
+        return False, False
+    mid = int(stage_ms[-1]["id"])
+    return True, any(a["measurement_id"] == mid for a in rows["analyses"])
+
+
+def _checklist(marks: list[Row], stage: str | None) -> dict[tuple[str, str], Row]:
+    """(stage group, catalogue id) → the latest mark the current stage sees."""
     checklist: dict[tuple[str, str], Row] = {}
     current_group = rules.STAGES_BY_NAME[stage].group if stage in rules.STAGES_BY_NAME else None
-    for mark in rows["checklist_marks"]:
+    for mark in marks:
         # the current stage sees only its own marks (and marks of ledgers from before marks named their stage);
         # SWIMLANE_2 does not inherit SWIMLANE_1's "not applicable" (issue #10, attack 6)
         own = mark.get("stage")
         if mark["stage_group"] == current_group and own is not None and own != stage:
             continue
         checklist[(mark["stage_group"], mark["catalog_id"])] = mark
+    return checklist
 
-    tree = {r["path"]: FileEntry(path=r["path"], sha256=r["sha256"], size=int(r["size"]),
-                                 executable=bool(r["executable"]), link=r["link"]) for r in rows["tree_files"]}
+
+def _tree(tree_files: list[Row]) -> dict[str, FileEntry]:
+    """Every workspace file recorded at session start (empty for a legacy session)."""
+    return {r["path"]: FileEntry(path=r["path"], sha256=r["sha256"], size=int(r["size"]),
+                                 executable=bool(r["executable"]), link=r["link"]) for r in tree_files}
+
+
+def _test_command(session: Row, corrections: list[Row]) -> list[str]:
+    """The test command as last corrected (corrections come only before the baseline passed)."""
     command = list(session["test_command"])
-    for c in rows["corrections"]:
+    for c in corrections:
         if c["field"] == "test_command":
             command = list(c["after_value"])
-    # a "no" leaves the question open: the person may still say yes later; only a retry answer closes it
+    return command
+
+
+def _pending_question(rows: dict[str, list[Row]]) -> Row | None:
+    """The newest baseline-retry question no retry answer closed (a "no" leaves it open: the person may still say
+    yes later)."""
     answered = {int(c["question_id"]) for c in rows["confirmations"]
                 if c.get("question_id") is not None and c["kind"] == "baseline-retry"}
-    pending = next((q for q in reversed(rows["questions"])
-                    if int(q["id"]) not in answered and q["kind"] == "baseline-retry"), None)
-
-    return SessionState(
-        device=_current_device(rows, [str(d) for d in session["device_ids"]]), kept_samples=kept_samples,
-        tree=tree, test_command=command, pending_question=pending if awaiting else None,
-        session=session, level1=level1, stage=stage, outer_round=outer, current_hash=current_hash,
-        expected_raw_hash=raw_hash, expected_sources=sources, debug_enabled=debug_enabled,
-        debug_baseline=debug_baseline, env_ok=env_ok, env_batches=len(batches), passed_hashes=passed,
-        baseline_failures=failures, awaiting_user=awaiting, baseline_us=baseline_us, target_us=target_us,
-        kept_hash=kept_hash, kept_raw_hash=kept_raw, kept_sources=kept_sources, kept_us=kept_us,
-        best_round=best_round, open_round=open_round, rounds=rows["rounds"], decisions=decisions,
-        counters=counters, stage_entry_transition_id=stage_entry_id, stage_measured=stage_measured,
-        stage_analyzed=stage_analyzed, checklist=checklist, finish_reason=finish_reason, rows=rows,
-    )
+    return next((q for q in reversed(rows["questions"])
+                 if int(q["id"]) not in answered and q["kind"] == "baseline-retry"), None)
 
 
 def kept_samples_of(measurements: list[Row], kept_hash: str, before_id: int | None = None) -> list[float]:
