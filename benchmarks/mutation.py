@@ -99,12 +99,6 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
                     ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
     "rules": Target("tools/session/rules.py",
                     ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
-    "gates": Target("tools/rules/gates.py", ("*",), RULES_PACKAGE_SUITE, decisions_only=True),
-    "calls": Target("tools/rules/calls.py", ("*",), REFUSAL_BUILDERS_SUITE, decisions_only=True),
-    "change": Target("tools/rules/change.py", ("*",), REFUSAL_BUILDERS_SUITE, decisions_only=True),
-    "checklist": Target("tools/rules/checklist.py", ("*",), REFUSAL_BUILDERS_SUITE, decisions_only=True),
-    "drift": Target("tools/rules/drift.py", ("*",), REFUSAL_BUILDERS_SUITE, decisions_only=True),
-    "setup": Target("tools/rules/setup.py", ("*",), REFUSAL_BUILDERS_SUITE, decisions_only=True),
     "admission": Target("tools/code/admission.py",
                         ("admit", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
                          "_differences", "_statements", "_shell", "_check_run", "_exprs", "_changed_names",
@@ -113,8 +107,17 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
     "runcheck": Target("tools/patching/runcheck.py",
                        ("overlay", "_kernel_dims", "loop_checks", "annotate_unchecked"), RUNCHECK_SUITE),
 }
-#: every module of tools/rules/ (scripts/mutation.sh)
-RULES_PACKAGE = ("gates", "calls", "change", "checklist", "drift", "setup")
+#: the kill suite of a tools/rules/ module, where it is not REFUSAL_BUILDERS_SUITE (a module added to the folder is
+#: mutated from the start; its survivors say which tests to name here)
+RULES_SUITES: dict[str, tuple[str, ...]] = {"gates": RULES_PACKAGE_SUITE}
+#: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message
+RULES_PACKAGE = tuple(f"rules/{p.stem}" for p in sorted((ROOT / "tools" / "rules").glob("*.py"))
+                      if p.name != "__init__.py")
+for _key in RULES_PACKAGE:
+    _stem = _key.split("/", 1)[1]
+    MODULES[_key] = Target(f"tools/rules/{_stem}.py", ("*",), RULES_SUITES.get(_stem, REFUSAL_BUILDERS_SUITE),
+                           decisions_only=True)
+MODULES["gates"] = MODULES["rules/gates"]  # the name earlier runs used
 EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 
 # Operators kept, by cosmic-ray's name: the mutations that move a decision. The rest of its catalogue (every
@@ -324,7 +327,8 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     t0 = time.monotonic()
-    db = work / f"cr-{key}.sqlite"
+    name = key.replace("/", "-")  # the files of this module's run (a rules/ key holds a slash)
+    db = work / f"cr-{name}.sqlite"
     items = init_db(fast, t, db)
     original = (fast.root / t.path).read_text(encoding="utf-8")
     if args.survivors_of:  # the same mutants, found by what they change (line numbers may have moved since)
@@ -343,11 +347,11 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
             m = w.mutations[0]
             print(f"  {t.path}:{m.start_pos[0]} {m.definition_name} {m.operator_name}")
         return {}
-    server = Server(fast, t, work / f"{key}.log", reexec=args.reexec)
+    server = Server(fast, t, work / f"{name}.log", reexec=args.reexec)
     base = server.ask(op="baseline")
     if base.get("rc") != 0:
         raise SystemExit(f"the kill suite of {t.path} fails without any mutation (or with the unmutated code swapped "
-                         f"in): {base}; see {work / (key + '.log')}")
+                         f"in): {base}; see {work / (name + '.log')}")
     seconds: dict[str, float] = base["seconds"]
     cover = server.ask(op="map")
     order = sorted(seconds, key=lambda n: (seconds[n], n))  # cheapest first: -x stops at the first failure
@@ -523,7 +527,8 @@ def main() -> int:
                 args.json.write_text(json.dumps({"started": started, "modules": report}, indent=2))
             if args.keep:
                 args.keep.mkdir(parents=True, exist_ok=True)
-                for f in (work / f"cr-{key}.sqlite", work / f"{key}.log"):
+                name = key.replace("/", "-")
+                for f in (work / f"cr-{name}.sqlite", work / f"{name}.log"):
                     if f.exists():
                         shutil.copy2(f, args.keep / f.name)
     if not report:

@@ -54,6 +54,7 @@ def test_every_rule_module_is_in_the_rules_run_and_only_decisions_are_mutated() 
     on_disk = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tools" / "rules").glob("*.py")
                if p.name != "__init__.py"}
     assert modules == on_disk
+    assert mutation.MODULES["rules/gates"].suite == mutation.RULES_PACKAGE_SUITE  # the gate table's own tests
     assert all(mutation.MODULES[k].decisions_only and mutation.MODULES[k].mutates("any_function")
                for k in mutation.RULES_PACKAGE)
     suites = {f for k in mutation.RULES_PACKAGE for f in mutation.MODULES[k].suite}
