@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/mutation.py --only stages     # one module (key of MODULES; repeatable)
     .venv/bin/python benchmarks/mutation.py --list            # the mutants that would run, nothing else
     .venv/bin/python benchmarks/mutation.py --compare 4       # per module 4 mutants also run the old way: cost, agreement
+    bash scripts/mutation.sh                                  # tools/rules/ (--rules --reexec --fail-on-survivors)
 
 What is mutated: cosmic-ray (pinned, ``pip install -e .[mutation]``; the script installs it when it is missing)
 mutates one syntax node at a time — a comparison's boundary (``<`` ↔ ``<=``, ``==`` ↔ ``!=``, ``in`` ↔ ``not in``,
@@ -27,6 +28,11 @@ checkout is never touched), each imported through a ``pypto_tune`` shim on ``PYT
 Prints per module the mutants, killed, survived and timeouts, then every survivor (file:line, operator, the line
 before and after) — README "Mutation testing" lists them with why each is harmless or which test now kills it. Not
 part of the default test command.
+
+For ``tools/rules/`` (``--rules``; ``scripts/mutation.sh``) every definition and table row is mutated except the inside
+of f-strings (a message is not a decision); ``--reexec`` runs a row's or a constant's mutant in the fork server by
+running the mutated module text in place; a survivor that ``mutation_equivalent.toml`` records (with why no input can
+tell it from the original) is reported as equivalent, and ``--fail-on-survivors`` exits 1 on any other.
 """
 
 from __future__ import annotations
@@ -59,8 +65,12 @@ COVERAGE = "coverage==7.17.5"
 @dataclass(frozen=True)
 class Target:
     path: str  # the module, relative to the repository
-    functions: tuple[str, ...]  # definitions whose mutants run (cosmic-ray's innermost def or class name)
+    functions: tuple[str, ...]  # definitions whose mutants run (cosmic-ray's innermost def or class name; "*": all)
     suite: tuple[str, ...]  # the fast tests that specify it
+    decisions_only: bool = False  # leave out mutants inside an f-string: they change a message, not what is decided
+
+    def mutates(self, where: str) -> bool:
+        return "*" in self.functions or where in self.functions
 
 
 # (tests/admission/test_redteam_findings.py runs stand-in operators in child processes whose interpreter fingerprint
@@ -73,6 +83,11 @@ RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_st
                "tests/tools/test_derived_state.py",
                "tests/prompts/test_prompt_texts.py")  # the prompts state the rules' numbers: a changed one disagrees
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
+# tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
+RULES_PACKAGE_SUITE = ("tests/tools/test_gate_refusals.py", "tests/tools/test_rules_and_state.py",
+                       "tests/tools/test_limit_stop.py", "tests/tools/test_gate_decisions.py",
+                       "tests/tools/test_refusal_builders.py", "tests/test_rules_contract.py")
+REFUSAL_BUILDERS_SUITE = ("tests/tools/test_refusal_builders.py", "tests/test_rules_contract.py")
 RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admission_decisions.py",
                   "tests/patching/test_runcheck_decisions.py")
 MODULES: dict[str, Target] = {  # in the order a run takes them
@@ -84,10 +99,6 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
                     ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
     "rules": Target("tools/session/rules.py",
                     ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
-    "gates": Target("tools/rules/gates.py",
-                    ("check", "rows_for", "<module>", "adopting", "catalog_id", "_unverified", "_in_algorithm_stage",
-                     "round_phase", "has_pass", "time_limit_exceeded", "global_stop_reason", "platform_utilization"),
-                    RULES_SUITE),
     "admission": Target("tools/code/admission.py",
                         ("admit", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
                          "_differences", "_statements", "_shell", "_check_run", "_exprs", "_changed_names",
@@ -96,6 +107,18 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
     "runcheck": Target("tools/patching/runcheck.py",
                        ("overlay", "_kernel_dims", "loop_checks", "annotate_unchecked"), RUNCHECK_SUITE),
 }
+#: the kill suite of a tools/rules/ module, where it is not REFUSAL_BUILDERS_SUITE (a module added to the folder is
+#: mutated from the start; its survivors say which tests to name here)
+RULES_SUITES: dict[str, tuple[str, ...]] = {"gates": RULES_PACKAGE_SUITE}
+#: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message
+RULES_PACKAGE = tuple(f"rules/{p.stem}" for p in sorted((ROOT / "tools" / "rules").glob("*.py"))
+                      if p.name != "__init__.py")
+for _key in RULES_PACKAGE:
+    _stem = _key.split("/", 1)[1]
+    MODULES[_key] = Target(f"tools/rules/{_stem}.py", ("*",), RULES_SUITES.get(_stem, REFUSAL_BUILDERS_SUITE),
+                           decisions_only=True)
+MODULES["gates"] = MODULES["rules/gates"]  # the name earlier runs used
+EQUIVALENT = Path(__file__).with_name("mutation_equivalent.toml")
 
 # Operators kept, by cosmic-ray's name: the mutations that move a decision. The rest of its catalogue (every
 # operator into every other: `<` into `is not`, `+` into `^`…) multiplies the count tenfold with mutants the same
@@ -152,6 +175,22 @@ def make_copy(dest: Path) -> Copy:
 # ------------------------------------------------------------------------------------------------ the mutants
 
 
+def message_spans(text: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the f-strings of ``text`` are, as (line, character column) pairs: the text of a message or hint."""
+    lines = text.splitlines()
+
+    def chars(line: int, byte_col: int) -> int:  # ast counts UTF-8 bytes, cosmic-ray characters
+        return len(lines[line - 1].encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    return [((n.lineno, chars(n.lineno, n.col_offset)), (n.end_lineno, chars(n.end_lineno, n.end_col_offset)))
+            for n in ast.walk(ast.parse(text)) if isinstance(n, ast.JoinedStr) and n.end_lineno is not None]
+
+
+def in_message(spans: list[tuple[tuple[int, int], tuple[int, int]]], start: tuple[int, int],
+               end: tuple[int, int]) -> bool:
+    return any(a <= tuple(start) and tuple(end) <= b for a, b in spans)
+
+
 def init_db(copy: Copy, t: Target, db: Path) -> list[Any]:
     """cosmic-ray's ``init`` for the kept operators only (occurrences are numbered per operator, so the work items are
     the ones its full ``init`` makes for them), then the target's functions only."""
@@ -164,13 +203,14 @@ def init_db(copy: Copy, t: Target, db: Path) -> list[Any]:
     path = copy.root / t.path
     tree = get_ast_from_path(path)
     nodes = list(ast_nodes(tree))
+    messages = message_spans(path.read_text(encoding="utf-8")) if t.decisions_only else []
     items = []
     for name in sorted(n for n in cosmic_ray.plugins.operator_names() if kept_operator(n)):
         op = cosmic_ray.plugins.get_operator(name)()
         positions = ((node, s, e) for node in nodes for s, e in op.mutation_positions(node))
         for occurrence, (node, s, e) in enumerate(positions):
             where = ASTQuery(node).get_definition_name() or "<module>"
-            if where not in t.functions:
+            if not t.mutates(where) or in_message(messages, s, e):
                 continue
             items.append(WorkItem.single(job_id=uuid.uuid4().hex, mutation=MutationSpec(
                 module_path=str(path), operator_name=name, occurrence=occurrence, start_pos=s, end_pos=e,
@@ -239,9 +279,10 @@ def tests_by_line(contexts: dict[str, list[str]], tests: list[str]) -> dict[int,
 class Server:
     """One fork server (mutation_fork.py) in a copy, for one target module and its kill suite."""
 
-    def __init__(self, copy: Copy, t: Target, log: Path) -> None:
+    def __init__(self, copy: Copy, t: Target, log: Path, reexec: bool = False) -> None:
+        env = dict(copy.env, MUTATION_REEXEC="1" if reexec else "0")
         self.proc = subprocess.Popen([sys.executable, str(FORK), t.path, str(log), *t.suite], cwd=copy.root,
-                                     env=copy.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = json.loads(self.proc.stdout.readline() or "{}")
         if not hello.get("ready"):
             raise SystemExit(f"the kill suite of {t.path} does not collect in the copy (see {log})")
@@ -286,7 +327,8 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     t0 = time.monotonic()
-    db = work / f"cr-{key}.sqlite"
+    name = key.replace("/", "-")  # the files of this module's run (a rules/ key holds a slash)
+    db = work / f"cr-{name}.sqlite"
     items = init_db(fast, t, db)
     original = (fast.root / t.path).read_text(encoding="utf-8")
     if args.survivors_of:  # the same mutants, found by what they change (line numbers may have moved since)
@@ -305,11 +347,11 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
             m = w.mutations[0]
             print(f"  {t.path}:{m.start_pos[0]} {m.definition_name} {m.operator_name}")
         return {}
-    server = Server(fast, t, work / f"{key}.log")
+    server = Server(fast, t, work / f"{name}.log", reexec=args.reexec)
     base = server.ask(op="baseline")
     if base.get("rc") != 0:
         raise SystemExit(f"the kill suite of {t.path} fails without any mutation (or with the unmutated code swapped "
-                         f"in): {base}; see {work / (key + '.log')}")
+                         f"in): {base}; see {work / (name + '.log')}")
     seconds: dict[str, float] = base["seconds"]
     cover = server.ask(op="map")
     order = sorted(seconds, key=lambda n: (seconds[n], n))  # cheapest first: -x stops at the first failure
@@ -333,7 +375,13 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
                                                                               spec.end_pos[0])))
         tests = [n for n in order if n in want]
         r: dict[str, Any] = {"outcome": "unreached", "wall": 0.0}
-        if changed_units(original, source) is None:  # a def line, a constant: only a fresh import shows it
+        module_level = changed_units(original, source) is None  # a def line, a table row, a constant
+        if module_level and args.reexec:  # the module's text runs again in place in the fork
+            tests = tests or order  # a constant is read at import, inside no test: every test may show it
+            r = server.ask(op="mutant", source=source, tests=tests, reexec=True,
+                           timeout=4 * sum(seconds[n] for n in tests) + 5)
+            out["fast_runs"] += 1
+        elif module_level:  # only a fresh import shows it
             r = {"outcome": "reimport", "wall": 0.0}
         elif tests:
             r = server.ask(op="mutant", source=source, tests=tests, timeout=4 * sum(seconds[n] for n in tests) + 5)
@@ -386,6 +434,38 @@ def run_module(key: str, t: Target, fast: Copy, fresh: Copy, work: Path, args: a
     return out
 
 
+def load_equivalent(path: Path | None) -> dict[tuple[str, str, str, str, str], str]:
+    """The mutants recorded as equivalent (no input can tell them from the original), each with its reason.
+
+    A TOML file of ``[[equivalent]]`` tables: ``module``, ``function``, ``operator`` (cosmic-ray's full name),
+    ``code`` and ``mutant`` (the line before and after, stripped, as a run prints them) and ``why``. Matched by what
+    the mutant changes, not by line number, so an entry survives edits elsewhere in the module."""
+    if path is None or not path.exists():
+        return {}
+    import tomllib
+
+    out = {}
+    for e in tomllib.loads(path.read_text(encoding="utf-8")).get("equivalent", []):
+        if not str(e.get("why", "")).strip():
+            raise SystemExit(f"{path}: an equivalent mutant without a reason ({e.get('module')}:{e.get('code')})")
+        out[(e["module"], e["operator"], e["function"], e["code"], e["mutant"])] = e["why"]
+    return out
+
+
+def split_equivalent(r: dict[str, Any], equivalent: dict[tuple[str, str, str, str, str], str],
+                     used: set[tuple[str, str, str, str, str]]) -> None:
+    """Move the survivors the allowlist names from ``survived`` to ``equivalent`` (with the reason)."""
+    live, same = [], []
+    for s in r["survived"]:
+        key = (r["module"], s["operator_name"], s["function"], s["code"], s["mutant"])
+        if key in equivalent:
+            used.add(key)
+            same.append({**s, "why": equivalent[key]})
+        else:
+            live.append(s)
+    r["survived"], r["equivalent"] = live, same
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", choices=sorted(MODULES), help="module key (repeatable)")
@@ -401,9 +481,19 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="copy cosmic-ray's work databases and the suite logs here")
     ap.add_argument("--survivors-of", type=Path, metavar="JSON",
                     help="run only the mutants an earlier --json lists as survivors (after tests were added)")
+    ap.add_argument("--rules", action="store_true", help="every module of tools/rules/ (unless --only names some)")
+    ap.add_argument("--reexec", action="store_true",
+                    help="run a mutant outside any function body (a table row, a constant) in the fork server too, "
+                    "by running the module's mutated text in place; its survivors are confirmed the standard way")
+    ap.add_argument("--equivalent", type=Path, default=EQUIVALENT, metavar="TOML",
+                    help=f"survivors recorded as equivalent, each with a reason (default {EQUIVALENT.name})")
+    ap.add_argument("--fail-on-survivors", action="store_true",
+                    help="exit 1 when a survivor is not recorded as equivalent, or a mutant ended in an error")
     args = ap.parse_args()
     ensure_tools()
-    keys = args.only or list(MODULES)
+    keys = args.only or list(RULES_PACKAGE if args.rules else MODULES)
+    equivalent = load_equivalent(args.equivalent)
+    used: set[tuple[str, str, str, str, str]] = set()
     report = []
     started = time.strftime("%Y-%m-%d %H:%M")
     t_all = time.monotonic()
@@ -417,10 +507,13 @@ def main() -> int:
             r = run_module(key, t, fast, fresh, work, args)
             if not r:
                 continue
+            split_equivalent(r, equivalent, used)
             report.append(r)
             print(f"{key}: {r['mutants']} mutants, {r['killed']} killed, {len(r['survived'])} survived, "
-                  f"{len(r['timeouts'])} timed out, {len(r['errors'])} errors; {r['fast_runs']} fast runs, "
-                  f"{r['fresh_runs']} fresh runs; {r['seconds']} s", flush=True)
+                  f"{len(r['equivalent'])} equivalent, {len(r['timeouts'])} timed out, {len(r['errors'])} errors; "
+                  f"{r['fast_runs']} fast runs, {r['fresh_runs']} fresh runs; {r['seconds']} s", flush=True)
+            for s in r["equivalent"]:
+                print(f"  equivalent {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['why']}", flush=True)
             for s in r["survived"]:
                 why = " [no test reaches it]" if s["unreached"] else ""
                 print(f"  SURVIVED{why} {t.path}:{s['line']} ({s['function']}) {s['operator']}: {s['code']}  →  "
@@ -434,14 +527,20 @@ def main() -> int:
                 args.json.write_text(json.dumps({"started": started, "modules": report}, indent=2))
             if args.keep:
                 args.keep.mkdir(parents=True, exist_ok=True)
-                for f in (work / f"cr-{key}.sqlite", work / f"{key}.log"):
+                name = key.replace("/", "-")
+                for f in (work / f"cr-{name}.sqlite", work / f"{name}.log"):
                     if f.exists():
                         shutil.copy2(f, args.keep / f.name)
     if not report:
         return 0
     total = sum(r["mutants"] for r in report)
+    for key in sorted(set(equivalent) - used):
+        if any(r["module"] == key[0] for r in report) and not args.functions and not args.survivors_of:
+            print(f"note: {args.equivalent.name} names a mutant this run did not find surviving: {key[0]} "
+                  f"({key[2]}) {key[1]}: {key[3]}  →  {key[4]}")
     print(f"total: {total} mutants, {sum(r['killed'] for r in report)} killed, "
-          f"{sum(len(r['survived']) for r in report)} survived, {sum(len(r['timeouts']) for r in report)} timed out, "
+          f"{sum(len(r['survived']) for r in report)} survived, "
+          f"{sum(len(r['equivalent']) for r in report)} equivalent, {sum(len(r['timeouts']) for r in report)} timed out, "
           f"{sum(len(r['errors']) for r in report)} errors; {time.monotonic() - t_all:.0f} s wall "
           f"({(time.monotonic() - t_all) / max(total, 1):.1f} s per mutant)")
     pairs = [c for r in report for c in r["compare"]]
@@ -450,6 +549,8 @@ def main() -> int:
         agree = sum(1 for c in pairs if (c["old"] == "survived") == (c["new"] == "survived"))
         print(f"compare: {len(pairs)} mutants run both ways: old {old:.1f} s per mutant, new {new:.1f} s "
               f"({old / new if new else float('inf'):.1f}× faster); same verdict for {agree}/{len(pairs)}")
+    if args.fail_on_survivors and any(r["survived"] or r["errors"] for r in report):
+        return 1
     return 0
 
 

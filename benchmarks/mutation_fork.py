@@ -15,7 +15,9 @@ every run starts from the same unmutated, freshly imported process:
   function's (or method's) code object replaces the live one's ``__code__`` — every reference to the function, imports
   by name and decorator wrappers included, runs the mutant — then ``pytest -x`` on ``tests``. Answers ``killed`` (and
   the first failing test), ``survived``, ``timeout`` or ``reimport``: a mutation outside any function body (a module
-  constant, a default value, a decorator) exists only in a fresh import, which mutation.py runs the standard way.
+  constant, a default value, a decorator) exists only in a fresh import, which mutation.py runs the standard way —
+  or, with ``"reexec": true`` (mutation.py ``--reexec``), here too: the mutated text runs in the live module's
+  namespace (``reexec``), which is how a gate table's row is mutated without a fresh interpreter.
 
 Why a swap is sound: a test that fails after it fails on the mutant (nothing but the function's code differs from a
 fresh import of the mutated file); a survivor here is run again the standard way (fresh interpreter, mutated file on
@@ -133,6 +135,15 @@ def swap(module: types.ModuleType, source: str, units: list[str]) -> None:
         fn.__code__ = fresh[q]  # raises ValueError if the closure changed: then a fresh import is needed
 
 
+def reexec(module: types.ModuleType, source: str) -> None:
+    """Run ``source`` in the live module's namespace: a mutation outside any function body (a gate table's row, a
+    module constant, a default value) replaces the names the module defines, and every function of the module — old
+    or new — reads them from that one namespace. Names another module imported by value keep the old object, so this
+    can only miss a kill (a survivor is run again the standard way), never invent one: the baseline runs the module's
+    own text this way first, which must fail nothing."""
+    exec(compile(source, module.__file__ or "<mutant>", "exec", dont_inherit=True), module.__dict__)
+
+
 # ------------------------------------------------------------------------------------------------ running tests
 
 
@@ -177,16 +188,27 @@ def _child(req: dict[str, Any], module: types.ModuleType, suite: list[str], out_
     answer: dict[str, Any] = {}
     if op == "mutant":
         units = changed_units(ORIGINAL, req["source"])
-        if units is None:
+        if units is None and not req.get("reexec"):
             answer = {"outcome": "reimport"}
             Path(out_path).write_text(json.dumps(answer))
             return 0
-        swap(module, req["source"], units)
+        if units is None:
+            try:
+                reexec(module, req["source"])
+            except Exception:  # noqa: BLE001 - a module that no longer imports fails every test that imports it
+                answer = {"outcome": "killed", "failed": "<the mutated module does not import>"}
+                Path(out_path).write_text(json.dumps(answer))
+                return 0
+            units = ["<module>"]
+        else:
+            swap(module, req["source"], units)
         answer["units"] = units
         tests = list(req["tests"])
     else:
         tests = list(suite)
         if op == "baseline":
+            if REEXEC:
+                reexec(module, ORIGINAL)  # running the module's text again in place must change nothing either
             swap(module, ORIGINAL, every_unit(ORIGINAL))  # the swap alone must change nothing
         if op == "map":
             import coverage
@@ -272,6 +294,7 @@ def serve(target: str, suite: list[str], reply: Any, log_path: str) -> None:
 
 
 ORIGINAL = ""
+REEXEC = os.environ.get("MUTATION_REEXEC") == "1"  # mutation.py --reexec: module-level mutants run here too
 
 if __name__ == "__main__":
     sys.path.insert(0, os.getcwd())  # the copy's tests/ package, as pytest's rootdir import would find it

@@ -10,13 +10,14 @@ from the gate code.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.session.state import OpenRound, SessionState
+from pypto_tune.tools.session.state import OpenRound, SessionState, StageCounters
 
 CURRENT = "0123456789abcdef0123"  # the current code's functional hash
 KEPT = "fedcba9876543210fedc"
@@ -191,6 +192,19 @@ def test_no_change_starts_past_the_time_limit_r14b() -> None:
         allowed(tool, board(started_ago_s=12 * HOUR_S - 60), catalog_id="F-3")
 
 
+def test_the_time_limit_is_exceeded_only_past_it_so_a_change_may_start_at_exactly_12_h_r14b(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """"Exceeded" is strictly more than the limit: on a frozen clock, exactly 12 h after the start a change may still
+    start; half a second later the session is over (an hour counted as 3601 s would still allow it then)."""
+    now = 1_800_000_000.0
+    monkeypatch.setattr(gates.time, "time", lambda: now)
+    at_limit, past = board(started_ago_s=12 * HOUR_S), board(started_ago_s=12 * HOUR_S + 0.5)
+    assert not gates.time_limit_exceeded(at_limit)
+    allowed("apply_tuning_patch", at_limit, catalog_id="F-3")
+    assert gates.time_limit_exceeded(past)
+    assert refusal("apply_tuning_patch", past, catalog_id="F-3").rule == "finished"
+
+
 def test_an_open_round_allows_only_its_one_correction_after_a_precision_failure_r11() -> None:
     allowed("apply_tuning_patch", board(round_=open_round("VERIFY_FAILED"), passed=False), catalog_id="F-3")
     r = refusal("apply_tuning_patch", board(round_=open_round("VERIFY_FAILED", corrections=1), passed=False),
@@ -200,6 +214,50 @@ def test_an_open_round_allows_only_its_one_correction_after_a_precision_failure_
     for phase in ("VERIFY", "MEASURE", "RECORD"):
         r = refusal("apply_tuning_patch", board(round_=open_round(phase), passed=phase != "VERIFY"), catalog_id="F-3")
         assert r.rule == "round-open" and phase in r.message, phase
+
+
+def test_after_a_failed_verification_the_allowed_calls_offer_the_one_correction_only_while_it_is_unused_r11() -> None:
+    unused = board(round_=open_round("VERIFY_FAILED", corrections=0), passed=False)
+    assert gates.allowed_actions(unused) == ["apply_tuning_patch (one correction of the same knob)", "record_round",
+                                             "revert_patch", "get_status"]
+    used = board(round_=open_round("VERIFY_FAILED", corrections=1), passed=False)
+    assert gates.allowed_actions(used) == ["record_round", "revert_patch", "get_status"]
+
+
+def test_between_rounds_the_algorithm_stage_offers_only_declared_algorithm_changes_r23() -> None:
+    """A configuration stage offers the candidate search, the checklist and the stage exit; the ALGORITHM stage offers
+    a declared algorithm change (and the knob list, the analysis, the end) — no candidates, no checklist."""
+    assert gates.allowed_actions(board(stage="ALGORITHM")) == [
+        "apply_tuning_patch(algorithm=true)", "list_knobs", "analyze_bubbles", "stop_session", "get_status"]
+    assert gates.allowed_actions(board(stage="FRONTEND")) == [
+        "propose_candidates", "run_candidates", "apply_tuning_patch", "list_knobs", "analyze_bubbles",
+        "mark_checklist", "advance_stage", "stop_session", "get_status"]
+
+
+def test_the_stage_hand_off_summary_is_the_servers_count_of_the_stages_own_rounds_r19() -> None:
+    """What a stage hands on is counted by the server: its own rounds only, the kept and the failed ones by the
+    recorded decision, the counters of that stage (none yet: zeros), and whether the kept time reached the target
+    (reaching it exactly counts)."""
+    rounds = [{"number": n, "stage": stage, "catalog_id": cid, "change": f"change {n}"}
+              for n, stage, cid in ((1, "FRONTEND", "F-1"), (2, "FRONTEND", "F-3"), (3, "FRONTEND", "F-3"),
+                                    (4, "SWIMLANE_1", "S-1"))]
+    decisions = {1: {"decision": "kept"}, 2: {"decision": "failed"}, 3: {"decision": "no_gain"},
+                 4: {"decision": "kept"}}
+    st = board()
+    st = replace(st, rounds=rounds, decisions=decisions, kept_us=10.0, target_us=10.0,
+                 counters={"FRONTEND": StageCounters(rounds=3, consecutive_no_gain=1, failures=1),
+                           "SWIMLANE_1": StageCounters(rounds=1)})
+    summary = gates.stage_summary(st)
+    assert summary == {
+        "stage": "FRONTEND", "rounds": 3, "consecutive_no_gain": 1, "failures": 1, "baseline_us": 20.0,
+        "best_us": 10.0, "target_us": 10.0, "reached": True,
+        "kept": [{"round": 1, "catalog_id": "F-1", "change": "change 1"}],
+        "failed": [{"round": 2, "catalog_id": "F-3", "change": "change 2"}]}
+    fresh = gates.stage_summary(replace(st, stage="INCORE_1", kept_us=10.5))
+    assert (fresh["rounds"], fresh["consecutive_no_gain"], fresh["failures"]) == (0, 0, 0)
+    assert (fresh["kept"], fresh["failed"], fresh["reached"]) == ([], [], False)
+    assert gates.stage_summary(replace(st, kept_us=None))["reached"] is False
+    assert gates.stage_summary(replace(st, target_us=None))["reached"] is False
 
 
 def test_a_change_starts_from_verified_code_r6() -> None:

@@ -176,7 +176,7 @@ class SetupOps(RunWorldOps):
         self._session_ws[sid] = ws = h.workspace
         msg = f"resumed session {sid} at {st.level1}" + (f"/{st.stage}" if st.stage else "")
         if argv != st.test_command:
-            if st.level1 != "S1_SETUP" or st.passed_hashes:
+            if not setup_rules.command_correctable(st.level1, st.passed_hashes):
                 raise self._refuse(h, sid, "start_session", setup_rules.command_fixed(sid, st.test_command, finish))
             self._check_command(argv, ws, run_mode)
             h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="test_command",
@@ -189,7 +189,7 @@ class SetupOps(RunWorldOps):
         # and the session it failed in is still open: the advice then changed nothing.
         current = self._patterns(st)
         if patterns != current:
-            if st.level1 != "S1_SETUP" or st.passed_hashes:
+            if not setup_rules.command_correctable(st.level1, st.passed_hashes):
                 raise self._refuse(h, sid, "start_session", setup_rules.patterns_fixed(sid, current, finish))
             h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="verdict_patterns",
                             before_value=current, after_value=patterns,
