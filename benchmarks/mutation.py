@@ -80,7 +80,7 @@ ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_a
 RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
                "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py",
                "tests/tools/test_gate_decisions.py", "tests/tools/test_gate_refusals.py",
-               "tests/tools/test_derived_state.py",
+               "tests/tools/test_derived_state.py", "tests/tools/test_state_steps.py",
                "tests/prompts/test_prompt_texts.py")  # the prompts state the rules' numbers: a changed one disagrees
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
 # tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
@@ -96,11 +96,15 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
     "r19": Target("tools/operations/base.py", ("_admit", "_tried", "_failed_code", "_value_key", "norm", "_fold",
                                                "ev"), OPERATIONS_SUITE),
     "state": Target("tools/session/state.py",
-                    ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement"), RULES_SUITE),
+                    ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement", "_levels",
+                     "_expected_code", "_environment", "_baseline_failures", "_target_us", "_open_round",
+                     "_kept_code", "_stage_counters", "_stage_entry_done", "_checklist", "_tree", "_test_command",
+                     "_pending_question"), RULES_SUITE),
     "rules": Target("tools/session/rules.py",
                     ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
     "admission": Target("tools/code/admission.py",
-                        ("admit", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
+                        ("admit", "_changed_paths", "_check_parses", "_syntax_differences", "_not_a_knob_change",
+                         "_admit_rewrite", "_admit_co_tuned", "_too_many_knobs", "_admit_one_knob", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
                          "_differences", "_statements", "_shell", "_check_run", "_exprs", "_changed_names",
                          "_outside_kernels", "visit_FunctionDef", "_tuning_knob", "_data", "_own_domain"),
                         ADMISSION_SUITE),
@@ -109,7 +113,10 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
 }
 #: the kill suite of a tools/rules/ module, where it is not REFUSAL_BUILDERS_SUITE (a module added to the folder is
 #: mutated from the start; its survivors say which tests to name here)
-RULES_SUITES: dict[str, tuple[str, ...]] = {"gates": RULES_PACKAGE_SUITE}
+RULES_SUITES: dict[str, tuple[str, ...]] = {
+    "gates": RULES_PACKAGE_SUITE,
+    "precision": ("tests/rules/test_precision_steps.py", "tests/runner/test_verdict.py",
+                  "tests/runner/test_runner_properties.py")}
 #: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message
 RULES_PACKAGE = tuple(f"rules/{p.stem}" for p in sorted((ROOT / "tools" / "rules").glob("*.py"))
                       if p.name != "__init__.py")

@@ -226,14 +226,19 @@ def main(out: Path, work: Path, manifest: Path, journal: Path) -> None:
         #    Polled: a fixed delay landed mid-work while each trial ran twice, but with one SIM run per trial
         #    (2026-12-05) the moments between a trial's record and its batch's decision are seconds, not a delay's
         #    worth. Past give_up the driver is killed anyway (the test then says the kill missed the work)
-        give_up = time.monotonic() + 240.0
+        #    The patience starts when the rest holds (a lost run, an operator done, another running): on a loaded
+        #    machine reaching that point alone took longer than a fixed allowance from here, and the kill then
+        #    landed at once, between batches.
+        give_up: float | None = None
         while time.monotonic() < deadline and d.poll() is None:
             ev = events(journal)
             names = {e.get("event") for e in ev}
             done = {e["operator"] for e in ev if e.get("event") == "operator-done"}
             started = {e["operator"] for e in ev if e.get("event") == "session"}
-            if "run-lost" in names and done and started - done and (
-                    undecided_work(manifest.parent, started - done) or time.monotonic() > give_up):
+            ready = "run-lost" in names and bool(done) and bool(started - done)
+            if ready and give_up is None:
+                give_up = time.monotonic() + 240.0
+            if ready and (undecided_work(manifest.parent, started - done) or time.monotonic() > give_up):
                 os.kill(d.pid, signal.SIGKILL)
                 d.wait()
                 from pypto_tune.tools.campaign.control import view
