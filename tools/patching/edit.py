@@ -8,6 +8,7 @@ as a tuning change.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import libcst as cst
@@ -468,7 +469,16 @@ def functional_sources(sources: dict[str, str]) -> dict[str, str]:
     change results or timing, domain C). Canonical: the key is removed, an emptied ``debug_options=`` is removed,
     and a jit call left with no arguments is written bare (``@jit`` and ``@jit()`` are the same decorator). Files
     that do not parse are returned unchanged (their hash still changes with every byte).
+
+    Cached by content: a session hashes the same texts on nearly every tool call (kept code, expected code, each
+    candidate's code), and the libcst rewrite is most of such a call's own CPU.
     """
+    return dict(_functional_sources(tuple(sorted(sources.items()))))
+
+
+@functools.lru_cache(maxsize=128)
+def _functional_sources(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    sources = dict(items)
     out = dict(sources)
     for path in sorted(sources):
         try:
@@ -479,7 +489,7 @@ def functional_sources(sources: dict[str, str]) -> dict[str, str]:
             continue
         text = _debug_off(pf, None, bare_empty_calls=True)
         out[path] = _bare_empty_jits(parse_file(path, text))
-    return out
+    return tuple(sorted(out.items()))
 
 
 def _bare_empty_jits(pf: ParsedFile) -> str:
