@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pypto_tune.tools.operations.base import patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.session.ledger import Ledger, now_iso
 from pypto_tune.tools.session.state import derive_state, load_rows

@@ -16,7 +16,7 @@ from typing import Any
 from pypto_tune.tools.session.ledger import Ledger
 from functools import lru_cache
 
-from pypto_tune.tools.operations.base import patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.operations.base import code_hash as _code_hash
 from pypto_tune.tools.patching import hash_sources, set_runtime_debug
 from pypto_tune.tools.snapshot import KnobChange

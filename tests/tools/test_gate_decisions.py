@@ -401,7 +401,7 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
     R2/R7); the outer round of D.1 (1 until and in FRONTEND, n in SWIMLANE_n / INCORE_n, 3 in ALGORITHM which
     follows the third); a candidate trial's code (run on a private copy) moves neither the expected nor the kept
     code; a finish reason only once the session moved to reporting."""
-    from pypto_tune.tools.operations.base import patch_row
+    from pypto_tune.tools.session.recorder import patch_row
     from pypto_tune.tools.rules import gates
 
     ws = tmp_path / "ws"

@@ -16,7 +16,7 @@ import pytest
 
 from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
-from pypto_tune.tools.operations.base import patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.patching import legality
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules

@@ -21,11 +21,11 @@ from pypto_tune.tools.rules import gates
 from pypto_tune.tools.rules import calls as call_rules, change as change_rules, drift as drift_rules
 from pypto_tune.tools.rules.drift import UnrecordedEdit
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
-from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger, now_iso
+from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger
+from pypto_tune.tools.session.recorder import Recorder
 from pypto_tune.tools.patching import (
     hash_sources,
     read_sources,
-    unified_diff,
     write_sources,
 )
 from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F401  (re-exported)
@@ -83,7 +83,11 @@ class Handle:
         # run (RunOps.offer_sample / take_sample): it may be the next collect_swimlane's sample. Kept in memory only:
         # the output folders' digests at the run's end, which the sample is checked against, are not in the ledger
         self.fresh_sim_runs: dict[str, tuple[str, Any]] = {}
-        self.quarantined: list[str] = []  # what _write copied away before writing over an edit (for the message)
+        self.quarantined: list[str] = []  # what write copied away before writing over an edit (for the message)
+
+    def record(self, session_id: str | None) -> Recorder:
+        """The writes of ``session_id`` into this workspace's ledger, one method per kind of row."""
+        return Recorder(self.ledger, session_id)
 
 
 def exclusive(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -227,8 +231,7 @@ class SessionContext:
 
     def refuse(self, h: Handle, session_id: str | None, tool: str, refusal: GateRefusal) -> GateRefusal:
         try:
-            h.ledger.insert("refusals", session_id=session_id, at=now_iso(), tool=tool, rule=refusal.rule,
-                            message=refusal.message)
+            h.record(session_id).refusal(tool=tool, rule=refusal.rule, message=refusal.message)
         except PyptoTuneError:
             log.exception("could not record a refusal")
         return refusal
@@ -411,10 +414,10 @@ class SessionContext:
                 raise change_rules.already_tried(tried)
         except GateRefusal as refusal:
             raise self.refuse(h, st.id, tool, refusal) from None
-        h.ledger.insert("admissions", session_id=st.id, at=now_iso(), round=st.open_round.number if st.open_round
-                        else None, path=path, verdict=adm.kind,
-                        knob_id=adm.change.knob_id if adm.change else (adm.changes[0].knob_id if adm.changes
-                                                                       else None), info=adm.model_dump(mode="json"))
+        h.record(st.id).admission(round=st.open_round.number if st.open_round else None, path=path, verdict=adm.kind,
+                                  knob_id=adm.change.knob_id if adm.change else (adm.changes[0].knob_id if adm.changes
+                                                                                 else None),
+                                  info=adm.model_dump(mode="json"))
         return adm
 
     def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
@@ -504,8 +507,7 @@ class SessionContext:
             raise self.refuse(h, st.id, tool, UnrecordedEdit(tool, sorted(edited)))
         if edited:
             self._quarantine_copies(h, edited, tool)
-        h.ledger.insert("write_intents", session_id=st.id, at=now_iso(), tool=tool,
-                        before_sources=st.expected_sources, after_sources=sources)
+        h.record(st.id).write_intent(tool=tool, before_sources=st.expected_sources, after_sources=sources)
         return write_sources(h.workspace, sources)
 
     def _unrecorded_edits(self, h: Handle, st: SessionState, sources: dict[str, str],
@@ -572,10 +574,9 @@ class SessionContext:
         if not all(disk.get(f) in (before.get(f), after.get(f)) for f in disk):
             return st
         self.write(h, st, st.expected_sources, "heal", ours=after)  # also supersedes the interrupted intent
-        h.ledger.insert("patches", **patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
-                                                after=st.expected_sources,
-                                                note=f"undid {last['tool']}'s write of {last['at']}, interrupted "
-                                                "before it was recorded (server crash)"))
+        h.record(st.id).patch(kind="drift-revert", round_no=None, before=disk, after=st.expected_sources,
+                              note=f"undid {last['tool']}'s write of {last['at']}, interrupted before it was recorded "
+                                   "(server crash)")
         return self.state(h, st.id)
 
     def void_discarded(self, h: Handle, st: SessionState) -> tuple[SessionState, str]:
@@ -589,34 +590,22 @@ class SessionContext:
         causes = sorted(set(charged.values()))
         reason = (f"round(s) {', '.join(map(str, rounds))} were decided failed on runs the server discarded ("
                   + "; ".join(causes)[:1500] + "): no result of their code; voided, their changes may be tried again")
-        h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field=VOID_FIELD,
-                        before_value={str(n): f"{st.decisions[n]['decision']} / {st.decisions[n]['result_type']}"
-                                      for n in rounds},
-                        after_value={"rounds": rounds, "status": "invalid"}, reason=reason)
+        h.record(st.id).correction(field=VOID_FIELD,
+                                   before_value={str(n): f"{st.decisions[n]['decision']} / "
+                                                         f"{st.decisions[n]['result_type']}" for n in rounds},
+                                   after_value={"rounds": rounds, "status": "invalid"}, reason=reason)
         return self.state(h, st.id), (f"; repaired the ledger: round(s) {', '.join(map(str, rounds))} had been "
                                        "recorded failed on runs the server discarded (" + "; ".join(causes)[:300]
                                        + ") — voided by a correction row, their values are proposable again")
 
     def transition(self, h: Handle, st: SessionState, level: str, to: str, reason: str,
                     summary: dict[str, Any] | None = None) -> None:
-        h.ledger.insert("transitions", session_id=st.id, at=now_iso(), level=level,
-                        from_value=st.level1 if level == "state" else st.stage, to_value=to, reason=reason,
-                        summary=summary or {})
+        h.record(st.id).transition(level=level, from_value=st.level1 if level == "state" else st.stage, to_value=to,
+                                   reason=reason, summary=summary or {})
 
     def finish(self, h: Handle, st: SessionState, reason: str, summary: dict[str, Any] | None = None) -> None:
         self.transition(h, st, "state", "S5_REPORT", reason, summary or gates.stage_summary(st))
 
-
-
-def patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict[str, str], after: dict[str, str],
-               note: str, catalog_id: str | None = None, diff: str | None = None,
-               changes: list[Any] | None = None) -> dict[str, Any]:
-    """One ``patches`` row: both source states, their functional and raw hashes, the diff and the knob delta."""
-    return dict(session_id=session_id, at=now_iso(), round=round_no, kind=kind, catalog_id=catalog_id,
-                diff=unified_diff(before, after) if diff is None else diff, before_hash=code_hash(before),
-                after_hash=code_hash(after), before_raw_hash=hash_sources(before),
-                after_raw_hash=hash_sources(after), before_sources=before, after_sources=after,
-                knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
 
 
 #: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes

@@ -22,7 +22,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import load_rows
 
 from pypto_tune.tools.operations.base import (
-    exclusive, SessionContext, patch_row,
+    exclusive, SessionContext,
 )
 from pypto_tune.tools.operations.stages import checklist
 
@@ -52,9 +52,8 @@ class ReportOps:
             before = st.expected_sources
             after = set_runtime_debug(before, False, baseline=st.debug_baseline)
             self.ctx.write(h, st, after, "render_report")
-            h.ledger.insert("patches", **patch_row(st.id, kind="debug-restore", round_no=None, before=before,
-                                                    after=after, note="debug_options restored by render_report "
-                                                    "(R22)"))
+            h.record(st.id).patch(kind="debug-restore", round_no=None, before=before, after=after,
+                                  note="debug_options restored by render_report (R22)")
             restored_now = True
             st = self.ctx.state(h, session_id)
         snap = self.snapshot(session_id)

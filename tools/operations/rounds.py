@@ -9,7 +9,6 @@ from pypto_tune.tools.session.discarded import discarded_run_ids, invalid_next_s
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.rules import change as change_rules, gates
 from pypto_tune.tools.errors import InputError, KnobValueError
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
     extract_knobs,
     plan_diff_edit,
@@ -23,7 +22,7 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
-    exclusive, Handle, SessionContext, describe_change, next_round, patch_row, code_hash,
+    exclusive, Handle, SessionContext, describe_change, next_round, code_hash,
 )
 from pypto_tune.tools.operations.reporting import render_status_board
 
@@ -86,17 +85,16 @@ class RoundOps:
         new_hash = code_hash(plan.new_sources)
         self.ctx.write(h, st, plan.new_sources, "apply_tuning_patch")
         round_no = st.open_round.number if correction else next_round(st)
-        with h.ledger.transaction() as tx:
+        with h.record(st.id).transaction() as rec:
             if not correction:
-                tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage or "",
-                          outer_round=st.outer_round, kind=kind, catalog_id=catalog_id,
-                          change=describe_change(delta) if adm.kind in ("knob", "pair") else f"algorithm change ({catalog_id}): "
-                          + "; ".join(adm.structural_lines[:2]), rationale=rationale,
-                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-            tx.insert("patches", **patch_row(st.id, kind="correction" if correction else "tuning",
-                                              round_no=round_no, before=base_sources, after=plan.new_sources,
-                                              note=rationale, catalog_id=catalog_id, diff=plan.diff,
-                                              changes=delta))
+                rec.round_opened(number=round_no, stage=st.stage or "", outer_round=st.outer_round, kind=kind,
+                                 catalog_id=catalog_id,
+                                 change=describe_change(delta) if adm.kind in ("knob", "pair")
+                                 else f"algorithm change ({catalog_id}): " + "; ".join(adm.structural_lines[:2]),
+                                 rationale=rationale, before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash,
+                                 before_us=st.kept_us)
+            rec.patch(kind="correction" if correction else "tuning", round_no=round_no, before=base_sources,
+                      after=plan.new_sources, note=rationale, catalog_id=catalog_id, diff=plan.diff, changes=delta)
         st2 = self.ctx.state(h, session_id)
         notes = []
         if adm.unchecked:
@@ -123,10 +121,8 @@ class RoundOps:
         if st.open_round is None:
             # Only reachable under drift (the gate refuses otherwise): restore every recorded file.
             restored = self.ctx.restore_tree(h, st)
-            h.ledger.insert("patches", **patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
-                                                    after=st.expected_sources,
-                                                    note="external edit reverted" + (f" ({restored})" if restored
-                                                                                     else "")))
+            h.record(st.id).patch(kind="drift-revert", round_no=None, before=disk, after=st.expected_sources,
+                                  note="external edit reverted" + (f" ({restored})" if restored else ""))
             st2 = self.ctx.state(h, session_id)
             kept = "; ".join(h.quarantined)
             h.quarantined.clear()
@@ -169,23 +165,23 @@ class RoundOps:
         if target is not None:
             # before the transaction: the intent must be on record first
             self.ctx.write(h, st, target, "revert", over_edit=over_edit)
-        with h.ledger.transaction() as tx:
+        with h.record(st.id).transaction() as rec:
             if target is not None:
                 restored_hash = code_hash(target)
-                tx.insert("patches", **patch_row(st.id, kind="revert", round_no=n, before=disk, after=target,
-                                                  note=f"round {n} rolled back ({result_type})"))
-            tx.insert("round_decisions", session_id=st.id, number=n, at=now_iso(), decision=decision,
-                      result_type=result_type, after_us=after_us, delta_pct=delta_pct, error_output=error[-4000:],
-                      notes=notes, restored_hash=restored_hash)
+                rec.patch(kind="revert", round_no=n, before=disk, after=target,
+                          note=f"round {n} rolled back ({result_type})")
+            rec.round_decision(number=n, decision=decision, result_type=result_type, after_us=after_us,
+                               delta_pct=delta_pct, error_output=error[-4000:], notes=notes,
+                               restored_hash=restored_hash)
             cat = st.open_round.row["catalog_id"]
             group = rules.STAGES_BY_NAME.get(st.open_round.row["stage"])
             ran = bool(st.open_round.precision or st.open_round.measurements)
             # a round opened and rolled back without a single run tried nothing: its item stays untried, or
             # apply+revert per item would empty the checklist and let the stage be left with no run at all
             if group and group.group in ("frontend", "swimlane", "incore") and cat != "MANUAL" and ran:
-                tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group.group, stage=group.name,
-                          catalog_id=cat, status="tried" if decision != "failed" else "failed",
-                          reason=f"round {n}: {result_type}", round=n)
+                rec.checklist_mark(stage_group=group.group, stage=group.name, catalog_id=cat,
+                                   status="tried" if decision != "failed" else "failed",
+                                   reason=f"round {n}: {result_type}", round=n)
         return restored_hash
 
     @exclusive

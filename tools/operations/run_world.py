@@ -23,7 +23,6 @@ from pypto_tune.tools.operations.base import INTERPRETER_CHECK, Handle, SessionC
 from pypto_tune.tools.running import recorded_env, sandbox
 from pypto_tune.tools.running.interpreter_files import python_of
 from pypto_tune.tools.running.recorded_env import RunWorld
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 
 log = logging.getLogger("pypto_tune.service")
@@ -94,9 +93,10 @@ class RunWorldOps:
             return st, ""
         if st.level1 == "S1_SETUP" and not st.passed_hashes:
             # nothing was verified or measured yet (like a command correction): the new world is simply recorded
-            h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field="environment",
-                            before_value=recorded.as_json(), after_value=now.as_json(),
-                            reason="environment changed before the baseline precision passed: " + "; ".join(diffs)[:2000])
+            h.record(st.id).correction(field="environment", before_value=recorded.as_json(),
+                                       after_value=now.as_json(),
+                                       reason="environment changed before the baseline precision passed: "
+                                       + "; ".join(diffs)[:2000])
             return self.ctx.state(h, st.id), "; the run environment changed before the baseline and is recorded anew"
         digest = world_digest(now)
         questions = [q for q in st.rows.get("questions", []) if q["kind"] == QUESTION_KIND]
@@ -106,9 +106,10 @@ class RunWorldOps:
                          and answers.get(int(q["id"]), {}).get("kind") == ANSWER_KIND), None)
         if accepted is not None:
             source = answers[int(accepted["id"])]["source"]
-            h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field="environment",
-                            before_value=recorded.as_json(), after_value=now.as_json(),
-                            reason=f"a person accepted the new environment ({source}): " + "; ".join(diffs)[:2000])
+            h.record(st.id).correction(field="environment", before_value=recorded.as_json(),
+                                       after_value=now.as_json(),
+                                       reason=f"a person accepted the new environment ({source}): "
+                                       + "; ".join(diffs)[:2000])
             st = self.ctx.state(h, st.id)
             if any(r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
                 self.scan_interpreter_sync(h, st)  # the new roots, fingerprinted from here on
@@ -117,11 +118,12 @@ class RunWorldOps:
         pending = next((q for q in reversed(questions) if (q["info"] or {}).get("digest") == digest
                         and int(q["id"]) not in answers), None)
         if pending is None:
-            h.ledger.insert("questions", session_id=st.id, at=now_iso(), kind=QUESTION_KIND,
-                            text=(f"The server that resumes session {st.id} runs in another environment than the "
-                                  "one the session recorded: " + "; ".join(diffs) + ". Accept it as the session's "
-                                  "new baseline environment? Measurements so far were made in the recorded one."),
-                            info={"digest": digest, "differences": diffs})
+            h.record(st.id).question(kind=QUESTION_KIND,
+                                     text=(f"The server that resumes session {st.id} runs in another environment "
+                                           "than the one the session recorded: " + "; ".join(diffs) + ". Accept it as "
+                                           "the session's new baseline environment? Measurements so far were made in "
+                                           "the recorded one."),
+                                     info={"digest": digest, "differences": diffs})
         raise self.ctx.refuse(h, st.id, "start_session", setup_rules.environment_differs(st.id, diffs, h.workspace))
 
     def pending_environment_question(self, session_id: str) -> dict[str, Any] | None:
@@ -155,9 +157,9 @@ class RunWorldOps:
             raise InputError("there is no environment question waiting for an answer",
                              hint="it appears when a server in another environment resumes the session")
         h = self.ctx.find(session_id)
-        h.ledger.insert("confirmations", session_id=session_id, at=now_iso(),
-                        kind=ANSWER_KIND if accept else DECLINE_KIND, detail=str(q["info"].get("digest", "")),
-                        source=source, question_id=int(q["id"]))
+        h.record(session_id).confirmation(kind=ANSWER_KIND if accept else DECLINE_KIND,
+                                          detail=str(q["info"].get("digest", "")), source=source,
+                                          question_id=int(q["id"]))
         if accept:
             return ("accepted by a person: the next start_session from that server records its environment as the "
                     "session's baseline")
@@ -176,6 +178,5 @@ class RunWorldOps:
         fp.save(self.ctx.fingerprint_path(h, st.id))
         detail = (f"{len(fp.entries)} entries under {len(fp.roots)} folders the run imports or executes from "
                   f"({', '.join(fp.roots[:4])}{', …' if len(fp.roots) > 4 else ''}); digest {fp.digest}")
-        h.ledger.insert("env_checks", session_id=st.id, at=now_iso(), batch=max(st.env_batches, 1),
-                        name=INTERPRETER_CHECK, ok=True, detail=detail)
+        h.record(st.id).env_check(batch=max(st.env_batches, 1), name=INTERPRETER_CHECK, ok=True, detail=detail)
         h.fingerprints.pop(st.id, None)

@@ -358,7 +358,7 @@ class RunOps:
             dirs = []
         head, tail = stored_output(result.output_head, result.output_tail, h.ledger.stored_output_bytes(st.id))
         run_row = dict(
-            session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
+            at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
             env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
             duration_s=result.duration_s, started_epoch=result.started_at, output_head=head,
@@ -370,12 +370,12 @@ class RunOps:
         if iso.tampered:
             record = None  # a discarded run's probe says nothing either
         known = [r["modules_hash"] for r in h.ledger.rows("probes", st.id)] if record is not None else []
-        with h.ledger.transaction() as tx:
-            run_id = tx.insert("runs", **run_row)
+        with h.record(st.id).transaction() as rec:
+            run_id = rec.run(**run_row)
             if record is not None:
                 record = record.model_copy(update={"ran_sources": dict(sources)})
-                tx.insert("probes", session_id=st.id, at=run_row["at"], run_id=run_id,
-                          code_hash=run_row["code_hash"], **probe_store.to_row(record, known))
+                rec.probe(at=run_row["at"], run_id=run_id, code_hash=run_row["code_hash"],
+                          fields=probe_store.to_row(record, known))
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
                           dict(iso.output_digests), {str(d): list(iso.output_sources.get(str(d), [])) for d in dirs},
                           dict(iso.rejected_outputs))
@@ -500,12 +500,11 @@ class RunOps:
         analysis = dict(m.analysis)
         analysis["trace_copies"] = traces
         m.archive, m.traces = archive, traces
-        return h.ledger.insert(
-            "measurements", session_id=st.id, at=now_iso(), round=round_no, code_hash=code, valid=m.valid,
-            invalid_reasons=m.invalid, operator_time_us=statistics.median(m.samples) if m.valid else None,
-            e2e_us=statistics.median(m.e2es) if m.valid else None, samples=m.samples, analysis=analysis,
-            archive=archive, run_ids=m.run_ids, stage=st.stage, per_kernel=m.per_kernel,
-        )
+        return h.record(st.id).measurement(round=round_no, code_hash=code, valid=m.valid, invalid_reasons=m.invalid,
+                                           operator_time_us=statistics.median(m.samples) if m.valid else None,
+                                           e2e_us=statistics.median(m.e2es) if m.valid else None, samples=m.samples,
+                                           analysis=analysis, archive=archive, run_ids=m.run_ids, stage=st.stage,
+                                           per_kernel=m.per_kernel)
 
     @exclusive
     async def collect_swimlane(self, session_id: str, *, progress: Progress = None) -> CollectResult:
@@ -691,9 +690,8 @@ class RunOps:
             # a second window on a held workspace reads; only the holder records (issue #11)
             return _analysis_result(analysis, report, self.ctx.result_base(st, msg + f" — not recorded: {held.message}"),
                                     lang)
-        h.ledger.insert("analyses", session_id=st.id, at=now_iso(), measurement_id=m["id"], stage=st.stage,
-                        report_path=str(report),
-                        suggestions=[s.model_dump(mode="json") for s in analysis.suggestions])
+        h.record(st.id).analysis(measurement_id=m["id"], stage=st.stage, report_path=str(report),
+                                 suggestions=[s.model_dump(mode="json") for s in analysis.suggestions])
         st2 = self.ctx.state(h, session_id)
         if st2.level1 == "S3_ANALYZE":
             self.ctx.transition(h, st2, "state", "S4_TUNE", "baseline analysed (S3)")

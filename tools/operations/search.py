@@ -31,9 +31,8 @@ from pypto_tune.tools.running.executors.base import ExecutorError
 from pypto_tune.tools.running.sandbox import SandboxUnavailable
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError, domain_error
 from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.base import (
-    Progress, SessionContext, UnrecordedEdit, Handle, describe_change, next_round, patch_row, code_hash, exclusive,
+    Progress, SessionContext, UnrecordedEdit, Handle, describe_change, next_round, code_hash, exclusive,
 )
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.search import pairs
@@ -373,11 +372,13 @@ class SearchOps:
                 v, reason, result_type = checked.verdict, checked.reason, checked.result_type
                 t.verdict, t.reason = v, reason
                 t.device = out.device_id
-                t.precision_id = h.ledger.insert(
-                    "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
-                    verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
-                    duration_s=result.duration_s, key_output=verdict.key_output, reason=reason, code_hash=code,
-                    round=t.round_no, device_id=t.device, result_type=result_type)
+                t.precision_id = h.record(st.id).precision_record(run_id=run_id, command=list(result.argv), verdict=v,
+                                                                  numerics_checked=verdict.numerics_checked,
+                                                                  exit_code=result.exit_code,
+                                                                  duration_s=result.duration_s,
+                                                                  key_output=verdict.key_output, reason=reason,
+                                                                  code_hash=code, round=t.round_no, device_id=t.device,
+                                                                  result_type=result_type)
                 if v == "passed" or not self._retry_on_another_chip(h, st, t, out, result_type, reason):
                     break
                 # R5 (card retry): a hang or device error on the NPU says nothing about the candidate, so it is run
@@ -517,44 +518,41 @@ class SearchOps:
                         "it after copying the edit to quarantine, or adopt the edit later as a round of its own")
         stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         ordered = sorted(trials, key=lambda t: (t is winner, t.round_no))  # the kept one decides last
-        with h.ledger.transaction() as tx:
+        with h.record(st.id).transaction() as rec:
             for t in ordered:
                 if t.invalid:
                     # no round: the trial says nothing of its code (no decision, no R19, no stage count); its runs
                     # keep their round number, which is never reused (next_round)
-                    tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,
-                              round=t.round_no, outcome="invalid", operator_time_us=None,
+                    rec.trial(batch=batch, candidate=t.candidate, round=t.round_no, outcome="invalid",
+                              operator_time_us=None,
                               info={"verdict": t.verdict, "result_type": "invalid", "reason": t.invalid,
                                     "device_id": t.device, "chip_failures": t.chip_failures})
                     continue
                 desc = describe_change(t.changes) if t.changes else t.knob
-                tx.insert("rounds", session_id=st.id, number=t.round_no, opened_at=now_iso(), stage=st.stage,
-                          outer_round=st.outer_round, kind="trial", catalog_id=t.catalog_id, change=desc,
-                          rationale=f"candidate {t.candidate.get('id', '')} of batch {batch}: "
-                          f"{str(t.candidate.get('why', ''))[:300]}",
-                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-                tx.insert("patches", **patch_row(st.id, kind="trial", round_no=t.round_no, before=st.kept_sources,
-                                                  after=t.sources, note=f"candidate of batch {batch}",
-                                                  catalog_id=t.catalog_id, changes=t.changes))
+                rec.round_opened(number=t.round_no, stage=st.stage, outer_round=st.outer_round, kind="trial",
+                                 catalog_id=t.catalog_id, change=desc,
+                                 rationale=f"candidate {t.candidate.get('id', '')} of batch {batch}: "
+                                           f"{str(t.candidate.get('why', ''))[:300]}",
+                                 before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+                rec.patch(kind="trial", round_no=t.round_no, before=st.kept_sources, after=t.sources,
+                          note=f"candidate of batch {batch}", catalog_id=t.catalog_id, changes=t.changes)
                 if t is winner:
-                    tx.insert("patches", **patch_row(st.id, kind="trial-apply", round_no=t.round_no,
-                                                      before=st.expected_sources, after=t.sources,
-                                                      note=f"batch {batch}: best candidate written and kept" if not held
-                                                      else f"batch {batch}: best candidate kept, NOT written: {held}",
-                                                      catalog_id=t.catalog_id, changes=t.changes))
+                    rec.patch(kind="trial-apply", round_no=t.round_no, before=st.expected_sources, after=t.sources,
+                              note=f"batch {batch}: best candidate written and kept" if not held
+                              else f"batch {batch}: best candidate kept, NOT written: {held}",
+                              catalog_id=t.catalog_id, changes=t.changes)
                 after_us = statistics.median(t.samples) if t.samples else None
-                tx.insert("round_decisions", session_id=st.id, number=t.round_no, at=now_iso(),
-                          decision=t.decision, result_type=t.result_type, after_us=after_us, delta_pct=t.delta_pct,
-                          error_output=(t.error or "")[-4000:],
-                          notes="; ".join(x for x in (t.reason, t.retry_note) if x)[:1000],
-                          restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
+                rec.round_decision(number=t.round_no, decision=t.decision, result_type=t.result_type,
+                                   after_us=after_us, delta_pct=t.delta_pct, error_output=(t.error or "")[-4000:],
+                                   notes="; ".join(x for x in (t.reason, t.retry_note) if x)[:1000],
+                                   restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
                 if stage.group in ("frontend", "swimlane", "incore"):
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=stage.group, stage=st.stage,
-                              catalog_id=t.catalog_id, status="tried" if t.decision != "failed" else "failed",
-                              reason=f"round {t.round_no} (batch {batch}): {t.result_type}", round=t.round_no)
-                tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,
-                          round=t.round_no, outcome=t.decision if t.decision != "reverted" else t.result_type,
-                          operator_time_us=after_us,
+                    rec.checklist_mark(stage_group=stage.group, stage=st.stage, catalog_id=t.catalog_id,
+                                       status="tried" if t.decision != "failed" else "failed",
+                                       reason=f"round {t.round_no} (batch {batch}): {t.result_type}",
+                                       round=t.round_no)
+                rec.trial(batch=batch, candidate=t.candidate, round=t.round_no,
+                          outcome=t.decision if t.decision != "reverted" else t.result_type, operator_time_us=after_us,
                           info={"verdict": t.verdict, "result_type": t.result_type, "delta_pct": t.delta_pct,
                                 "margin_pct": t.margin_pct,
                                 "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason,

@@ -35,7 +35,7 @@ from pypto_tune.tools.code.workspace import relative_operator_files, resolve_wor
 
 from pypto_tune.tools.running import recorded_env
 from pypto_tune.tools.operations.base import (
-    exclusive, INTERPRETER_CHECK, Progress, Handle, SessionContext, goal_text, next_round, patch_row, code_hash,
+    exclusive, INTERPRETER_CHECK, Progress, Handle, SessionContext, goal_text, next_round, code_hash,
 )
 from pypto_tune.tools.operations.run_world import RunWorldOps
 from pypto_tune.tools.operations.runs import RunOps, check_run
@@ -144,21 +144,20 @@ class SetupOps:
         record_tree(ws, tree)  # copies of every file, before the session that refers to them exists
         sid = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         operator = Path(files[0]).stem
-        with h.ledger.transaction() as tx:
-            tx.insert(
-                "sessions", id=sid, created_at=now_iso(), workspace=str(ws), operator=operator, operator_files=files,
-                test_command=argv, shell=shell, run_mode=run_mode, goal_kind=goal_kind, goal_value=goal_value,
-                timeout_s=float(timeout_s), device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
-                original_sources=sources, original_hash=code_hash(sources), original_raw_hash=hash_sources(sources),
-                config={"python": self.ctx.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
+        with h.record(sid).transaction() as rec:
+            rec.session(workspace=str(ws), operator=operator, operator_files=files, test_command=argv, shell=shell,
+                        run_mode=run_mode, goal_kind=goal_kind, goal_value=goal_value, timeout_s=float(timeout_s),
+                        device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
+                        original_sources=sources, original_hash=code_hash(sources),
+                        original_raw_hash=hash_sources(sources),
+                        config={"python": self.ctx.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
                         "pass_pattern": pass_pattern, "fail_pattern": fail_pattern, "lang": lang or "zh",
-                        recorded_env.CONFIG_KEY: world.as_json()},
-            )
+                        recorded_env.CONFIG_KEY: world.as_json()})
             for e in tree.values():
-                tx.insert("tree_files", session_id=sid, path=e.path, sha256=e.sha256, size=e.size,
-                          executable=e.executable, link=e.link, role="operator" if e.path in files else "fixed")
-            tx.insert("transitions", session_id=sid, at=now_iso(), level="state", from_value=None,
-                      to_value="S1_SETUP", reason="session started with a goal (R1)", summary={})
+                rec.tree_file(path=e.path, sha256=e.sha256, size=e.size, executable=e.executable, link=e.link,
+                              role="operator" if e.path in files else "fixed")
+            rec.transition(level="state", from_value=None, to_value="S1_SETUP",
+                           reason="session started with a goal (R1)", summary={})
         self.ctx.remember(sid, ws)
         st = self.ctx.state(h, sid)
         others = len(tree) - len(files)
@@ -201,9 +200,8 @@ class SetupOps:
             if st.level1 != "S1_SETUP" or st.passed_hashes:
                 raise self.ctx.refuse(h, sid, "start_session", setup_rules.command_fixed(sid, st.test_command, finish))
             self._check_command(argv, ws, run_mode)
-            h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="test_command",
-                            before_value=st.test_command, after_value=argv,
-                            reason="corrected before the baseline precision passed")
+            h.record(sid).correction(field="test_command", before_value=st.test_command, after_value=argv,
+                                     reason="corrected before the baseline precision passed")
             st = self.ctx.state(h, sid)
             msg += f"; test command corrected to {argv} (recorded; allowed until the baseline precision passes)"
         # The verdict patterns are corrected like the command (issue #11). They used to be dropped silently on resume,
@@ -213,9 +211,8 @@ class SetupOps:
         if patterns != current:
             if st.level1 != "S1_SETUP" or st.passed_hashes:
                 raise self.ctx.refuse(h, sid, "start_session", setup_rules.patterns_fixed(sid, current, finish))
-            h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="verdict_patterns",
-                            before_value=current, after_value=patterns,
-                            reason="verdict patterns corrected before the baseline precision passed")
+            h.record(sid).correction(field="verdict_patterns", before_value=current, after_value=patterns,
+                                     reason="verdict patterns corrected before the baseline precision passed")
             st = self.ctx.state(h, sid)
             msg += (f"; verdict patterns corrected to {patterns} (recorded; allowed until the baseline precision "
                     "passes)")
@@ -258,12 +255,10 @@ class SetupOps:
             raise InputError("there is no question waiting for an answer",
                              hint="questions appear after three failed baseline precision checks (R5)")
         if not answer:
-            h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="declined", detail="0",
-                            source=source, question_id=int(q["id"]))
+            h.record(st.id).confirmation(kind="declined", detail="0", source=source, question_id=int(q["id"]))
             return "declined: no further baseline attempt; stop_session and render_report, or fix the environment"
         last = max(int(r["id"]) for r in st.rows["precision_records"])
-        h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="baseline-retry", detail=str(last),
-                        source=source, question_id=int(q["id"]))
+        h.record(st.id).confirmation(kind="baseline-retry", detail=str(last), source=source, question_id=int(q["id"]))
         return f"retry confirmed by a person ({source}); run_precision_check may run the baseline again"
 
     @exclusive
@@ -289,10 +284,9 @@ class SetupOps:
                     device_ids=list(st.session["device_ids"]), test_command=list(st.session["test_command"]),
                 )
                 batch = st.env_batches + 1
-                with h.ledger.transaction() as tx:
+                with h.record(st.id).transaction() as rec:
                     for c in env_checks:
-                        tx.insert("env_checks", session_id=st.id, at=c.at or now_iso(), batch=batch, name=c.name,
-                                  ok=c.ok, detail=c.detail)
+                        rec.env_check(at=c.at or now_iso(), batch=batch, name=c.name, ok=c.ok, detail=c.detail)
                 st = self.ctx.state(h, session_id)
                 if not st.env_ok:
                     bad = [f"{c.name}: {c.detail}" for c in env_checks if not c.ok]
@@ -321,19 +315,19 @@ class SetupOps:
             v, reason, command_problem = checked.verdict, checked.reason, checked.command_problem
             self.runs.offer_sample(h, st, sources, out, v)
             result_type = COMMAND_PROBLEM if command_problem else checked.result_type
-            rec_id = h.ledger.insert(
-                "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
-                verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
-                duration_s=result.duration_s, key_output=key, reason=reason, code_hash=st.current_hash,
-                round=round_no, device_id=device, result_type=result_type,
-            )
+            rec_id = h.record(st.id).precision_record(run_id=run_id, command=list(result.argv), verdict=v,
+                                                      numerics_checked=verdict.numerics_checked,
+                                                      exit_code=result.exit_code, duration_s=result.duration_s,
+                                                      key_output=key, reason=reason, code_hash=st.current_hash,
+                                                      round=round_no, device_id=device, result_type=result_type)
             st2 = self.ctx.state(h, session_id)
             if st2.awaiting_user and st2.pending_question is None:
                 # R5: the third baseline failure asks the person, not the agent
-                h.ledger.insert("questions", session_id=st.id, at=now_iso(), kind="baseline-retry",
-                                text=f"The baseline precision check failed {st2.baseline_failures} times (last: "
-                                f"{reason[:200]}). Retry it once more? The operator must not be fixed by the tuner.",
-                                info={"last_record_id": rec_id})
+                h.record(st.id).question(kind="baseline-retry",
+                                         text=f"The baseline precision check failed {st2.baseline_failures} times "
+                                              f"(last: {reason[:200]}). Retry it once more? The operator must not be "
+                                              "fixed by the tuner.",
+                                         info={"last_record_id": rec_id})
                 st2 = self.ctx.state(h, session_id)
             if v == "passed" and st2.level1 == "S1_SETUP":
                 self.ctx.transition(h, st2, "state", "S2_COLLECT", "baseline precision passed (S1b)")
@@ -402,16 +396,15 @@ class SetupOps:
         catalog_id = served[0] if served else "MANUAL"
         changes = list(adm.changes) if adm.kind == "pair" else [adm.change] if adm.change is not None else []
         round_no = next_round(st)
-        with h.ledger.transaction() as tx:
-            tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage,
-                      outer_round=st.outer_round, kind="manual", catalog_id=catalog_id,
-                      change="external edit adopted: " + adm.describe(),
-                      rationale="source changed outside the server; admitted as one knob change and verified like "
-                      "any other", before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-            tx.insert("patches", **patch_row(st.id, kind="manual-adopt", round_no=round_no,
-                                              before=st.expected_sources, after=disk, note="drift adopted",
-                                              catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
-                                              changes=changes))
+        with h.record(st.id).transaction() as rec:
+            rec.round_opened(number=round_no, stage=st.stage, outer_round=st.outer_round, kind="manual",
+                             catalog_id=catalog_id, change="external edit adopted: " + adm.describe(),
+                             rationale="source changed outside the server; admitted as one knob change and verified "
+                                       "like any other",
+                             before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+            rec.patch(kind="manual-adopt", round_no=round_no, before=st.expected_sources, after=disk,
+                      note="drift adopted", catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
+                      changes=changes)
 
     @exclusive
     def enable_runtime_debug(self, session_id: str, enabled: bool = True) -> DebugResult:
@@ -430,9 +423,8 @@ class SetupOps:
         diff = unified_diff(before, after)
         if changed:
             self.ctx.write(h, st, after, "enable_runtime_debug")
-        h.ledger.insert("patches", **patch_row(st.id, kind=kind, round_no=None, before=before, after=after,
-                                                diff=diff, note="runtime debug " + ("enabled" if enabled
-                                                                                   else "restored")))
+        h.record(st.id).patch(kind=kind, round_no=None, before=before, after=after, diff=diff,
+                              note="runtime debug " + ("enabled" if enabled else "restored"))
         st2 = self.ctx.state(h, session_id)
         return DebugResult(**self.ctx.result_base(st2, f"runtime_debug_mode {'enabled' if enabled else 'restored'} in "
                                         f"{len(changed)} file(s); the precision verdict still applies (the switch "

@@ -17,7 +17,6 @@ from pypto_tune.tools.session import rules
 from pypto_tune.tools.analysis import load_catalog
 from pypto_tune.tools.rules import checklist as checklist_rules
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.results import (
     ChecklistResult,
     StatusResult,
@@ -114,19 +113,18 @@ class StageControl:
         group = rules.STAGES_BY_NAME[st.stage].group
         if group == "algorithm":
             return
-        with h.ledger.transaction() as tx:
+        with h.record(st.id).transaction() as rec:
             for item in load_catalog().items:
                 if item.stage != group or (group, item.id) in st.checklist:
                     continue
                 if item.id in ANALYSIS_ONLY:
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
-                              catalog_id=item.id, status="tried", reason="server: the stage's entry analysis did it",
-                              round=None)
+                    rec.checklist_mark(stage_group=group, stage=st.stage, catalog_id=item.id, status="tried",
+                                       reason="server: the stage's entry analysis did it", round=None)
                 elif not self.knobs_serving(h, st, item.id):
                     why = (NOT_A_CHANGE.get(item.id) or "no knob of this operator serves it; it needs a structural "
                            "change (ALGORITHM stage)")
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
-                              catalog_id=item.id, status="not-applicable", reason=f"server: {why}", round=None)
+                    rec.checklist_mark(stage_group=group, stage=st.stage, catalog_id=item.id, status="not-applicable",
+                                       reason=f"server: {why}", round=None)
 
     def suggestions(self, h: Handle, st: SessionState, suggestions: list[Any]) -> tuple[list[Any], int]:
         """The analysis's suggestions an agent can act on now (issue #12): only the current stage's catalogue
@@ -188,9 +186,8 @@ class StageOps:
                            "reason must name the knob or cite a measured figure (at least 30 characters)")
         if problem:
             raise self.ctx.refuse(h, st.id, "mark_checklist", checklist_rules.not_applicable_refused(catalog_id, problem))
-        h.ledger.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group, stage=st.stage,
-                        catalog_id=catalog_id,
-                        status=status, reason=text, round=None)
+        h.record(st.id).checklist_mark(stage_group=group, stage=st.stage, catalog_id=catalog_id, status=status,
+                                       reason=text, round=None)
         st2 = self.ctx.state(h, session_id)
         return ChecklistResult(**self.ctx.result_base(st2, f"{catalog_id} marked {status}"), stage_group=group,
                                items=checklist(st2, group))
