@@ -92,8 +92,8 @@ RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admissi
                   "tests/patching/test_runcheck_decisions.py")
 MODULES: dict[str, Target] = {  # in the order a run takes them
     "stages": Target("tools/operations/stages.py",
-                     ("_judge_stage", "_leave_stage", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),
-    "r19": Target("tools/operations/base.py", ("_admit", "_tried", "_failed_code", "_value_key", "norm", "_fold",
+                     ("judge", "leave", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),
+    "r19": Target("tools/operations/base.py", ("admit", "_tried", "_failed_code", "_value_key", "norm", "_fold",
                                                "ev"), OPERATIONS_SUITE),
     "state": Target("tools/session/state.py",
                     ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement", "_levels",

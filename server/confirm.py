@@ -41,7 +41,7 @@ def confirm_command(workspace: Path, session: str | None = None, *, stdin: TextI
         raise InputError(f"the ledger in {ws} holds no session", hint="start a session first")
     sid = session or sessions[-1]["id"]
     service = TuningService(default_workspace=ws)
-    st = service._state(service._find(sid), sid)  # noqa: SLF001 - the CLI reads the question it answers
+    st = service.ctx.state(service.ctx.find(sid), sid)  # the CLI reads the question it answers
     head = f"session {sid} ({st.session['operator']}) asks:\n  "
     q = st.pending_question
     if q is not None:

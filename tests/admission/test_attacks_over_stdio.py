@@ -9,7 +9,7 @@ Attack → where it is closed:
 4 drift adoption skipping every check .......... SetupOps._adopt_drift → the same admission
 5 other bytes than the ledger records .......... tools/code/codestate.py (whole tree) + tools/running/execution.py (private copy)
 6 stages skipped by marks ....................... StageOps.mark_checklist / advance_stage / _leave_stage
-7 failed changes retried ........................ OperationsBase._tried (semantic hash, knob+value per kept state)
+7 failed changes retried ........................ SessionContext._tried (semantic hash, knob+value per kept state)
 8 self-served confirmations ..................... gates (baseline-retry) + server/confirm.py (a TTY, a person)
 9 the agent picks its own luck .................. state.kept_samples (median of all) + the NPU repeats floor
 (9's noise half runs on the emulated NPU box: tests/npu/.)

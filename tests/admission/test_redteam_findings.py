@@ -24,6 +24,7 @@ import anyio
 import pytest
 from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
+from pypto_tune.tools.operations.stages import checklist
 
 pytestmark = pytest.mark.process
 
@@ -359,11 +360,11 @@ def test_a_stage_cannot_be_left_without_running_anything(tmp_path: Path) -> None
     async def scenario() -> None:
         svc = _service(ws)
         sid = await _frontend(svc, ws)
-        h = svc._find(sid)
+        h = svc.ctx.find(sid)
         runs_at_entry = len(h.ledger.rows("runs", sid))
         values = {TILE_B: 8, VEC: [1, 32, 256], "fakeop.py:kern.loop[LOOP_B].unroll_list": [2, 1]}
-        st = svc._state(h, sid)
-        for item in svc._checklist(st, "frontend"):
+        st = svc.ctx.state(h, sid)
+        for item in checklist(st, "frontend"):
             if item["status"] != "untried":
                 continue
             knob = next(k for k in values if item["catalog_id"] in next(
@@ -513,7 +514,7 @@ def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monke
         svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
         result = await svc.run_precision_check(sid)
         assert result.verdict == "passed" and swapped == []
-        assert svc._find(sid).ledger.rows("runs", sid)[-1]["tampered"] == []
+        assert svc.ctx.find(sid).ledger.rows("runs", sid)[-1]["tampered"] == []
         collected = await svc.collect_swimlane(sid)
         assert collected.operator_time_us == pytest.approx(HONEST_US, abs=1e-3), \
             "the swapped file reached the run: it measured the tuned recording"
@@ -569,7 +570,7 @@ def test_a_confirmation_inserted_into_the_ledger_is_not_a_persons_answer(tmp_pat
             assert (await svc.run_precision_check(sid)).verdict == "failed"
         with pytest.raises(GateRefusal, match="baseline-retry"):
             await svc.run_precision_check(sid)
-        st = svc._state(svc._find(sid), sid)
+        st = svc.ctx.state(svc.ctx.find(sid), sid)
         question = st.pending_question
         last = max(int(r["id"]) for r in st.rows["precision_records"])
         con = sqlite3.connect(ws / ".pypto-tune" / "ledger.sqlite3")

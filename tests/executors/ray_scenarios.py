@@ -149,7 +149,7 @@ async def cancel(work: Path, ex: RayExecutor, name: str) -> dict:
 
 
 async def probe(work: Path, ex: RayExecutor) -> dict:
-    """The run-time probe as runs._run delivers it (the sandbox's hooks: its hook folder first on PYTHONPATH, its
+    """The run-time probe as RunOps.run delivers it (the sandbox's hooks: its hook folder first on PYTHONPATH, its
     records in the capture folder), on a Ray worker, in the sandbox and unsandboxed (``serve --unsandboxed``)."""
     from pypto_tune.tools.code.codestate import ExecFile
     from pypto_tune.tools.running.probe import DIR_ENV, HOOK_DIR, parse_records

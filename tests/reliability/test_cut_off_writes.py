@@ -28,15 +28,15 @@ def _start(ws: Path) -> tuple[TuningService, str]:
 
 def _crash_after_write(svc: TuningService, sid: str, new_text: str, tool: str) -> None:
     """What a SIGKILL right after ``write_sources`` leaves: the intent and the file, no record of the write."""
-    h = svc._find(sid)
-    st = svc._state(h, sid)
-    svc._write(h, st, {"softmax.py": new_text}, tool)
+    h = svc.ctx.find(sid)
+    st = svc.ctx.state(h, sid)
+    svc.ctx.write(h, st, {"softmax.py": new_text}, tool)
     _die(svc, sid)
 
 
 def _die(svc: TuningService, sid: str) -> None:
     """The server goes away: the kernel drops its lock, its ledger connection closes."""
-    h = svc._find(sid)
+    h = svc.ctx.find(sid)
     h.lock.release()
     h.ledger.close()
 

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from pypto_tune.tools.operations.base import _patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.session.ledger import Ledger, now_iso
 from pypto_tune.tools.session.state import derive_state, load_rows
@@ -84,7 +84,7 @@ def _charge_as_the_server_did(ws: Path, sid: str, batch: str) -> list[int]:
                           change=f"{change.knob_id}: {change.before!r} → {change.after!r}",
                           rationale=f"candidate {cand['id']} of batch {batch}", before_hash=st.kept_hash,
                           before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-                tx.insert("patches", **_patch_row(sid, kind="trial", round_no=n, before=st.kept_sources,
+                tx.insert("patches", **patch_row(sid, kind="trial", round_no=n, before=st.kept_sources,
                                                   after=plan.new_sources, note=f"candidate of batch {batch}",
                                                   catalog_id=cand["catalog_id"], changes=[change]))
                 tx.insert("round_decisions", session_id=sid, number=n, at=now_iso(), decision="failed",

@@ -3,7 +3,7 @@
 * which decided rounds a ledger charged to runs the server discarded (``tools/session/discarded.py``);
 * how a concurrent failure or a SQLite error reaches the agent (``tools/errors.py::domain_error``,
   ``tools/session/ledger.py::ledger_fault``);
-* ``OperationsBase._write`` for each write path's tool: an edit nobody recorded is refused (or, for the reverts,
+* ``SessionContext.write`` for each write path's tool: an edit nobody recorded is refused (or, for the reverts,
   copied to quarantine first); the server's own interrupted write is not an edit.
 """
 
@@ -88,14 +88,14 @@ def test_no_write_path_goes_over_an_edit_nobody_recorded(tmp_path: Path, tool: s
     svc = TuningService(default_workspace=ws)
     sid = svc.start_session(workspace=str(ws), operator_files=["softmax.py"], test_command=sim_command(),
                             run_mode="sim", goal_speedup=2.0).session_id
-    h = svc._find(sid)
-    st = svc._state(h, sid)
+    h = svc.ctx.find(sid)
+    st = svc.ctx.state(h, sid)
     recorded = st.expected_sources["softmax.py"]
     target = {"softmax.py": recorded.replace("TILE_B = 4", "TILE_B = 8")}
     edited = recorded + "\n# a person's note\n"
     (ws / "softmax.py").write_text(edited)
     with pytest.raises(UnrecordedEdit) as refused:
-        svc._write(h, st, target, tool)
+        svc.ctx.write(h, st, target, tool)
     assert isinstance(refused.value, GateRefusal) and refused.value.rule == "drift"
     assert "softmax.py changed since the server recorded it" in str(refused.value)
     assert (ws / "softmax.py").read_text() == edited  # nothing written, the edit is still there
@@ -103,7 +103,7 @@ def test_no_write_path_goes_over_an_edit_nobody_recorded(tmp_path: Path, tool: s
 
     # the server's own bytes (an interrupted write _heal undoes) are not an edit
     (ws / "softmax.py").write_text(target["softmax.py"])
-    svc._write(h, st, {"softmax.py": recorded}, tool, ours=target)
+    svc.ctx.write(h, st, {"softmax.py": recorded}, tool, ours=target)
     assert (ws / "softmax.py").read_text() == recorded
 
 
@@ -112,11 +112,11 @@ def test_a_revert_keeps_a_copy_of_the_edit_it_writes_over(tmp_path: Path) -> Non
     svc = TuningService(default_workspace=ws)
     sid = svc.start_session(workspace=str(ws), operator_files=["softmax.py"], test_command=sim_command(),
                             run_mode="sim", goal_speedup=2.0).session_id
-    h = svc._find(sid)
-    st = svc._state(h, sid)
+    h = svc.ctx.find(sid)
+    st = svc.ctx.state(h, sid)
     edited = st.expected_sources["softmax.py"].replace("TILE_B = 4", "TILE_B = 2  # tried by hand")
     (ws / "softmax.py").write_text(edited)
-    svc._write(h, st, st.expected_sources, "revert_patch", over_edit="quarantine")
+    svc.ctx.write(h, st, st.expected_sources, "revert_patch", over_edit="quarantine")
     assert (ws / "softmax.py").read_text() == st.expected_sources["softmax.py"]
     copies = list((ws / ".pypto-tune" / "quarantine").rglob("softmax.py"))
     assert [c.read_text() for c in copies] == [edited]

@@ -44,7 +44,7 @@ def test_fifty_megabytes_per_run_grow_the_ledger_by_a_bounded_amount(tmp_path: P
                             run_mode="sim", goal_speedup=2.0).session_id
     assert anyio.run(functools.partial(svc.run_precision_check, sid)).verdict == "passed"
     svc.enable_runtime_debug(sid)
-    ledger = svc._find(sid).ledger
+    ledger = svc.ctx.find(sid).ledger
     ledger.checkpoint()
     before = (ws / ".pypto-tune" / "ledger.sqlite3").stat().st_size
     assert anyio.run(functools.partial(svc.collect_swimlane, sid)).valid

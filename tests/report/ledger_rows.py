@@ -16,7 +16,7 @@ from typing import Any
 from pypto_tune.tools.session.ledger import Ledger
 from functools import lru_cache
 
-from pypto_tune.tools.operations.base import _patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.operations.base import code_hash as _code_hash
 from pypto_tune.tools.patching import hash_sources, set_runtime_debug
 from pypto_tune.tools.snapshot import KnobChange
@@ -110,7 +110,7 @@ class Writer:
 
     def run(self, purpose: str, round_no: int | None, device: str | None, sources: dict[str, str], *,
             exit_code: int | None = 0, timed_out: bool = False, batch: str | None = None) -> int:
-        """tools/operations/runs.py ``_run``: one ``runs`` row."""
+        """tools/operations/runs.py ``RunOps.run``: one ``runs`` row."""
         return self.ledger.insert(
             "runs", session_id=self.sid, at=self.now(), purpose=purpose, round=round_no, argv=self.argv,
             env={"TILE_FWK_DEVICE_ID": device or ""}, cwd="/tmp/exec", exit_code=exit_code, signal=None,
@@ -131,7 +131,7 @@ class Writer:
 
     def debug_on(self) -> None:
         after = set_runtime_debug(self.sources, True)
-        self.ledger.insert("patches", **_patch_row(self.sid, kind="debug-on", round_no=None, before=self.sources,
+        self.ledger.insert("patches", **patch_row(self.sid, kind="debug-on", round_no=None, before=self.sources,
                                                    after=after, note="runtime debug enabled"))
         self.kept = dict(after)  # a patch outside a round changes the kept state directly (tools/session/state.py)
 
@@ -139,7 +139,7 @@ class Writer:
     def measure(self, purpose: str, round_no: int, sources: dict[str, str], samples: list[float], device: str,
                 a: dict[str, Any], *, kernels: dict[str, list[float]] | None = None, batch: str | None = None,
                 e2e: float | None = None, stage: str | None = None, prior_runs: list[int] | None = None) -> int:
-        """``_measure`` + ``_record_measurement``: one run per sample, then one ``measurements`` row.
+        """``RunOps.measure`` + ``record_measurement``: one run per sample, then one ``measurements`` row.
         ``prior_runs``: runs of the same measurement taken earlier (an NPU round that measured again after
         kept-state references absorbs its first repeats)."""
         prior = list(prior_runs or [])
@@ -155,7 +155,7 @@ class Writer:
     # -- rounds (tools/operations/rounds.py, search.py) ---------------------------------------------------------
     def admission(self, path: str, change: KnobChange | None, *, round_no: int | None = None,
                   checked: list[str] | None = None, unchecked: list[str] | None = None) -> None:
-        """base.py ``_admit``: the ``admissions`` row (round None for a new round: it is opened afterwards)."""
+        """base.py ``SessionContext.admit``: the ``admissions`` row (round None for a new round: it is opened afterwards)."""
         info = {"kind": "knob" if change else "structural",
                 "change": change.model_dump(mode="json") if change else None, "knob_kind": "vec_tile",
                 "catalog_ids": ["F-10"], "formatting_files": [], "checked": checked or [],
@@ -172,20 +172,20 @@ class Writer:
                       kind=kind, catalog_id=catalog_id,
                       change=f"{change.knob_id}: {change.before!r} → {change.after!r}", rationale=rationale,
                       before_hash=code_hash(self.kept), before_raw_hash=hash_sources(self.kept), before_us=before_us)
-            tx.insert("patches", **_patch_row(self.sid, kind="trial" if kind == "trial" else "tuning", round_no=n,
+            tx.insert("patches", **patch_row(self.sid, kind="trial" if kind == "trial" else "tuning", round_no=n,
                                               before=self.kept, after=after, note=rationale or batch,
                                               catalog_id=catalog_id, changes=[change]))
 
     def decide(self, n: int, decision: str, result_type: str, after_us: float | None, delta_pct: float | None,
                notes: str, after: dict[str, str], *, trial: bool = False) -> None:
-        """record_round's ``_close_round`` (a revert patch when not kept), or a candidate's rows in
+        """record_round's ``close_round`` (a revert patch when not kept), or a candidate's rows in
         ``_record_batch`` (no revert: it ran on a private copy; the winner's bytes arrive by a trial-apply patch)."""
         with self.ledger.transaction() as tx:
             if trial and decision == "kept":
-                tx.insert("patches", **_patch_row(self.sid, kind="trial-apply", round_no=n, before=self.kept,
+                tx.insert("patches", **patch_row(self.sid, kind="trial-apply", round_no=n, before=self.kept,
                                                   after=after, note="best candidate written and kept"))
             elif decision != "kept" and not trial:
-                tx.insert("patches", **_patch_row(self.sid, kind="revert", round_no=n, before=after,
+                tx.insert("patches", **patch_row(self.sid, kind="revert", round_no=n, before=after,
                                                   after=self.kept, note=f"round {n} rolled back"))
             tx.insert("round_decisions", session_id=self.sid, number=n, at=self.now(), decision=decision,
                       result_type=result_type, after_us=after_us, delta_pct=delta_pct, error_output="",

@@ -41,7 +41,7 @@ def _normalise(output: str, root: str) -> list[str]:
 @pytest.mark.sim
 @pytest.mark.anyio
 async def test_the_probe_records_the_run_and_changes_nothing_it_computes(tmp_path: Path) -> None:
-    """Delivered as runs._run delivers it (RunSpec.pythonpath_first + capture_env, read with parse_records), in the
+    """Delivered as RunOps.run delivers it (RunSpec.pythonpath_first + capture_env, read with parse_records), in the
     sandbox and — where the person allowed ``--unsandboxed`` — without it: the same record either way."""
     text = LN.read_text(encoding="utf-8")
     files = {"layernorm_op.py": ExecFile(data=text.encode())}

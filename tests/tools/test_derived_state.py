@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pypto_tune.tools.operations.base import _patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import VEC, Writer, analysis, code_hash, with_tile_b, with_vec_tile
 from tests.tools.test_rule_decisions import BASE_US, state, tuning
@@ -47,7 +47,7 @@ def test_a_candidate_trial_between_two_kept_changes_moves_neither_the_expected_n
         tmp_path: Path) -> None:
     """A trial ran on a private copy (search.py): its patch row is skipped, and the patches after it still count."""
     w = tuning(tmp_path / "ws")
-    w.ledger.insert("patches", **_patch_row(w.sid, kind="trial", round_no=1, before=w.kept,
+    w.ledger.insert("patches", **patch_row(w.sid, kind="trial", round_no=1, before=w.kept,
                                             after=with_tile_b(w.kept, 8), note="candidate trial"))
     two = with_tile_b(w.kept, 2)
     w.open_round(2, "FRONTEND", "F-3", _tile_b(2), two, before_us=BASE_US)

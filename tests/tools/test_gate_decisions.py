@@ -215,7 +215,7 @@ def test_a_change_cites_the_catalogue_item_its_knob_serves(tmp_path: Path) -> No
 def test_a_knob_that_serves_no_catalogue_item_is_never_tuned_in_a_configuration_stage(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """R10: "a knob no catalogue item names is never tuned". The extractor gives every tunable knob at least one
-    catalogue id (the next test), so no real operator reaches this refusal of ``_admit``; admission is made to report
+    catalogue id (the next test), so no real operator reaches this refusal of ``SessionContext.admit``; admission is made to report
     the changed knob without ids, which is what a knob outside the catalogue would look like."""
     from pypto_tune.tools.code import admission
 
@@ -223,18 +223,18 @@ def test_a_knob_that_serves_no_catalogue_item_is_never_tuned_in_a_configuration_
     monkeypatch.setattr(admission, "admit", lambda *a, **kw: real(*a, **kw).model_copy(update={"catalog_ids": []}))
     w = tuning(tmp_path / "ws")
     svc = TuningService(default_workspace=w.ws)
-    h = svc._find(w.sid)
+    h = svc.ctx.find(w.sid)
     st = state(w)
     after = with_tile_b(w.kept, 2)
     for cited in ("F-3", ""):
         with pytest.raises(GateRefusal) as refused:
-            svc._admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id=cited)
+            svc.ctx.admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id=cited)
         assert refused.value.rule == "catalog-stage", refused.value
         assert "softmax.py:TILE_B serves no catalogue item" in refused.value.message, refused.value
     assert not w.ledger.rows("admissions", w.sid)
     # a declared change of the ALGORITHM stage is not bound to the configuration stages' catalogue
     w.transition("stage", "FRONTEND", "ALGORITHM", "test: the configuration stages converged")
-    adm = svc._admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="", algorithm=True)
+    adm = svc.ctx.admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="", algorithm=True)
     assert adm.change is not None and adm.change.knob_id == "softmax.py:TILE_B" and adm.catalog_ids == []
 
 
@@ -279,14 +279,14 @@ def test_a_structural_change_is_admitted_only_in_the_algorithm_stage_even_when_d
     a declared algorithm change in FRONTEND is still one-change-refused; the same change is admitted in ALGORITHM."""
     w = tuning(tmp_path / "ws")
     svc = TuningService(default_workspace=w.ws)
-    h = svc._find(w.sid)
+    h = svc.ctx.find(w.sid)
     st = state(w)
     after = {"softmax.py": w.kept["softmax.py"].replace("= e / s", "= e / (s + 0.0)")}
     with pytest.raises(GateRefusal) as refused:
-        svc._admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
+        svc.ctx.admit(h, st, "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
     assert refused.value.rule == "one-change" and "= e / (s + 0.0)" in refused.value.message, refused.value
     w.transition("stage", "FRONTEND", "ALGORITHM", "test: the configuration stages converged")
-    adm = svc._admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
+    adm = svc.ctx.admit(h, state(w), "apply_tuning_patch", st.kept_sources, after, catalog_id="F-3", algorithm=True)
     assert adm.kind == "structural"
 
 
@@ -401,7 +401,7 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
     R2/R7); the outer round of D.1 (1 until and in FRONTEND, n in SWIMLANE_n / INCORE_n, 3 in ALGORITHM which
     follows the third); a candidate trial's code (run on a private copy) moves neither the expected nor the kept
     code; a finish reason only once the session moved to reporting."""
-    from pypto_tune.tools.operations.base import _patch_row
+    from pypto_tune.tools.session.recorder import patch_row
     from pypto_tune.tools.rules import gates
 
     ws = tmp_path / "ws"
@@ -421,7 +421,7 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
     assert st.debug_enabled
     gates.check("collect_swimlane", st)  # allowed now
     kept_hash, expected = st.kept_hash, st.expected_sources
-    w.ledger.insert("patches", **_patch_row(w.sid, kind="trial", round_no=5, before=expected,
+    w.ledger.insert("patches", **patch_row(w.sid, kind="trial", round_no=5, before=expected,
                                             after=with_tile_b(expected, 2), note="candidate trial"))
     st = state(w)
     assert (st.current_hash, st.kept_hash, st.expected_sources) == (kept_hash, kept_hash, expected)
@@ -439,7 +439,7 @@ def test_the_derived_state_follows_the_ledger_from_collection_to_the_algorithm_s
     st = state(w)
     assert st.finished and st.finish_reason == "user stop: enough"
     assert st.debug_enabled and st.debug_baseline == w.sources
-    w.ledger.insert("patches", **_patch_row(w.sid, kind="debug-restore", round_no=None, before=st.expected_sources,
+    w.ledger.insert("patches", **patch_row(w.sid, kind="debug-restore", round_no=None, before=st.expected_sources,
                                             after=w.sources, note="debug options restored (R22)"))
     st = state(w)
     assert (st.debug_enabled, st.debug_baseline, st.expected_sources) == (False, None, w.sources)

@@ -16,7 +16,7 @@ import pytest
 
 from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
-from pypto_tune.tools.operations.base import _patch_row
+from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.patching import legality
 from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.session import rules
@@ -104,15 +104,15 @@ def test_a_stage_is_left_exactly_at_its_no_gain_threshold_and_not_one_round_earl
                                                                                     stage: str) -> None:
     w = tuning(tmp_path / "ws", stage)
     svc = TuningService(default_workspace=w.ws)
-    h = svc._find(w.sid)
+    h = svc.ctx.find(w.sid)
     t = THRESHOLDS[stage]
     for n in range(1, t):
         no_gain_round(w, n, stage)
     st = state(w)
     assert st.counters[stage].consecutive_no_gain == t - 1
-    assert svc._judge_stage(h, st) == "" and state(w).stage == stage
+    assert svc.stage_control.judge(h, st) == "" and state(w).stage == stage
     no_gain_round(w, t, stage)
-    msg = svc._judge_stage(h, state(w))
+    msg = svc.stage_control.judge(h, state(w))
     assert f"{t} consecutive rounds without gain" in msg, msg
     assert state(w).stage == NEXT[stage]
 
@@ -166,7 +166,7 @@ def test_a_failed_change_is_refused_after_a_correction_round_that_was_abandoned(
     w.open_round(1, "FRONTEND", "F-10", change, bad, before_us=BASE_US)
     w.precision(w.run("precision", 1, "0", bad), "error", 1, "0", bad, key="Run pass failed")
     fixed = with_vec_tile(w.kept, "1, 16, 256")
-    w.ledger.insert("patches", **_patch_row(w.sid, kind="correction", round_no=1, before=bad, after=fixed,
+    w.ledger.insert("patches", **patch_row(w.sid, kind="correction", round_no=1, before=bad, after=fixed,
                                             note="correction", changes=[change.model_copy(update={
                                                 "after": [1, 16, 256]})]))
     w.decide(1, "reverted", "abandoned", None, None, "reverted before verification", fixed)
@@ -202,7 +202,7 @@ def test_a_change_whose_measurement_was_invalid_is_refused_whatever_closed_its_r
 def test_a_change_is_refused_while_another_call_holds_the_sessions_operation_lock(tmp_path: Path) -> None:
     w = tuning(tmp_path / "ws")
     svc = TuningService(default_workspace=w.ws)
-    h = svc._find(w.sid)
+    h = svc.ctx.find(w.sid)
     before = (w.ws / "softmax.py").read_bytes()
     seen: list[BaseException] = []
 
@@ -212,7 +212,7 @@ def test_a_change_is_refused_while_another_call_holds_the_sessions_operation_loc
         except BaseException as exc:  # noqa: BLE001 - the refusal is the result under test
             seen.append(exc)
 
-    with svc._claim(h, "collect_swimlane", w.sid):
+    with svc.ctx.claim(h, "collect_swimlane", w.sid):
         t = threading.Thread(target=agent)
         t.start()
         t.join()
@@ -320,7 +320,7 @@ def test_the_last_configuration_stage_converged_by_measurement_opens_the_algorit
     svc = TuningService(default_workspace=w.ws)
     for n in range(1, THRESHOLDS["INCORE_3"] + 1):
         no_gain_round(w, n, "INCORE_3")
-    svc._judge_stage(svc._find(w.sid), state(w))
+    svc.stage_control.judge(svc.ctx.find(w.sid), state(w))
     st = state(w)
     assert st.stage == "ALGORITHM" and not st.finished
 

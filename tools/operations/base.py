@@ -1,4 +1,5 @@
-"""Plumbing shared by the operation groups: sessions by id, derived state, gates, recorded writes."""
+"""What every operation object is built with: the session context (sessions by id, derived state, gates, recorded
+writes), and the lock every operation that changes a session holds."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ from pypto_tune.tools.rules import gates
 from pypto_tune.tools.rules import calls as call_rules, change as change_rules, drift as drift_rules
 from pypto_tune.tools.rules.drift import UnrecordedEdit
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
-from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger, now_iso
+from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger
+from pypto_tune.tools.session.recorder import Recorder
 from pypto_tune.tools.patching import (
     hash_sources,
     read_sources,
-    unified_diff,
     write_sources,
 )
 from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F401  (re-exported)
@@ -65,7 +66,7 @@ log = logging.getLogger("pypto_tune.service")
 _HELD: ContextVar[frozenset[int]] = ContextVar("pypto_tune_operation_locks", default=frozenset())
 
 
-class _Handle:
+class Handle:
     """What this process keeps per workspace: the ledger, the session lock and the operation in progress."""
 
     def __init__(self, workspace: Path) -> None:
@@ -82,42 +83,56 @@ class _Handle:
         # run (RunOps.offer_sample / take_sample): it may be the next collect_swimlane's sample. Kept in memory only:
         # the output folders' digests at the run's end, which the sample is checked against, are not in the ledger
         self.fresh_sim_runs: dict[str, tuple[str, Any]] = {}
-        self.quarantined: list[str] = []  # what _write copied away before writing over an edit (for the message)
+        self.quarantined: list[str] = []  # what write copied away before writing over an edit (for the message)
+
+    def record(self, session_id: str | None) -> Recorder:
+        """The writes of ``session_id`` into this workspace's ledger, one method per kind of row."""
+        return Recorder(self.ledger, session_id)
 
 
 def exclusive(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A call that changes a session holds the session's one operation lock from before its gates to its last
     write — long jobs and synchronous tools alike. A second such call meanwhile is refused (``GATE busy``) before it
     reads anything, so it cannot act on a state that the first is changing (issue #16: of two concurrent
-    ``apply_tuning_patch`` calls the refused one had already written the operator file)."""
+    ``apply_tuning_patch`` calls the refused one had already written the operator file).
+
+    Decorates a method of an operation object: the object's ``ctx`` (a :class:`SessionContext`) holds the lock."""
     name = fn.__name__
     if inspect.iscoroutinefunction(fn):
         @functools.wraps(fn)
-        async def run_async(self: "OperationsBase", session_id: str | None = None, *args: Any, **kw: Any) -> Any:
-            with self._operation(session_id, name):
+        async def run_async(self: HasContext, session_id: str | None = None, *args: Any, **kw: Any) -> Any:
+            with self.ctx.operation(session_id, name):
                 return await fn(self, session_id, *args, **kw)
         return run_async
 
     @functools.wraps(fn)
-    def run(self: "OperationsBase", session_id: str | None = None, *args: Any, **kw: Any) -> Any:
-        with self._operation(session_id, name):
+    def run(self: HasContext, session_id: str | None = None, *args: Any, **kw: Any) -> Any:
+        with self.ctx.operation(session_id, name):
             return fn(self, session_id, *args, **kw)
     return run
 
 
-class OperationsBase:
-    """Plumbing every operation group shares: finding a session, deriving its state, the gates, writes."""
+class HasContext(Protocol):
+    """An operation object: built with the one :class:`SessionContext` of its service."""
+
+    ctx: SessionContext
+
+
+class SessionContext:
+    """What every operation object shares, passed to its constructor: the sessions this process serves (one ledger
+    and workspace lock per workspace), the runner (``executor``, ``python``), deriving a session's state, the gates,
+    and the writes of operator files. One per ``TuningService``."""
 
     @contextmanager
-    def _operation(self, session_id: str | None, name: str) -> Iterator[None]:
+    def operation(self, session_id: str | None, name: str) -> Iterator[None]:
         if session_id is None:  # no session (analyze_bubbles on a folder): nothing to lock
             yield
             return
-        with self._claim(self._find(session_id), name, session_id):
+        with self.claim(self.find(session_id), name, session_id):
             yield
 
     @contextmanager
-    def _claim(self, h: _Handle, name: str, session_id: str | None) -> Iterator[None]:
+    def claim(self, h: Handle, name: str, session_id: str | None) -> Iterator[None]:
         """Take ``h``'s operation lock for ``name`` (re-entrant within one call), or refuse with ``GATE busy``."""
         if id(h) in _HELD.get():
             yield
@@ -127,7 +142,7 @@ class OperationsBase:
             if holder is None:
                 h.busy = name
         if holder is not None:
-            raise self._refuse(h, session_id, name, call_rules.busy(holder))
+            raise self.refuse(h, session_id, name, call_rules.busy(holder))
         token = _HELD.set(_HELD.get() | {id(h)})
         try:
             yield
@@ -137,10 +152,10 @@ class OperationsBase:
                 h.busy = None
 
     # -------------------------------------------------------------- the interpreter's files (interpreter_files.py)
-    def _fingerprint_path(self, h: _Handle, session_id: str) -> Path:
+    def fingerprint_path(self, h: Handle, session_id: str) -> Path:
         return h.workspace / LEDGER_DIR / "interpreter" / f"{session_id}.json.gz"
 
-    def _fingerprint(self, h: _Handle, st: SessionState) -> Fingerprint | None:
+    def fingerprint(self, h: Handle, st: SessionState) -> Fingerprint | None:
         """The scan taken before the session's baseline, checked against the digest the ledger holds for it (a
         rewritten fingerprint file is not trusted: every run is then refused until the session is restarted)."""
         if st.id in h.fingerprints:
@@ -150,7 +165,7 @@ class OperationsBase:
         if rows:
             want = str(rows[-1]["detail"]).rsplit("digest ", 1)[-1].strip()
             try:
-                fp = Fingerprint.load(self._fingerprint_path(h, st.id))
+                fp = Fingerprint.load(self.fingerprint_path(h, st.id))
             except (OSError, ValueError, KeyError) as exc:
                 log.warning("interpreter fingerprint of %s unreadable: %s", st.id, exc)
                 fp = Fingerprint(roots=[], entries={"<fingerprint file unreadable>": (0, 0, 0)})
@@ -167,19 +182,17 @@ class OperationsBase:
         self.python = python
         # where isolated runs execute (tools/running/executors/): this machine unless `serve --executor ray` chose Ray
         self.executor: Executor = executor if executor is not None else default_executor()
-        self._handles: dict[Path, _Handle] = {}
+        self._handles: dict[Path, Handle] = {}
         self._session_ws: dict[str, Path] = {}
         self._contexts: dict[tuple[str, str], dict[str, str]] = {}
         self._sem_cache: dict[str, str] = {}
-        self._proposals: dict[str, dict[str, dict[str, Any]]] = {}  # session -> candidate id -> candidate
-        self._admission_caches: dict[str, Any] = {}  # session -> tools.search.AdmissionCache
 
-    def _handle(self, workspace: Path) -> _Handle:
+    def handle(self, workspace: Path) -> Handle:
         if workspace not in self._handles:
-            self._handles[workspace] = _Handle(workspace)
+            self._handles[workspace] = Handle(workspace)
         return self._handles[workspace]
 
-    def _find(self, session_id: str) -> _Handle:
+    def find(self, session_id: str) -> Handle:
         if not session_id or not isinstance(session_id, str):
             raise InputError("session_id is required", hint="call start_session first; it returns the id")
         ws = self._session_ws.get(session_id)
@@ -188,7 +201,7 @@ class OperationsBase:
             for cand in candidates:
                 ledger_file = cand / LEDGER_DIR / "ledger.sqlite3"
                 if ledger_file.exists():
-                    h = self._handle(cand)
+                    h = self.handle(cand)
                     if h.ledger.rows("sessions", session_id):
                         ws = cand
                         self._session_ws[session_id] = cand
@@ -197,30 +210,33 @@ class OperationsBase:
                 f"unknown session_id {session_id!r}",
                 hint="call start_session with the workspace to resume it (the ledger lives in WORKSPACE/.pypto-tune/)",
             )
-        return self._handle(ws)
+        return self.handle(ws)
 
     def know_session(self, workspace: Path, session_id: str) -> None:
         """Let later calls find a session this process neither started nor resumed. A campaign driver that resumes
         after its predecessor died finds a session already finished in its operator's workspace, and must still be
         able to write that session's reports (``render_report`` is the one call a finished session takes)."""
-        h = self._handle(workspace)
+        h = self.handle(workspace)
         if not h.ledger.rows("sessions", session_id):
             raise InputError(f"the ledger of {workspace} holds no session {session_id!r}",
                              hint="pass the workspace the session was started in")
         self._session_ws[session_id] = workspace
 
-    def _state(self, h: _Handle, session_id: str) -> SessionState:
+    def remember(self, session_id: str, workspace: Path) -> None:
+        """Later calls find ``session_id`` in ``workspace`` (a session this process started, resumed or attached)."""
+        self._session_ws[session_id] = workspace
+
+    def state(self, h: Handle, session_id: str) -> SessionState:
         return derive_state(load_rows(h.ledger, session_id))
 
-    def _refuse(self, h: _Handle, session_id: str | None, tool: str, refusal: GateRefusal) -> GateRefusal:
+    def refuse(self, h: Handle, session_id: str | None, tool: str, refusal: GateRefusal) -> GateRefusal:
         try:
-            h.ledger.insert("refusals", session_id=session_id, at=now_iso(), tool=tool, rule=refusal.rule,
-                            message=refusal.message)
+            h.record(session_id).refusal(tool=tool, rule=refusal.rule, message=refusal.message)
         except PyptoTuneError:
             log.exception("could not record a refusal")
         return refusal
 
-    def _gate(self, h: _Handle, st: SessionState, tool: str, *, mutating: bool = True, **kw: Any) -> None:
+    def gate(self, h: Handle, st: SessionState, tool: str, *, mutating: bool = True, **kw: Any) -> None:
         """Run the gates for ``tool``; record and raise the first refusal."""
         try:
             if mutating:
@@ -230,17 +246,17 @@ class OperationsBase:
                 findings = h.ledger.integrity_findings() if tool not in call_rules.INTEGRITY_EXEMPT else []
                 if findings:
                     raise call_rules.untrusted_ledger(findings)
-                st = self._heal(h, st)
-                st = self._void_discarded(h, st)[0]
+                st = self.heal(h, st)
+                st = self.void_discarded(h, st)[0]
                 if (not st.finished and st.open_round is None and st.level1 == "S4_TUNE"
                         and gates.time_limit_exceeded(st)):
-                    self._finish(h, st, f"time limit of {st.session['time_limit_h']} h reached")
-                    st = self._state(h, st.id)
-            gates.check(tool, st, drift=self._drift(h, st), **kw)
+                    self.finish(h, st, f"time limit of {st.session['time_limit_h']} h reached")
+                    st = self.state(h, st.id)
+            gates.check(tool, st, drift=self.drift(h, st), **kw)
         except GateRefusal as refusal:
-            raise self._refuse(h, st.id, tool, refusal) from None
+            raise self.refuse(h, st.id, tool, refusal) from None
 
-    def _drift(self, h: _Handle, st: SessionState) -> str:
+    def drift(self, h: Handle, st: SessionState) -> str:
         """'' when the workspace holds exactly the recorded state, else what differs (every file a run can read
         counts, not only the operator files: a rewritten harness is drift like an edited kernel)."""
         try:
@@ -258,7 +274,7 @@ class OperationsBase:
             parts.append(server_files.describe(alien))
         return "; ".join(parts)
 
-    def _foreign(self, h: _Handle, st: SessionState) -> list[tuple[str, str]]:
+    def _foreign(self, h: Handle, st: SessionState) -> list[tuple[str, str]]:
         """Entries of ``.pypto-tune/`` the server did not write (``tools/code/server_files.py``), judged against the
         sealed ledger: its sessions and every session's recorded blobs."""
         sessions = tuple(sorted(str(r["id"]) for r in h.ledger.rows("sessions")))
@@ -268,7 +284,7 @@ class OperationsBase:
         known = server_files.Known(sessions=set(sessions), blobs=h.server_index[1])
         return server_files.foreign(h.workspace, known)
 
-    def _disk_sources(self, h: _Handle, st: SessionState) -> dict[str, str]:
+    def disk_sources(self, h: Handle, st: SessionState) -> dict[str, str]:
         """The operator files as they are on disk, for the record of what a revert replaced. A file that is missing,
         or is now a symbolic link (never read through), is recorded as a one-line note instead of its text."""
         from pypto_tune.tools.patching.nofollow import LinkRefused
@@ -283,7 +299,7 @@ class OperationsBase:
                 out[rel] = "# <missing on disk>\n"
         return out
 
-    def _restore_tree(self, h: _Handle, st: SessionState) -> str:
+    def restore_tree(self, h: Handle, st: SessionState) -> str:
         """Put the recorded state back: the operator files as the server wrote them, every other recorded file from
         the blob store; files added since are moved to ``.pypto-tune/quarantine/<time>/`` (nothing a person wrote is
         deleted). Returns what was done besides the operator files.
@@ -310,7 +326,7 @@ class OperationsBase:
                 tree.check_parents(path)  # LinkRefused before the first write
             for path in alien:
                 own.check_parents(path)
-            self._write(h, st, st.expected_sources, "revert_patch", over_edit="quarantine")
+            self.write(h, st, st.expected_sources, "revert_patch", over_edit="quarantine")
             for path in alien:  # files dropped into the server's own folder: out of every run's way
                 own.move_to(path, own, f"{LEDGER_DIR}/quarantine/{stamp}/{path}")
                 moved.append(path)
@@ -342,7 +358,7 @@ class OperationsBase:
             parts.append(f"moved added files to {LEDGER_DIR}/quarantine/{stamp}/: " + ", ".join(moved))
         return "; ".join(parts)
 
-    def _context(self, h: _Handle, st: SessionState) -> dict[str, str]:
+    def context_files(self, h: Handle, st: SessionState) -> dict[str, str]:
         """The workspace's other Python files as recorded at session start (the harness, helpers): never edited,
         but they decide which names reach the problem (tools/patching/roles.py). Read from the blob store."""
         key = (str(h.workspace), st.id)
@@ -362,7 +378,7 @@ class OperationsBase:
         self._contexts[key] = out
         return out
 
-    def _admit(self, h: _Handle, st: SessionState, tool: str, reference: dict[str, str], after: dict[str, str], *,
+    def admit(self, h: Handle, st: SessionState, tool: str, reference: dict[str, str], after: dict[str, str], *,
                catalog_id: str, algorithm: bool = False, same_knob_as: str | None = None,
                path: str = "knob", same_knobs: frozenset[str] | None = None) -> "Admission":
         """The one admission path (tools/code/admission.py) plus the session's own rules: the catalogue id the knob
@@ -377,7 +393,7 @@ class OperationsBase:
         try:
             from pypto_tune.tools.operations import probes
 
-            adm = adm_mod.admit(reference, after, context=self._context(h, st), algorithm=algorithm,
+            adm = adm_mod.admit(reference, after, context=self.context_files(h, st), algorithm=algorithm,
                                 allow_structural=bool(stage and stage.group == "algorithm" and algorithm),
                                 run=probes.record_for(h.ledger, st.id, reference))
             moved = [adm.change] if adm.kind == "knob" and adm.change is not None else (
@@ -397,11 +413,11 @@ class OperationsBase:
             if tried:
                 raise change_rules.already_tried(tried)
         except GateRefusal as refusal:
-            raise self._refuse(h, st.id, tool, refusal) from None
-        h.ledger.insert("admissions", session_id=st.id, at=now_iso(), round=st.open_round.number if st.open_round
-                        else None, path=path, verdict=adm.kind,
-                        knob_id=adm.change.knob_id if adm.change else (adm.changes[0].knob_id if adm.changes
-                                                                       else None), info=adm.model_dump(mode="json"))
+            raise self.refuse(h, st.id, tool, refusal) from None
+        h.record(st.id).admission(round=st.open_round.number if st.open_round else None, path=path, verdict=adm.kind,
+                                  knob_id=adm.change.knob_id if adm.change else (adm.changes[0].knob_id if adm.changes
+                                                                                 else None),
+                                  info=adm.model_dump(mode="json"))
         return adm
 
     def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
@@ -428,11 +444,11 @@ class OperationsBase:
             n = int(p["round"])
             r, d = rounds.get(n), st.decisions.get(n)
             what = f"round {n}" + (f" ({r['change']})" if r is not None else "")
-            if p["after_hash"] in failed and self._sem(p) == new_sem:
+            if p["after_hash"] in failed and self.patch_semantic_hash(p) == new_sem:
                 return f"this exact code failed in {what}: {failed[p['after_hash']]}"
             if r is None or d is None or d["decision"] == "kept" or d["result_type"] == "abandoned":
                 continue
-            if self._sem(p) == new_sem:
+            if self.patch_semantic_hash(p) == new_sem:
                 return f"this exact change was tried in {what} and ended {d['decision']} ({d['result_type']})"
             if key and r["before_hash"] == st.kept_hash and any(
                     (c["knob_id"], _value_key(c["after"])) == key for c in p["knob_changes"]):
@@ -448,7 +464,7 @@ class OperationsBase:
                             f"round {n} ({d['result_type']}); a pair does not retry it")
         return ""
 
-    def _sem(self, patch: Any) -> str:
+    def patch_semantic_hash(self, patch: Any) -> str:
         cached = self._sem_cache.get(patch["after_raw_hash"])
         if cached is None:
             cached = self._sem_cache[patch["after_raw_hash"]] = semantic_hash(dict(patch["after_sources"]))
@@ -462,22 +478,22 @@ class OperationsBase:
         if not session_id:
             return "zh"
         try:
-            h = self._find(session_id)
-            return str((self._state(h, session_id).session["config"] or {}).get("lang") or "zh")
+            h = self.find(session_id)
+            return str((self.state(h, session_id).session["config"] or {}).get("lang") or "zh")
         except PyptoTuneError:
             return "zh"  # an unknown session: the tool itself names it
 
-    def _base(self, st: SessionState, message: str = "") -> dict[str, Any]:
+    def result_base(self, st: SessionState, message: str = "") -> dict[str, Any]:
         return {"session_id": st.id, "state": st.level1, "stage": st.stage, "message": message,
                 "next_actions": gates.allowed_actions(st)}
 
-    def _write(self, h: _Handle, st: SessionState, sources: dict[str, str], tool: str, *,
+    def write(self, h: Handle, st: SessionState, sources: dict[str, str], tool: str, *,
                over_edit: str = "refuse", ours: dict[str, str] | None = None) -> str:
-        """Write operator sources, with the intent on record first (ledger migration 2, see ``_heal``).
+        """Write operator sources, with the intent on record first (ledger migration 2, see ``heal``).
 
         Every write of an operator file passes here, and none goes over a change nobody recorded: each file about to
         be written must still hold what the server recorded (``st.expected_sources``; ``ours``: other bytes the
-        caller knows to be the server's own, such as an interrupted write ``_heal`` undoes). A file edited since —
+        caller knows to be the server's own, such as an interrupted write ``heal`` undoes). A file edited since —
         by the agent or a person, while a batch ran or between two calls — is, by ``over_edit``:
 
         * ``"refuse"``: nothing is written and ``UnrecordedEdit`` (GATE drift) names the files; the edit stays;
@@ -488,14 +504,13 @@ class OperationsBase:
         moment is caught by the read-back in ``write_sources``, not preserved."""
         edited = self._unrecorded_edits(h, st, sources, ours or {})
         if edited and over_edit != "quarantine":
-            raise self._refuse(h, st.id, tool, UnrecordedEdit(tool, sorted(edited)))
+            raise self.refuse(h, st.id, tool, UnrecordedEdit(tool, sorted(edited)))
         if edited:
             self._quarantine_copies(h, edited, tool)
-        h.ledger.insert("write_intents", session_id=st.id, at=now_iso(), tool=tool,
-                        before_sources=st.expected_sources, after_sources=sources)
+        h.record(st.id).write_intent(tool=tool, before_sources=st.expected_sources, after_sources=sources)
         return write_sources(h.workspace, sources)
 
-    def _unrecorded_edits(self, h: _Handle, st: SessionState, sources: dict[str, str],
+    def _unrecorded_edits(self, h: Handle, st: SessionState, sources: dict[str, str],
                           ours: dict[str, str]) -> dict[str, bytes | None]:
         """Files of ``sources`` whose bytes on disk are neither the recorded ones, nor ``ours``, nor the bytes about
         to be written (path → the bytes found; None for a link, which is never read through). A missing file holds
@@ -518,7 +533,7 @@ class OperationsBase:
                     out[rel] = data
         return out
 
-    def _quarantine_copies(self, h: _Handle, edited: dict[str, bytes | None], tool: str) -> str:
+    def _quarantine_copies(self, h: Handle, edited: dict[str, bytes | None], tool: str) -> str:
         """Keep a copy of each edited file before a revert writes over it; returns the folder (workspace-relative)."""
         from datetime import datetime
 
@@ -533,7 +548,7 @@ class OperationsBase:
         h.quarantined.append(f"a copy of the unrecorded edit of {', '.join(edited)} is in {folder}/")
         return folder
 
-    def _heal(self, h: _Handle, st: SessionState) -> SessionState:
+    def heal(self, h: Handle, st: SessionState) -> SessionState:
         """Undo this server's own write if a crash cut it off before it was recorded.
 
         The sign: the last write intent started from the sources the ledger still expects, and every file on disk
@@ -558,14 +573,13 @@ class OperationsBase:
             return st
         if not all(disk.get(f) in (before.get(f), after.get(f)) for f in disk):
             return st
-        self._write(h, st, st.expected_sources, "heal", ours=after)  # also supersedes the interrupted intent
-        h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
-                                                after=st.expected_sources,
-                                                note=f"undid {last['tool']}'s write of {last['at']}, interrupted "
-                                                "before it was recorded (server crash)"))
-        return self._state(h, st.id)
+        self.write(h, st, st.expected_sources, "heal", ours=after)  # also supersedes the interrupted intent
+        h.record(st.id).patch(kind="drift-revert", round_no=None, before=disk, after=st.expected_sources,
+                              note=f"undid {last['tool']}'s write of {last['at']}, interrupted before it was recorded "
+                                   "(server crash)")
+        return self.state(h, st.id)
 
-    def _void_discarded(self, h: _Handle, st: SessionState) -> tuple[SessionState, str]:
+    def void_discarded(self, h: Handle, st: SessionState) -> tuple[SessionState, str]:
         """Repair a ledger that charged runs the server discarded to the code they ran (``tools/session/discarded.py``):
         the rounds decided failed on such runs only are voided by one appended correction that names them — their
         values become proposable again. Returns the state and a note for the caller's message ('' when none)."""
@@ -576,34 +590,22 @@ class OperationsBase:
         causes = sorted(set(charged.values()))
         reason = (f"round(s) {', '.join(map(str, rounds))} were decided failed on runs the server discarded ("
                   + "; ".join(causes)[:1500] + "): no result of their code; voided, their changes may be tried again")
-        h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field=VOID_FIELD,
-                        before_value={str(n): f"{st.decisions[n]['decision']} / {st.decisions[n]['result_type']}"
-                                      for n in rounds},
-                        after_value={"rounds": rounds, "status": "invalid"}, reason=reason)
-        return self._state(h, st.id), (f"; repaired the ledger: round(s) {', '.join(map(str, rounds))} had been "
+        h.record(st.id).correction(field=VOID_FIELD,
+                                   before_value={str(n): f"{st.decisions[n]['decision']} / "
+                                                         f"{st.decisions[n]['result_type']}" for n in rounds},
+                                   after_value={"rounds": rounds, "status": "invalid"}, reason=reason)
+        return self.state(h, st.id), (f"; repaired the ledger: round(s) {', '.join(map(str, rounds))} had been "
                                        "recorded failed on runs the server discarded (" + "; ".join(causes)[:300]
                                        + ") — voided by a correction row, their values are proposable again")
 
-    def _transition(self, h: _Handle, st: SessionState, level: str, to: str, reason: str,
+    def transition(self, h: Handle, st: SessionState, level: str, to: str, reason: str,
                     summary: dict[str, Any] | None = None) -> None:
-        h.ledger.insert("transitions", session_id=st.id, at=now_iso(), level=level,
-                        from_value=st.level1 if level == "state" else st.stage, to_value=to, reason=reason,
-                        summary=summary or {})
+        h.record(st.id).transition(level=level, from_value=st.level1 if level == "state" else st.stage, to_value=to,
+                                   reason=reason, summary=summary or {})
 
-    def _finish(self, h: _Handle, st: SessionState, reason: str, summary: dict[str, Any] | None = None) -> None:
-        self._transition(h, st, "state", "S5_REPORT", reason, summary or gates.stage_summary(st))
+    def finish(self, h: Handle, st: SessionState, reason: str, summary: dict[str, Any] | None = None) -> None:
+        self.transition(h, st, "state", "S5_REPORT", reason, summary or gates.stage_summary(st))
 
-
-
-def _patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict[str, str], after: dict[str, str],
-               note: str, catalog_id: str | None = None, diff: str | None = None,
-               changes: list[Any] | None = None) -> dict[str, Any]:
-    """One ``patches`` row: both source states, their functional and raw hashes, the diff and the knob delta."""
-    return dict(session_id=session_id, at=now_iso(), round=round_no, kind=kind, catalog_id=catalog_id,
-                diff=unified_diff(before, after) if diff is None else diff, before_hash=code_hash(before),
-                after_hash=code_hash(after), before_raw_hash=hash_sources(before),
-                after_raw_hash=hash_sources(after), before_sources=before, after_sources=after,
-                knob_changes=[c.model_dump(mode="json") for c in (changes or [])], note=note)
 
 
 #: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes
@@ -630,11 +632,11 @@ def _failed_code(st: SessionState) -> dict[str, str]:
     return out
 
 
-def _goal_text(row: Any) -> str:
+def goal_text(row: Any) -> str:
     return (f"{row['goal_value']:g}x faster" if row["goal_kind"] == "speedup" else f"≤ {row['goal_value']:g} µs")
 
 
-def _next_round(st: SessionState) -> int:
+def next_round(st: SessionState) -> int:
     """The next round number, past every number a run, verdict or measurement already used (a candidate batch that
     was cancelled or cut off by a crash leaves runs under numbers that never got a round row)."""
     used = [int(r["number"]) for r in st.rounds]
@@ -643,7 +645,7 @@ def _next_round(st: SessionState) -> int:
     return max(used, default=0) + 1
 
 
-def _describe(changes: list[Any]) -> str:
+def describe_change(changes: list[Any]) -> str:
     """A round's change as the ledger's ``rounds.change`` says it: a linked pair (two knobs) as one change, ``a +
     b``."""
     return (" + " if len(changes) == 2 else "; ").join(f"{c.knob_id}: {c.before!r} → {c.after!r}" for c in changes)

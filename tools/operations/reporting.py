@@ -22,46 +22,49 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import load_rows
 
 from pypto_tune.tools.operations.base import (
-    exclusive, OperationsBase, _patch_row,
+    exclusive, SessionContext,
 )
+from pypto_tune.tools.operations.stages import checklist
 
 
 log = logging.getLogger("pypto_tune.service")
 
 
-class ReportOps(OperationsBase):
+class ReportOps:
     """render_report, get_status, list_knobs, ledger_json, snapshot."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
 
     @exclusive
     def render_report(self, session_id: str, *, fmt: str = "md", lang: str | None = None) -> ReportResult:
         """Write the final report (R21) after restoring debug options (R22)."""
-        lang = self.session_lang(session_id, lang)
-        h = self._find(session_id)
-        st = self._state(h, session_id)
+        lang = self.ctx.session_lang(session_id, lang)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
         if fmt not in ("md", "html", "both"):
             raise InputError(f"format must be md, html or both, got {fmt!r}", hint="md is the default")
         if lang not in ("zh", "en"):
             raise InputError(f"lang must be zh or en, got {lang!r}", hint="zh is the default")
-        self._gate(h, st, "render_report")
+        self.ctx.gate(h, st, "render_report")
         restored_now = False
         if st.debug_enabled:
             before = st.expected_sources
             after = set_runtime_debug(before, False, baseline=st.debug_baseline)
-            self._write(h, st, after, "render_report")
-            h.ledger.insert("patches", **_patch_row(st.id, kind="debug-restore", round_no=None, before=before,
-                                                    after=after, note="debug_options restored by render_report "
-                                                    "(R22)"))
+            self.ctx.write(h, st, after, "render_report")
+            h.record(st.id).patch(kind="debug-restore", round_no=None, before=before, after=after,
+                                  note="debug_options restored by render_report (R22)")
             restored_now = True
-            st = self._state(h, session_id)
+            st = self.ctx.state(h, session_id)
         snap = self.snapshot(session_id)
         paths = self._write_reports(h, st, snap, fmt, lang)
         if st.level1 != "DONE":
-            self._transition(h, st, "state", "DONE", "final report rendered")
+            self.ctx.transition(h, st, "state", "DONE", "final report rendered")
         # A finished session writes nothing more: free the workspace so another server can start the next one
         # (rendering again re-takes the lock if it is still free).
         h.lock.release()
-        st2 = self._state(h, session_id)
-        return ReportResult(**self._base(st2, "report written: " + ", ".join(paths)
+        st2 = self.ctx.state(h, session_id)
+        return ReportResult(**self.ctx.result_base(st2, "report written: " + ", ".join(paths)
                                          + " (this session's own file, then the latest under the stable name)"
                                          + ("; debug options restored first (R22)" if restored_now else "")),
                             paths=paths, debug_restored_now=restored_now)
@@ -90,10 +93,10 @@ class ReportOps(OperationsBase):
         return paths
 
     def get_status(self, session_id: str, lang: str | None = None) -> StatusResult:
-        lang = self.session_lang(session_id, lang)
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        drift_detail = self._drift(h, st)
+        lang = self.ctx.session_lang(session_id, lang)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        drift_detail = self.ctx.drift(h, st)
         drift = bool(drift_detail)
         snap = self.snapshot(session_id)
         voided = voided_rounds(st.rows)  # decided on runs the server discarded: no result (session/discarded.py)
@@ -102,7 +105,7 @@ class ReportOps(OperationsBase):
         findings = h.ledger.integrity_findings()
         invalid = [t for t in st.rows["trials"] if t["outcome"] == "invalid"]
         return StatusResult(
-            **self._base(st, f"{st.level1}" + (f" / {st.stage}" if st.stage else "")
+            **self.ctx.result_base(st, f"{st.level1}" + (f" / {st.stage}" if st.stage else "")
                          + (f" — DRIFT: the workspace changed outside the server ({drift_detail})" if drift
                             else "")
                          + (f" — INVALID: {len(invalid)} trial(s) discarded by the server, not charged to their "
@@ -117,7 +120,7 @@ class ReportOps(OperationsBase):
             success_rate_pct=(sum(1 for d in decided if d["result_type"] in ("gain", "not-chosen")) / len(decided)
                               * 100.0) if decided else None, finished=st.finished,
             running_job=h.busy, drift=drift, kept_samples=len(st.kept_samples),
-            checklist=self._checklist(st, rules.STAGES_BY_NAME[st.stage].group)  # type: ignore[attr-defined]
+            checklist=checklist(st, rules.STAGES_BY_NAME[st.stage].group)
             if st.stage and st.stage in rules.STAGES_BY_NAME else [],
         )
 
@@ -127,15 +130,15 @@ class ReportOps(OperationsBase):
 
         ``detail="summary"`` (the default) answers what choosing a knob needs: each kind's legal values once
         (``legal_by_kind``), no per-knob list of runs, a dead site's id and why; ``"full"``: every field."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
         from pypto_tune.tools.operations import probes
         from pypto_tune.tools.patching import roles
         from pypto_tune.tools.patching.effective import describe_legal
         from pypto_tune.tools.patching.extract import sites_of
         from pypto_tune.tools.patching.runmap import RunMap
 
-        context = self._context(h, st)
+        context = self.ctx.context_files(h, st)
         _, sites = sites_of(st.expected_sources, context)
         knobs = [s.knob.model_copy(deep=True) for s in sites]
         files = {**context, **st.expected_sources}
@@ -172,13 +175,13 @@ class ReportOps(OperationsBase):
                 + (f"; {idle} belong to kernels the test did not run" if idle else "")
                 + "; " + probes.describe(record, what))
         if detail != "full":
-            return KnobsResult(**self._base(st, text), detail="summary", legal_by_kind=_summarise(live_out, dead_out),
+            return KnobsResult(**self.ctx.result_base(st, text), detail="summary", legal_by_kind=_summarise(live_out, dead_out),
                                knobs=live_out, dead_knobs=dead_out, probe=probes.describe(record, what))
-        return KnobsResult(**self._base(st, text), detail="full", knobs=live_out, dead_knobs=dead_out,
+        return KnobsResult(**self.ctx.result_base(st, text), detail="full", knobs=live_out, dead_knobs=dead_out,
                            probe=probes.describe(record, what))
 
     def ledger_json(self, session_id: str) -> dict[str, Any]:
-        h = self._find(session_id)
+        h = self.ctx.find(session_id)
         rows = load_rows(h.ledger, session_id)
         return {"schema_version": h.ledger.schema_version(),
                 "tables": {k: [dict(r) for r in v] for k, v in rows.items()}}
@@ -188,7 +191,7 @@ class ReportOps(OperationsBase):
 
         It is the analysis ``collect_swimlane`` recorded from the run's artifacts (cores, leaves, chains,
         cross-check, suggestions in both languages), kept in the ledger, so it outlives the run folders."""
-        h = self._find(session_id)
+        h = self.ctx.find(session_id)
         rows = h.ledger.rows("measurements", session_id, "id = ?", (int(measurement_id),))
         if not rows:
             known = [int(r["id"]) for r in h.ledger.rows("measurements", session_id)]
@@ -202,25 +205,25 @@ class ReportOps(OperationsBase):
 
     def last_analysed_measurement(self, session_id: str) -> int | None:
         """The measurement the session's latest analyze_bubbles call analysed (read-only; None before any)."""
-        rows = self._find(session_id).ledger.rows("analyses", session_id)
+        rows = self.ctx.find(session_id).ledger.rows("analyses", session_id)
         return int(rows[-1]["measurement_id"]) if rows else None
 
     def measurement_ids(self, session_id: str) -> list[int]:
         """Ids of the session's measurements, oldest first (read-only; for completions)."""
-        return [int(r["id"]) for r in self._find(session_id).ledger.rows("measurements", session_id)]
+        return [int(r["id"]) for r in self.ctx.find(session_id).ledger.rows("measurements", session_id)]
 
     def session_ids(self) -> list[str]:
         """Sessions recorded in the default workspace's ledger, newest first (read-only; never creates a ledger)."""
-        ws = self.default_workspace
+        ws = self.ctx.default_workspace
         if ws is None or not (ws / LEDGER_DIR / LEDGER_FILE).exists():
             return []
-        return [str(r["id"]) for r in reversed(self._handle(ws).ledger.rows("sessions"))]
+        return [str(r["id"]) for r in reversed(self.ctx.handle(ws).ledger.rows("sessions"))]
 
     def snapshot(self, session_id: str) -> Any:
         from pypto_tune.tools.operations.snapshot_builder import build_snapshot
 
-        h = self._find(session_id)
-        return build_snapshot(self._state(h, session_id))
+        h = self.ctx.find(session_id)
+        return build_snapshot(self.ctx.state(h, session_id))
 
 
 

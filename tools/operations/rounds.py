@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pypto_tune.tools.session.discarded import discarded_run_ids, invalid_next_step
 from pypto_tune.tools.session import rules
 from pypto_tune.tools.rules import change as change_rules, gates
 from pypto_tune.tools.errors import InputError, KnobValueError
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
     extract_knobs,
     plan_diff_edit,
@@ -23,17 +22,25 @@ from pypto_tune.tools.operations.results import (
 from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.operations.base import (
-    exclusive, OperationsBase, _Handle, _describe, _next_round, _patch_row, code_hash,
+    exclusive, Handle, SessionContext, describe_change, next_round, code_hash,
 )
-
-
 from pypto_tune.tools.operations.reporting import render_status_board
+
+if TYPE_CHECKING:
+    from pypto_tune.tools.operations.reporting import ReportOps
+    from pypto_tune.tools.operations.stages import StageControl
 
 log = logging.getLogger("pypto_tune.service")
 
 
-class RoundOps(OperationsBase):
-    """apply_tuning_patch, revert_patch, record_round."""
+class RoundOps:
+    """apply_tuning_patch, revert_patch, record_round; closing a round (also stop_session's). A decided round is
+    judged by ``stages`` (the JUDGE step); the status board of record_round comes from ``reports``."""
+
+    def __init__(self, ctx: SessionContext, *, stages: StageControl, reports: ReportOps) -> None:
+        self.ctx = ctx
+        self.stages = stages
+        self.reports = reports
 
     @exclusive
     def apply_tuning_patch(self, session_id: str, *, catalog_id: str, rationale: str, knob: str | None = None,
@@ -45,9 +52,9 @@ class RoundOps(OperationsBase):
         one knob, the value must be legal on every site it reaches, and the change must not be one that already
         failed; nothing is written before that holds.
         """
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "apply_tuning_patch", catalog_id=catalog_id, algorithm=algorithm)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "apply_tuning_patch", catalog_id=catalog_id, algorithm=algorithm)
         if not rationale or not rationale.strip():
             raise InputError("rationale is required: say which analysis row or symptom led to this change (R10)",
                              hint="e.g. 'AIV util 12 %, tasks 0.9 µs: bigger vector tile (F-10)'")
@@ -60,36 +67,35 @@ class RoundOps(OperationsBase):
             if diff is not None:
                 plan = plan_diff_edit(base_sources, diff)
             else:
-                plan = plan_knob_edit(base_sources, knob, value, target, context=self._context(h, st))
+                plan = plan_knob_edit(base_sources, knob, value, target, context=self.ctx.context_files(h, st))
         except KnobValueError as exc:
             refusal = change_rules.illegal_value(str(exc.message), exc.hint)
-            raise self._refuse(h, st.id, "apply_tuning_patch", refusal) from None
+            raise self.ctx.refuse(h, st.id, "apply_tuning_patch", refusal) from None
         if plan.new_sources == base_sources:
             raise InputError("the patch changes nothing", hint="choose a different value; list_knobs shows current ones")
         # The one-change rule compares the candidate with the last KEPT state (E.1.2), not the failed attempt.
         reference = st.open_round.patches[0]["before_sources"] if correction else st.kept_sources
         first = st.open_round.patches[0]["knob_changes"] if correction else []
-        adm = self._admit(h, st, "apply_tuning_patch", reference, plan.new_sources, catalog_id=catalog_id,
+        adm = self.ctx.admit(h, st, "apply_tuning_patch", reference, plan.new_sources, catalog_id=catalog_id,
                           algorithm=algorithm, same_knobs=frozenset(c["knob_id"] for c in first) if first else None,
                           path="diff" if diff is not None else "knob")
         # a linked pair (rule linked-pair) is one change point: one round, one patch naming both knobs
         delta = list(adm.changes) if adm.kind == "pair" else [adm.change] if adm.change is not None else []
         kind = "algorithm" if adm.kind == "structural" else "config"
         new_hash = code_hash(plan.new_sources)
-        self._write(h, st, plan.new_sources, "apply_tuning_patch")
-        round_no = st.open_round.number if correction else _next_round(st)
-        with h.ledger.transaction() as tx:
+        self.ctx.write(h, st, plan.new_sources, "apply_tuning_patch")
+        round_no = st.open_round.number if correction else next_round(st)
+        with h.record(st.id).transaction() as rec:
             if not correction:
-                tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage or "",
-                          outer_round=st.outer_round, kind=kind, catalog_id=catalog_id,
-                          change=_describe(delta) if adm.kind in ("knob", "pair") else f"algorithm change ({catalog_id}): "
-                          + "; ".join(adm.structural_lines[:2]), rationale=rationale,
-                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-            tx.insert("patches", **_patch_row(st.id, kind="correction" if correction else "tuning",
-                                              round_no=round_no, before=base_sources, after=plan.new_sources,
-                                              note=rationale, catalog_id=catalog_id, diff=plan.diff,
-                                              changes=delta))
-        st2 = self._state(h, session_id)
+                rec.round_opened(number=round_no, stage=st.stage or "", outer_round=st.outer_round, kind=kind,
+                                 catalog_id=catalog_id,
+                                 change=describe_change(delta) if adm.kind in ("knob", "pair")
+                                 else f"algorithm change ({catalog_id}): " + "; ".join(adm.structural_lines[:2]),
+                                 rationale=rationale, before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash,
+                                 before_us=st.kept_us)
+            rec.patch(kind="correction" if correction else "tuning", round_no=round_no, before=base_sources,
+                      after=plan.new_sources, note=rationale, catalog_id=catalog_id, diff=plan.diff, changes=delta)
+        st2 = self.ctx.state(h, session_id)
         notes = []
         if adm.unchecked:
             notes.append("unchecked: " + "; ".join(adm.unchecked[:2]))
@@ -98,7 +104,7 @@ class RoundOps(OperationsBase):
         if adm.shared_with:
             notes.append("shared site — this change also changes: " + ", ".join(adm.shared_with))
         return PatchResult(
-            **self._base(st2, f"round {round_no}: {adm.describe()}; verify it with run_precision_check"
+            **self.ctx.result_base(st2, f"round {round_no}: {adm.describe()}; verify it with run_precision_check"
                          + (f" ({'; '.join(notes)})" if notes else "")),
             round=round_no, kind="correction" if correction else kind, knob_changes=delta, diff=plan.diff,
             code_hash=new_hash, legality_checked=adm.checked, legality_unchecked=adm.unchecked,
@@ -108,21 +114,19 @@ class RoundOps(OperationsBase):
     @exclusive
     def revert_patch(self, session_id: str, *, notes: str = "") -> RevertResult:
         """Roll the open round back to the last kept state byte-for-byte (or undo an external edit)."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "revert_patch")
-        disk = self._disk_sources(h, st)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "revert_patch")
+        disk = self.ctx.disk_sources(h, st)
         if st.open_round is None:
             # Only reachable under drift (the gate refuses otherwise): restore every recorded file.
-            restored = self._restore_tree(h, st)
-            h.ledger.insert("patches", **_patch_row(st.id, kind="drift-revert", round_no=None, before=disk,
-                                                    after=st.expected_sources,
-                                                    note="external edit reverted" + (f" ({restored})" if restored
-                                                                                     else "")))
-            st2 = self._state(h, session_id)
+            restored = self.ctx.restore_tree(h, st)
+            h.record(st.id).patch(kind="drift-revert", round_no=None, before=disk, after=st.expected_sources,
+                                  note="external edit reverted" + (f" ({restored})" if restored else ""))
+            st2 = self.ctx.state(h, session_id)
             kept = "; ".join(h.quarantined)
             h.quarantined.clear()
-            return RevertResult(**self._base(st2, "external edit reverted; the recorded state is restored"
+            return RevertResult(**self.ctx.result_base(st2, "external edit reverted; the recorded state is restored"
                                              + (f" ({restored})" if restored else "") + (f"; {kept}" if kept else "")),
                                 round=None, restored_hash=st.current_hash)
         r = st.open_round
@@ -137,64 +141,64 @@ class RoundOps(OperationsBase):
             decision, result_type, error = "reverted", ("abandoned" if j.result_type == "gain" else j.result_type), ""
         else:
             decision, result_type, error = _abandon_outcome(st)
-        restored = self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
+        restored = self.close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
                                      delta_pct=delta, error=error, notes=notes or "reverted by revert_patch",
                                      over_edit="quarantine")
-        st2 = self._state(h, session_id)
-        self._judge_stage(h, st2)
-        st2 = self._state(h, session_id)
+        st2 = self.ctx.state(h, session_id)
+        self.stages.judge(h, st2)
+        st2 = self.ctx.state(h, session_id)
         kept = "; ".join(h.quarantined)
         h.quarantined.clear()
-        return RevertResult(**self._base(st2, f"round {r.number} rolled back ({result_type}); "
+        return RevertResult(**self.ctx.result_base(st2, f"round {r.number} rolled back ({result_type}); "
                                          "source restored to the last kept state" + (f"; {kept}" if kept else "")),
                             round=r.number, restored_hash=restored, decision=decision)
 
-    def _close_round(self, h: _Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,
+    def close_round(self, h: Handle, st: SessionState, disk: dict[str, str], *, decision: str, result_type: str,
                      after_us: float | None, delta_pct: float | None, error: str, notes: str,
                      over_edit: str = "refuse") -> str:
         """Write the decision; when not kept, restore the kept sources (with the current debug state) first.
-        ``over_edit``: see ``_write`` (revert_patch keeps a copy of an unrecorded edit; record_round refuses)."""
+        ``over_edit``: see ``SessionContext.write`` (revert_patch keeps a copy of an unrecorded edit; record_round refuses)."""
         assert st.open_round is not None
         n = st.open_round.number
         restored_hash = st.current_hash
         target = st.kept_sources if decision != "kept" else None
         if target is not None:
             # before the transaction: the intent must be on record first
-            self._write(h, st, target, "revert", over_edit=over_edit)
-        with h.ledger.transaction() as tx:
+            self.ctx.write(h, st, target, "revert", over_edit=over_edit)
+        with h.record(st.id).transaction() as rec:
             if target is not None:
                 restored_hash = code_hash(target)
-                tx.insert("patches", **_patch_row(st.id, kind="revert", round_no=n, before=disk, after=target,
-                                                  note=f"round {n} rolled back ({result_type})"))
-            tx.insert("round_decisions", session_id=st.id, number=n, at=now_iso(), decision=decision,
-                      result_type=result_type, after_us=after_us, delta_pct=delta_pct, error_output=error[-4000:],
-                      notes=notes, restored_hash=restored_hash)
+                rec.patch(kind="revert", round_no=n, before=disk, after=target,
+                          note=f"round {n} rolled back ({result_type})")
+            rec.round_decision(number=n, decision=decision, result_type=result_type, after_us=after_us,
+                               delta_pct=delta_pct, error_output=error[-4000:], notes=notes,
+                               restored_hash=restored_hash)
             cat = st.open_round.row["catalog_id"]
             group = rules.STAGES_BY_NAME.get(st.open_round.row["stage"])
             ran = bool(st.open_round.precision or st.open_round.measurements)
             # a round opened and rolled back without a single run tried nothing: its item stays untried, or
             # apply+revert per item would empty the checklist and let the stage be left with no run at all
             if group and group.group in ("frontend", "swimlane", "incore") and cat != "MANUAL" and ran:
-                tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=group.group, stage=group.name,
-                          catalog_id=cat, status="tried" if decision != "failed" else "failed",
-                          reason=f"round {n}: {result_type}", round=n)
+                rec.checklist_mark(stage_group=group.group, stage=group.name, catalog_id=cat,
+                                   status="tried" if decision != "failed" else "failed",
+                                   reason=f"round {n}: {result_type}", round=n)
         return restored_hash
 
     @exclusive
     def record_round(self, session_id: str, *, notes: str = "", lang: str | None = None) -> RecordResult:
         """Judge the open round from the server's own measurement and keep or roll back (R12/R13/R14)."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "record_round")
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "record_round")
         assert st.open_round is not None
         r = st.open_round
-        disk = self._disk_sources(h, st)
+        disk = self.ctx.disk_sources(h, st)
         last_prec = r.precision[-1] if r.precision else None
         measurement = next((m for m in reversed(r.measurements) if m["code_hash"] == st.current_hash), None)
         discarded = _discarded_evidence(st)
         if discarded:
             # the server threw the run away for its own reasons: deciding "failed" would charge the change (R19)
-            raise self._refuse(h, st.id, "record_round", gates.discarded_run(r.number, discarded,
+            raise self.ctx.refuse(h, st.id, "record_round", gates.discarded_run(r.number, discarded,
                                                                               invalid_next_step(discarded)))
         before = st.kept_us
         after = delta = None
@@ -214,11 +218,11 @@ class RoundOps(OperationsBase):
             flags = _regression_flags(st, measurement, j.margin_pct)
             notes = "; ".join(x for x in [notes, j.note, f"noise margin {j.margin_pct:.2f} %"
                                           if st.run_mode == "npu" else "", *flags] if x)
-        self._close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
+        self.close_round(h, st, disk, decision=decision, result_type=result_type, after_us=after,
                           delta_pct=delta, error=error, notes=notes)
-        st2 = self._state(h, session_id)
-        verdict = self._judge_stage(h, st2)
-        st2 = self._state(h, session_id)
+        st2 = self.ctx.state(h, session_id)
+        verdict = self.stages.judge(h, st2)
+        st2 = self.ctx.state(h, session_id)
         c = st2.counters.get(r.row["stage"])
         sdef = rules.STAGES_BY_NAME.get(r.row["stage"])
         msg = f"round {r.number}: {decision} ({result_type}"
@@ -226,12 +230,12 @@ class RoundOps(OperationsBase):
         if verdict:
             msg += f"; {verdict}"
         try:
-            board = render_status_board(self.snapshot(session_id), self.session_lang(session_id, lang))
+            board = render_status_board(self.reports.snapshot(session_id), self.ctx.session_lang(session_id, lang))
         except Exception:  # the decision is recorded; a rendering bug must not turn it into an error
             log.exception("status board rendering failed")
             board = ""
         return RecordResult(
-            **self._base(st2, msg), round=r.number, before_us=before, after_us=after, delta_pct=delta,
+            **self.ctx.result_base(st2, msg), round=r.number, before_us=before, after_us=after, delta_pct=delta,
             decision=decision, result_type=result_type, finished=st2.finished, best_us=st2.kept_us,
             target_us=st2.target_us, stage_consecutive_no_gain=c.consecutive_no_gain if c else 0,
             stage_threshold=sdef.no_gain_threshold if sdef else 0, board=board, flags=flags,

@@ -2,7 +2,7 @@
 
 * ``start_session`` records this server's :class:`RunWorld` (environment, interpreter, closure, sandbox) in the
   session row; no sandbox and no ``--unsandboxed`` is refused (GATE sandbox) before anything is recorded.
-* Every run uses the recorded world (``_child_env``, ``_run``), never the environment of the server that runs it.
+* Every run uses the recorded world (``child_env``, ``RunOps.run``), never the environment of the server that runs it.
 * A resume whose world differs is refused (GATE environment) with the differences named, and a question for a
   person is recorded; once a person accepts (``pypto-tune confirm`` at a terminal, or the client's elicitation), the
   next resume records the new world as the session's baseline (a ``corrections`` row, ``field="environment"``) and
@@ -19,11 +19,10 @@ from typing import Any
 
 from pypto_tune.tools.rules import setup as setup_rules
 from pypto_tune.tools.errors import InputError
-from pypto_tune.tools.operations.base import INTERPRETER_CHECK, OperationsBase, _Handle
+from pypto_tune.tools.operations.base import INTERPRETER_CHECK, Handle, SessionContext
 from pypto_tune.tools.running import recorded_env, sandbox
 from pypto_tune.tools.running.interpreter_files import python_of
 from pypto_tune.tools.running.recorded_env import RunWorld
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 
 log = logging.getLogger("pypto_tune.service")
@@ -37,11 +36,14 @@ def world_digest(world: RunWorld) -> str:
     return hashlib.sha256(json.dumps(world.as_json(), sort_keys=True).encode()).hexdigest()
 
 
-class RunWorldOps(OperationsBase):
+class RunWorldOps:
     """The recorded run world of a session; see the module docstring."""
 
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+
     @staticmethod
-    def _world(st: SessionState) -> RunWorld | None:
+    def world(st: SessionState) -> RunWorld | None:
         """The session's recorded world: from its start, or the last change a person accepted. None for sessions
         recorded before worlds were (they keep running in the server's environment, as they always did)."""
         data = (st.session["config"] or {}).get(recorded_env.CONFIG_KEY)
@@ -55,46 +57,47 @@ class RunWorldOps(OperationsBase):
         # machine_runtime_operator_trace gives the AICPU-side end-to-end time recorded beside max_work_time (B.10)
         return {"DUMP_DEVICE_PERF": "true"} if run_mode == "npu" else None
 
-    def _current_world(self, h: _Handle, session_id: str | None, argv: list[str], run_mode: str) -> RunWorld:
+    def current_world(self, h: Handle, session_id: str | None, argv: list[str], run_mode: str) -> RunWorld:
         """This server's world for ``argv``; no sandbox without ``--unsandboxed`` is refused (GATE sandbox)."""
         try:
-            return recorded_env.current(run_mode=run_mode, python=python_of(argv, self.python), workspace=h.workspace,
+            return recorded_env.current(run_mode=run_mode, python=python_of(argv, self.ctx.python), workspace=h.workspace,
                                         extra=self._extra_env(run_mode))
         except sandbox.SandboxUnavailable as exc:
-            raise self._refuse(h, session_id, "start_session", setup_rules.no_sandbox(exc.message,
+            raise self.ctx.refuse(h, session_id, "start_session", setup_rules.no_sandbox(exc.message,
                                                                                        sandbox.INSTALL_HINT)) from None
 
-    def _run_world(self, h: _Handle, st: SessionState) -> RunWorld:
+    def run_world(self, h: Handle, st: SessionState) -> RunWorld:
         """The world a run of ``st`` executes in (a legacy session: this server's, found once per process)."""
-        world = self._world(st)
+        world = self.world(st)
         if world is None:
             if st.id not in h.legacy_worlds:
-                h.legacy_worlds[st.id] = self._current_world(h, st.id, list(st.test_command), st.run_mode)
+                h.legacy_worlds[st.id] = self.current_world(h, st.id, list(st.test_command), st.run_mode)
             world = h.legacy_worlds[st.id]
         return world
 
-    def _child_env(self, st: SessionState, device_id: str | None) -> dict[str, str]:
+    def child_env(self, st: SessionState, device_id: str | None) -> dict[str, str]:
         """The environment of a run of ``st`` on ``device_id``: the recorded one (NPU: plus the chip)."""
-        h = self._find(st.id)
-        return self._run_world(h, st).run_env(device_id if st.run_mode == "npu" else None)
+        h = self.ctx.find(st.id)
+        return self.run_world(h, st).run_env(device_id if st.run_mode == "npu" else None)
 
     # -------------------------------------------------------------------------------------------------- resume
-    def _check_world(self, h: _Handle, st: SessionState) -> tuple[SessionState, str]:
+    def check_world(self, h: Handle, st: SessionState) -> tuple[SessionState, str]:
         """On resume: the same world as recorded, or a change a person accepted (recorded now), or GATE environment.
         Returns the state and a note for the resume message."""
-        recorded = self._world(st)
+        recorded = self.world(st)
         if recorded is None:
             return st, ""
-        now = self._current_world(h, st.id, list(st.test_command), st.run_mode)
+        now = self.current_world(h, st.id, list(st.test_command), st.run_mode)
         diffs = recorded_env.differences(recorded, now)
         if not diffs:
             return st, ""
         if st.level1 == "S1_SETUP" and not st.passed_hashes:
             # nothing was verified or measured yet (like a command correction): the new world is simply recorded
-            h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field="environment",
-                            before_value=recorded.as_json(), after_value=now.as_json(),
-                            reason="environment changed before the baseline precision passed: " + "; ".join(diffs)[:2000])
-            return self._state(h, st.id), "; the run environment changed before the baseline and is recorded anew"
+            h.record(st.id).correction(field="environment", before_value=recorded.as_json(),
+                                       after_value=now.as_json(),
+                                       reason="environment changed before the baseline precision passed: "
+                                       + "; ".join(diffs)[:2000])
+            return self.ctx.state(h, st.id), "; the run environment changed before the baseline and is recorded anew"
         digest = world_digest(now)
         questions = [q for q in st.rows.get("questions", []) if q["kind"] == QUESTION_KIND]
         answers = {int(c["question_id"]): c for c in st.rows.get("confirmations", [])
@@ -103,28 +106,30 @@ class RunWorldOps(OperationsBase):
                          and answers.get(int(q["id"]), {}).get("kind") == ANSWER_KIND), None)
         if accepted is not None:
             source = answers[int(accepted["id"])]["source"]
-            h.ledger.insert("corrections", session_id=st.id, at=now_iso(), field="environment",
-                            before_value=recorded.as_json(), after_value=now.as_json(),
-                            reason=f"a person accepted the new environment ({source}): " + "; ".join(diffs)[:2000])
-            st = self._state(h, st.id)
+            h.record(st.id).correction(field="environment", before_value=recorded.as_json(),
+                                       after_value=now.as_json(),
+                                       reason=f"a person accepted the new environment ({source}): "
+                                       + "; ".join(diffs)[:2000])
+            st = self.ctx.state(h, st.id)
             if any(r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
-                self._scan_interpreter_sync(h, st)  # the new roots, fingerprinted from here on
-                st = self._state(h, st.id)
+                self.scan_interpreter_sync(h, st)  # the new roots, fingerprinted from here on
+                st = self.ctx.state(h, st.id)
             return st, "; the new environment a person accepted is recorded as this session's baseline"
         pending = next((q for q in reversed(questions) if (q["info"] or {}).get("digest") == digest
                         and int(q["id"]) not in answers), None)
         if pending is None:
-            h.ledger.insert("questions", session_id=st.id, at=now_iso(), kind=QUESTION_KIND,
-                            text=(f"The server that resumes session {st.id} runs in another environment than the "
-                                  "one the session recorded: " + "; ".join(diffs) + ". Accept it as the session's "
-                                  "new baseline environment? Measurements so far were made in the recorded one."),
-                            info={"digest": digest, "differences": diffs})
-        raise self._refuse(h, st.id, "start_session", setup_rules.environment_differs(st.id, diffs, h.workspace))
+            h.record(st.id).question(kind=QUESTION_KIND,
+                                     text=(f"The server that resumes session {st.id} runs in another environment "
+                                           "than the one the session recorded: " + "; ".join(diffs) + ". Accept it as "
+                                           "the session's new baseline environment? Measurements so far were made in "
+                                           "the recorded one."),
+                                     info={"digest": digest, "differences": diffs})
+        raise self.ctx.refuse(h, st.id, "start_session", setup_rules.environment_differs(st.id, diffs, h.workspace))
 
     def pending_environment_question(self, session_id: str) -> dict[str, Any] | None:
         """The newest unanswered environment question of the session, or None."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
         answered = {int(c["question_id"]) for c in st.rows.get("confirmations", [])
                     if c.get("question_id") is not None and c["kind"] in (ANSWER_KIND, DECLINE_KIND)}
         return next((dict(q) for q in reversed(st.rows.get("questions", []))
@@ -134,12 +139,12 @@ class RunWorldOps(OperationsBase):
         """``(session id, question)`` of the workspace's newest session when it waits for an environment answer."""
         from pypto_tune.tools.code.workspace import resolve_workspace
 
-        h = self._handle(resolve_workspace(workspace))
+        h = self.ctx.handle(resolve_workspace(workspace))
         rows = h.ledger.rows("sessions")
         if not rows:
             return None
         sid = rows[-1]["id"]
-        self._session_ws[sid] = h.workspace
+        self.ctx.remember(sid, h.workspace)
         q = self.pending_environment_question(sid)
         return (sid, q) if q is not None else None
 
@@ -151,28 +156,27 @@ class RunWorldOps(OperationsBase):
         if q is None:
             raise InputError("there is no environment question waiting for an answer",
                              hint="it appears when a server in another environment resumes the session")
-        h = self._find(session_id)
-        h.ledger.insert("confirmations", session_id=session_id, at=now_iso(),
-                        kind=ANSWER_KIND if accept else DECLINE_KIND, detail=str(q["info"].get("digest", "")),
-                        source=source, question_id=int(q["id"]))
+        h = self.ctx.find(session_id)
+        h.record(session_id).confirmation(kind=ANSWER_KIND if accept else DECLINE_KIND,
+                                          detail=str(q["info"].get("digest", "")), source=source,
+                                          question_id=int(q["id"]))
         if accept:
             return ("accepted by a person: the next start_session from that server records its environment as the "
                     "session's baseline")
         return "declined: resume the session from a server started in the recorded environment"
 
     # ------------------------------------------------------------------------------------ interpreter fingerprint
-    def _scan_interpreter_sync(self, h: _Handle, st: SessionState) -> None:
+    def scan_interpreter_sync(self, h: Handle, st: SessionState) -> None:
         """Fingerprint the closure's roots (``tools/running/interpreter_files.py``): from here on a run is judged
         only while they are as scanned."""
         from pypto_tune.tools.running.interpreter_files import take_sync
 
-        world = self._run_world(h, st)
+        world = self.run_world(h, st)
         # what a sandboxed run cannot see cannot move its number: only such a session leaves the hidden folders out
         fp = take_sync(world.closure.fingerprinted, workspace=Path(h.workspace),
                        hidden=world.closure.hidden if world.sandboxed else ())
-        fp.save(self._fingerprint_path(h, st.id))
+        fp.save(self.ctx.fingerprint_path(h, st.id))
         detail = (f"{len(fp.entries)} entries under {len(fp.roots)} folders the run imports or executes from "
                   f"({', '.join(fp.roots[:4])}{', …' if len(fp.roots) > 4 else ''}); digest {fp.digest}")
-        h.ledger.insert("env_checks", session_id=st.id, at=now_iso(), batch=max(st.env_batches, 1),
-                        name=INTERPRETER_CHECK, ok=True, detail=detail)
+        h.record(st.id).env_check(batch=max(st.env_batches, 1), name=INTERPRETER_CHECK, ok=True, detail=detail)
         h.fingerprints.pop(st.id, None)

@@ -45,8 +45,10 @@ from pypto_tune.tools.session.state import SessionState
 from pypto_tune.tools.code.workspace import inside
 
 from pypto_tune.tools.operations.base import (
-    exclusive, OperationsBase, Progress, _Handle, code_hash,
+    exclusive, Progress, Handle, SessionContext, code_hash,
 )
+from pypto_tune.tools.operations.run_world import RunWorldOps
+from pypto_tune.tools.operations.stages import StageControl
 
 
 log = logging.getLogger("pypto_tune.service")
@@ -67,7 +69,7 @@ def sim_run_serves_both(run_mode: str) -> bool:
     cannot move its cycles — and it writes the swimlane files on every run, precision or not. A second run of the
     same bytes wrote the same files (measured 2026-12-05 on a campaign's softmax trials: every file of both output
     folders equal byte for byte but the simulator's config file, which names its own folder). Each change ran the
-    test twice; now once, and the sample still passes every check of ``_measure`` (exit code, own output folders,
+    test twice; now once, and the sample still passes every check of ``measure`` (exit code, own output folders,
     sources, validity, rule same-work), folders rewritten after the run included: an edit of WORKSPACE/output/
     between run_precision_check and collect_swimlane makes the measurement invalid. On the NPU the measurement stays
     a run of its own."""
@@ -95,7 +97,7 @@ def stored_output(head: str, tail: str, session_stored_bytes: int) -> tuple[str,
 
 @dataclass
 class Measured:
-    """Samples of one code state gathered by ``_measure`` (one or several batches)."""
+    """Samples of one code state gathered by ``measure`` (one or several batches)."""
 
     samples: list[float] = field(default_factory=list)
     e2es: list[float] = field(default_factory=list)
@@ -295,22 +297,28 @@ def check_run(out: RunOutcome, run_mode: str, **verdict_options: Any) -> Checked
                       judged.command_problem and v == "failed", judged)
 
 
-class RunOps(OperationsBase):
-    """_run, collect_swimlane, analyze_bubbles."""
+class RunOps:
+    """run (every execution of the test command), collect_swimlane, analyze_bubbles. A run executes in the session's
+    recorded world (``worlds``); a stage's entry analysis marks the checklist through ``stages``."""
 
-    async def _run(self, h: _Handle, st: SessionState, *, purpose: str, round_no: int | None,
+    def __init__(self, ctx: SessionContext, *, worlds: RunWorldOps, stages: StageControl) -> None:
+        self.ctx = ctx
+        self.worlds = worlds
+        self.stages = stages
+
+    async def run(self, h: Handle, st: SessionState, *, purpose: str, round_no: int | None,
                    device_id: str | None, sources: dict[str, str], progress: Progress,
                    batch: str | None = None, pooled: bool = False, avoid: tuple[str, ...] = ()) -> "RunOutcome":
         """Run the session's test command on a private copy of exactly the recorded state (``sources`` for the
         operator files, the blob store for everything else; ``tools/running/execution.py``) and record the run.
 
         A run whose copy changed while it ran (``tampered``) returns no output folders: nothing it produced may
-        become a verdict or a measurement. ``pooled``: see ``_chip_health``; ``avoid``: chips a pooled run must not
+        become a verdict or a measurement. ``pooled``: see ``chips``; ``avoid``: chips a pooled run must not
         take (the chip a trial just failed on, R5).
         """
         h.fresh_sim_runs.pop(st.id, None)  # a run in between: an offered sample is no longer the last run
-        world = self._run_world(h, st)  # type: ignore[attr-defined]  # RunWorldOps, composed in TuningService
-        env = self._child_env(st, device_id)  # type: ignore[attr-defined]
+        world = self.worlds.run_world(h, st)
+        env = self.worlds.child_env(st, device_id)
         argv = list(st.test_command)
         files = exec_files(h.workspace, st.tree, sources) if st.tree else _legacy_files(h.workspace, st, sources)
         # pooled: a candidate trial takes whichever chip is free among the healthy chips of the session's pool, read
@@ -318,7 +326,7 @@ class RunOps(OperationsBase):
         # healthy one is left, tools/running/chips.py); otherwise the run goes to the session's current chip (state.device)
         pool = tuple(str(d) for d in st.session["device_ids"])
         if pooled and st.run_mode == "npu":
-            pool = self._chip_health(h, st).for_trials(avoid)
+            pool = self.chips(h, st).for_trials(avoid)
         probed = purpose in PROBED_PURPOSES
         spec = RunSpec(files=files, argv=argv, env=env, workspace=str(h.workspace),
                        timeout_s=float(st.session["timeout_s"]), run_mode=st.run_mode,  # type: ignore[arg-type]
@@ -328,13 +336,13 @@ class RunOps(OperationsBase):
                        # records it writes into the folder DIR_ENV names come back as iso.captured
                        pythonpath_first=(str(probe.HOOK_DIR),) if probed else (),
                        capture_env=probe.DIR_ENV if probed else None)
-        iso = await self.executor.run(spec, on_progress=progress)
+        iso = await self.ctx.executor.run(spec, on_progress=progress)
         # files under the workspace path (where the sandbox mounts the copy) or under the copy itself (unsandboxed)
         # are the run's workspace files
         record = probe.parse_records(iso.captured, [str(h.workspace), iso.exec_dir]) if probed else None
         device_id = iso.device_id if st.run_mode == "npu" and iso.device_id is not None else device_id
         result, dirs = iso.result, list(iso.output_dirs)
-        fp = self._fingerprint(h, st)
+        fp = self.ctx.fingerprint(h, st)
         if fp is not None:  # the interpreter's files, scanned before the baseline (interpreter_files.py)
             moved = await h.env_watch.changes_since(fp, ended_at=time.time())
             iso.tampered = list(iso.tampered) + [f"interpreter {c}" for c in moved[:20]]
@@ -349,7 +357,7 @@ class RunOps(OperationsBase):
             dirs = []
         head, tail = stored_output(result.output_head, result.output_tail, h.ledger.stored_output_bytes(st.id))
         run_row = dict(
-            session_id=st.id, at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
+            at=now_iso(), purpose=purpose, round=round_no, argv=iso.argv,
             env={k: v for k, v in env.items()}, cwd=iso.exec_dir, exit_code=result.exit_code,
             signal=result.signal, timed_out=result.timed_out, cancelled=result.cancelled,
             duration_s=result.duration_s, started_epoch=result.started_at, output_head=head,
@@ -361,23 +369,23 @@ class RunOps(OperationsBase):
         if iso.tampered:
             record = None  # a discarded run's probe says nothing either
         known = [r["modules_hash"] for r in h.ledger.rows("probes", st.id)] if record is not None else []
-        with h.ledger.transaction() as tx:
-            run_id = tx.insert("runs", **run_row)
+        with h.record(st.id).transaction() as rec:
+            run_id = rec.run(**run_row)
             if record is not None:
                 record = record.model_copy(update={"ran_sources": dict(sources)})
-                tx.insert("probes", session_id=st.id, at=run_row["at"], run_id=run_id,
-                          code_hash=run_row["code_hash"], **probe_store.to_row(record, known))
+                rec.probe(at=run_row["at"], run_id=run_id, code_hash=run_row["code_hash"],
+                          fields=probe_store.to_row(record, known))
         return RunOutcome(result, run_id, dirs, list(iso.tampered), device_id if st.run_mode == "npu" else None,
                           dict(iso.output_digests), {str(d): list(iso.output_sources.get(str(d), [])) for d in dirs},
                           dict(iso.rejected_outputs))
 
-    def _chip_health(self, h: _Handle, st: SessionState) -> ChipHealth:
+    def chips(self, h: Handle, st: SessionState) -> ChipHealth:
         """The session's chips as the ledger knows them now (``tools/running/chips.py``): which failed, which are healthy.
         Read afresh, not from ``st``: trials of a batch run concurrently and one may have just left a chip behind."""
         rows = {t: h.ledger.rows(t, st.id) for t in ("runs", "precision_records")}
         return chip_health(rows, [str(d) for d in st.session["device_ids"]])
 
-    def offer_sample(self, h: _Handle, st: SessionState, sources: dict[str, str], out: "RunOutcome",
+    def offer_sample(self, h: Handle, st: SessionState, sources: dict[str, str], out: "RunOutcome",
                      verdict: str) -> None:
         """After a precision run of ``sources``: a passed, untouched SIM run may be the sample of the next
         ``collect_swimlane`` of exactly these bytes (:func:`sim_run_serves_both`). The bytes, not the code hash: the
@@ -386,14 +394,14 @@ class RunOps(OperationsBase):
         if verdict == "passed" and sim_run_serves_both(st.run_mode) and not out.tampered:
             h.fresh_sim_runs[st.id] = (hash_sources(sources), out)
 
-    def take_sample(self, h: _Handle, st: SessionState) -> "RunOutcome | None":
+    def take_sample(self, h: Handle, st: SessionState) -> "RunOutcome | None":
         """The offered sample, when it is of the bytes about to be measured and no run came after it; used once."""
         fresh = h.fresh_sim_runs.pop(st.id, None)
         if fresh is None or fresh[0] != hash_sources(st.expected_sources) or not sim_run_serves_both(st.run_mode):
             return None
         return fresh[1]
 
-    async def _measure(self, h: _Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
+    async def measure(self, h: Handle, st: SessionState, *, sources: dict[str, str], code: str, purpose: str,
                        round_no: int, count: int, label: str, progress: Progress,
                        batch: str | None = None, pooled: bool = False,
                        first: "RunOutcome | None" = None) -> "Measured":
@@ -417,13 +425,13 @@ class RunOps(OperationsBase):
                 out = first
                 await rep_progress(0.0, "the precision run of these bytes (SIM: one run serves both)")
             else:
-                out = await self._run(h, st, purpose=purpose, round_no=round_no, device_id=st.device,
+                out = await self.run(h, st, purpose=purpose, round_no=round_no, device_id=st.device,
                                       sources=sources, progress=rep_progress, batch=batch, pooled=pooled)
             result, run_id, dirs = out
             m.run_ids.append(run_id)
             if result.timed_out and retries > 0 and st.run_mode == "npu":
                 retries -= 1
-                st = self._state(h, st.id)  # the hung chip is left behind
+                st = self.ctx.state(h, st.id)  # the hung chip is left behind
                 m.notes.append(f"{label} {i + 1}: chip timed out after {result.duration_s:.0f} s; retried on chip "
                                f"{st.device}")
                 continue
@@ -479,7 +487,7 @@ class RunOps(OperationsBase):
             i += 1
         return m
 
-    def _record_measurement(self, h: _Handle, st: SessionState, m: "Measured", *, round_no: int, code: str,
+    def record_measurement(self, h: Handle, st: SessionState, m: "Measured", *, round_no: int, code: str,
                             label: str) -> int:
         art_dir = h.workspace / LEDGER_DIR / "artifacts" / st.id
         archive = ""
@@ -491,12 +499,11 @@ class RunOps(OperationsBase):
         analysis = dict(m.analysis)
         analysis["trace_copies"] = traces
         m.archive, m.traces = archive, traces
-        return h.ledger.insert(
-            "measurements", session_id=st.id, at=now_iso(), round=round_no, code_hash=code, valid=m.valid,
-            invalid_reasons=m.invalid, operator_time_us=statistics.median(m.samples) if m.valid else None,
-            e2e_us=statistics.median(m.e2es) if m.valid else None, samples=m.samples, analysis=analysis,
-            archive=archive, run_ids=m.run_ids, stage=st.stage, per_kernel=m.per_kernel,
-        )
+        return h.record(st.id).measurement(round=round_no, code_hash=code, valid=m.valid, invalid_reasons=m.invalid,
+                                           operator_time_us=statistics.median(m.samples) if m.valid else None,
+                                           e2e_us=statistics.median(m.e2es) if m.valid else None, samples=m.samples,
+                                           analysis=analysis, archive=archive, run_ids=m.run_ids, stage=st.stage,
+                                           per_kernel=m.per_kernel)
 
     @exclusive
     async def collect_swimlane(self, session_id: str, *, progress: Progress = None) -> CollectResult:
@@ -507,9 +514,9 @@ class RunOps(OperationsBase):
         and the candidate ``repeats`` more times each, up to 6 × ``repeats`` — so noise can neither keep a
         change that did not pay nor drop one that did, and the agent has no say in how often it is measured.
         """
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "collect_swimlane")
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "collect_swimlane")
         h.busy = "collect_swimlane"
         try:
             if st.open_round is not None:
@@ -520,7 +527,7 @@ class RunOps(OperationsBase):
                 round_no, purpose = -1, "stage-baseline"
             reps = int(st.session["repeats"])
             label = f"round{round_no}" if round_no >= 0 else f"{(st.stage or 'stage').lower()}-entry"
-            m = await self._measure(h, st, sources=st.expected_sources, code=st.current_hash, purpose=purpose,
+            m = await self.measure(h, st, sources=st.expected_sources, code=st.current_hash, purpose=purpose,
                                     round_no=round_no, count=reps, label="repeat", progress=progress,
                                     first=self.take_sample(h, st))
             notes = list(m.notes)
@@ -533,11 +540,11 @@ class RunOps(OperationsBase):
                                                 final=False)
                     if j.decisive or len(m.samples) >= cap:
                         break
-                    ref = await self._measure(h, st, sources=st.kept_sources, code=st.kept_hash,
+                    ref = await self.measure(h, st, sources=st.kept_sources, code=st.kept_hash,
                                               purpose="kept-reference", round_no=-2, count=reps,
                                               label="kept-state reference", progress=progress)
-                    self._record_measurement(h, st, ref, round_no=-2, code=st.kept_hash, label=f"{label}-reference")
-                    more = await self._measure(h, st, sources=st.expected_sources, code=st.current_hash,
+                    self.record_measurement(h, st, ref, round_no=-2, code=st.kept_hash, label=f"{label}-reference")
+                    more = await self.measure(h, st, sources=st.expected_sources, code=st.current_hash,
                                                purpose=purpose, round_no=round_no, count=reps, label="repeat",
                                                progress=progress)
                     m.absorb(more)
@@ -547,8 +554,8 @@ class RunOps(OperationsBase):
                                  f"{reps} more times each ({len(m.samples)} samples)")
                     if not (ref.valid and more.valid):
                         break
-            mid = self._record_measurement(h, st, m, round_no=round_no, code=st.current_hash, label=label)
-            st2 = self._state(h, session_id)
+            mid = self.record_measurement(h, st, m, round_no=round_no, code=st.current_hash, label=label)
+            st2 = self.ctx.state(h, session_id)
             if not m.valid:
                 # the stitch advice is for what B.9.3 describes (split device tasks, missing swimlane files), not
                 # for a cause already named with its own way out (the simulator's limit, rule same-work...)
@@ -557,7 +564,7 @@ class RunOps(OperationsBase):
                        + (" — in SIM keep stitch_function_max_num ≥ the number of loop iterations (domain B.9.3)"
                           if st.run_mode == "sim" and stitch else ""))
                 if st.open_round is None:
-                    raise self._refuse(h, st.id, "collect_swimlane",
+                    raise self.ctx.refuse(h, st.id, "collect_swimlane",
                                        gates.invalid_measurement(msg, gates.allowed_actions(st2)))
             else:
                 op_time, e2e = statistics.median(m.samples), statistics.median(m.e2es)
@@ -567,8 +574,8 @@ class RunOps(OperationsBase):
                     msg += "; per kernel: " + ", ".join(
                         f"{k} {statistics.median(v['time']):.3f} µs" for k, v in m.per_kernel.items())
                 if purpose == "baseline":
-                    self._transition(h, st2, "state", "S3_ANALYZE", "baseline collected (S2)")
-                    st2 = self._state(h, session_id)
+                    self.ctx.transition(h, st2, "state", "S3_ANALYZE", "baseline collected (S2)")
+                    st2 = self.ctx.state(h, session_id)
                     msg += f"; baseline set, target {st2.target_us:.3f} µs"
                 elif purpose == "stage-baseline":
                     msg += f"; kept time (median of all {len(st2.kept_samples)} samples of the kept code) " \
@@ -576,7 +583,7 @@ class RunOps(OperationsBase):
             if notes:
                 msg += " — " + "; ".join(notes)
             return CollectResult(
-                **self._base(st2, msg), output_dirs=[str(d) for d in m.dirs],
+                **self.ctx.result_base(st2, msg), output_dirs=[str(d) for d in m.dirs],
                 artifacts=[a for a in [m.archive] if a] + m.traces,
                 operator_time_us=statistics.median(m.samples) if m.valid else None,
                 e2e_us=statistics.median(m.e2es) if m.valid else None,
@@ -620,7 +627,7 @@ class RunOps(OperationsBase):
             return ms[-1], f"round {round_no} as asked"
         m = st.last_valid_measurement(st.kept_hash)
         if m is None:
-            raise self._refuse(h, st.id, "analyze_bubbles", gates.nothing_to_analyse(gates.allowed_actions(st)))
+            raise self.ctx.refuse(h, st.id, "analyze_bubbles", gates.nothing_to_analyse(gates.allowed_actions(st)))
         which = "the kept state"
         latest = st.last_valid_measurement()
         if latest is not None and int(latest["id"]) != int(m["id"]):
@@ -641,15 +648,15 @@ class RunOps(OperationsBase):
                 raise InputError("give session_id, or output_dir to analyse a folder without a session",
                                  hint="e.g. output_dir='/path/to/output/output_2026...'")
             base = Path(output_dir).expanduser()
-            if not base.is_absolute() and self.default_workspace:
-                base = self.default_workspace / base
+            if not base.is_absolute() and self.ctx.default_workspace:
+                base = self.ctx.default_workspace / base
             base = base.resolve()
-            if self.default_workspace is None:
+            if self.ctx.default_workspace is None:
                 # Without a workspace there is no boundary to check against, and the analysis writes a report
                 # file next to the run: refuse rather than write anywhere on the machine.
                 raise InputError("analyze_bubbles(output_dir=...) needs a server started with --workspace DIR",
                                  hint="restart the server with --workspace, or run `pypto-tune analyze DIR`")
-            inside(self.default_workspace, base, what="output_dir")
+            inside(self.ctx.default_workspace, base, what="output_dir")
             dirs = find_run_dirs(base)
             if not dirs:
                 raise InputError(f"no PyPTO run folder (output_<timestamp>) found at {base}",
@@ -657,15 +664,15 @@ class RunOps(OperationsBase):
             picked = [dirs[-1]]
             analysis = analyze_runs(picked, outer_loops=outer_loops)
             # derived files go under .pypto-tune/ only: the tool is read-only for everything the user owns
-            report = write_report(analysis, self.default_workspace / LEDGER_DIR / "reports" / "adhoc"
+            report = write_report(analysis, self.ctx.default_workspace / LEDGER_DIR / "reports" / "adhoc"
                                   / f"{picked[0].name}-analysis.{lang}.md", lang)
             note = f"analysed the newest run {picked[0].name}" + (f" of {len(dirs)} found" if len(dirs) > 1 else "")
             return _analysis_result(analysis, report, {"session_id": None, "message": note, "next_actions": []},
                                     lang)
 
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "analyze_bubbles", mutating=False)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "analyze_bubbles", mutating=False)
         m, which = self._measurement_to_analyse(h, st, measurement, round)
         dirs = [Path(d) for d in m["analysis"].get("run_dirs", [])]
         missing = [d for d in dirs if not d.exists()]
@@ -680,23 +687,22 @@ class RunOps(OperationsBase):
             h.lock.acquire()
         except GateRefusal as held:
             # a second window on a held workspace reads; only the holder records (issue #11)
-            return _analysis_result(analysis, report, self._base(st, msg + f" — not recorded: {held.message}"),
+            return _analysis_result(analysis, report, self.ctx.result_base(st, msg + f" — not recorded: {held.message}"),
                                     lang)
-        h.ledger.insert("analyses", session_id=st.id, at=now_iso(), measurement_id=m["id"], stage=st.stage,
-                        report_path=str(report),
-                        suggestions=[s.model_dump(mode="json") for s in analysis.suggestions])
-        st2 = self._state(h, session_id)
+        h.record(st.id).analysis(measurement_id=m["id"], stage=st.stage, report_path=str(report),
+                                 suggestions=[s.model_dump(mode="json") for s in analysis.suggestions])
+        st2 = self.ctx.state(h, session_id)
         if st2.level1 == "S3_ANALYZE":
-            self._transition(h, st2, "state", "S4_TUNE", "baseline analysed (S3)")
-            st2 = self._state(h, session_id)
-            self._transition(h, st2, "stage", "FRONTEND", "tuning starts with the frontend stage")
-            st2 = self._state(h, session_id)
+            self.ctx.transition(h, st2, "state", "S4_TUNE", "baseline analysed (S3)")
+            st2 = self.ctx.state(h, session_id)
+            self.ctx.transition(h, st2, "stage", "FRONTEND", "tuning starts with the frontend stage")
+            st2 = self.ctx.state(h, session_id)
             msg += "; tuning starts: stage FRONTEND"
         if st2.stage is not None and st2.stage_analyzed and st2.level1 == "S4_TUNE" and not st2.finished:
-            self._auto_mark(h, st2)  # type: ignore[attr-defined]  # StageOps, composed in TuningService
-            st2 = self._state(h, session_id)
-        result = _analysis_result(analysis, report, {**self._base(st2, msg), "measurement_id": m["id"]}, lang)
-        shown, other = self._stage_suggestions(h, st2, result.suggestions)  # type: ignore[attr-defined]  # StageOps
+            self.stages.auto_mark(h, st2)
+            st2 = self.ctx.state(h, session_id)
+        result = _analysis_result(analysis, report, {**self.ctx.result_base(st2, msg), "measurement_id": m["id"]}, lang)
+        shown, other = self.stages.suggestions(h, st2, result.suggestions)
         if other:
             result.message += (f"; {len(shown)} suggestion(s) for {st2.stage} shown, {other} of other stages left "
                                "out (the analysis report has all)")

@@ -8,7 +8,7 @@ measured by the server, judged against the kept state, and recorded as its own l
 candidate that beats the kept state is written to the workspace and kept; the others are recorded as not chosen,
 no gain, regression or failed. Stage counters and exit rules count every trial — but a trial the server discarded
 for its own reasons (the interpreter's files changed; the sandbox, the executor or the disk failed) is *invalid*: a ``trials`` row without a round, no result of its code (``tools/session/discarded.py``).
-The winner is written only over the bytes the server recorded (``_write``): an edit made during the batch stays.
+The winner is written only over the bytes the server recorded (``SessionContext.write``): an edit made during the batch stays.
 
 Crash or cancellation before the batch is recorded leaves only the runs (their round numbers are never reused):
 nothing half-decided, and the workspace still holds the kept state.
@@ -31,15 +31,16 @@ from pypto_tune.tools.running.executors.base import ExecutorError
 from pypto_tune.tools.running.sandbox import SandboxUnavailable
 from pypto_tune.tools.errors import GateRefusal, InputError, KnobValueError, domain_error
 from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
-from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.operations.base import (
-    OperationsBase, Progress, UnrecordedEdit, _Handle, _describe, _next_round, _patch_row, code_hash, exclusive,
+    Progress, SessionContext, UnrecordedEdit, Handle, describe_change, next_round, code_hash, exclusive,
 )
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.search import pairs
 from pypto_tune.tools.operations.results import CandidateOut, CandidatesResult, TrialOut, TrialsResult
 from pypto_tune.tools.session.state import SessionState
-from pypto_tune.tools.operations.runs import check_run, sim_run_serves_both
+from pypto_tune.tools.operations.runs import RunOps, check_run, sim_run_serves_both
+from pypto_tune.tools.operations.setup import verdict_options
+from pypto_tune.tools.operations.stages import StageControl
 
 log = logging.getLogger("pypto_tune.service")
 
@@ -88,15 +89,23 @@ class _Trial:
         return f"R5 card retry: failed on {failed}, run again on chip {self.device}"
 
 
-class SearchOps(OperationsBase):
-    """propose_candidates, run_candidates."""
+class SearchOps:
+    """propose_candidates, run_candidates. A trial runs and is measured through ``runs``; the batch is judged by
+    ``stages`` (the JUDGE step)."""
+
+    def __init__(self, ctx: SessionContext, *, runs: RunOps, stages: StageControl) -> None:
+        self.ctx = ctx
+        self.runs = runs
+        self.stages = stages
+        self._proposals: dict[str, dict[str, dict[str, Any]]] = {}  # session -> candidate id -> candidate
+        self._admission_caches: dict[str, Any] = {}  # session -> tools.search.AdmissionCache
 
     # ------------------------------------------------------------------------------------------------ propose
     def propose_candidates(self, session_id: str, *, limit: int = 8, knob: str | None = None) -> CandidatesResult:
         """Concrete, legal trials for the current stage, one knob away from the kept state, ranked with reasons."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "propose_candidates", mutating=False)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "propose_candidates", mutating=False)
         if not 1 <= int(limit) <= 64:
             raise InputError(f"limit must be 1..64, got {limit}", hint="the default is 8")
         proposal = self._search(h, st, limit=int(limit), knob=knob, budget_s=PROPOSE_BUDGET_S)
@@ -106,7 +115,7 @@ class SearchOps(OperationsBase):
                                                                " (the stage's knobs are exhausted)"
                                                                if proposal.exhausted else "")
                + "; run them with run_candidates(candidates=[ids...])")
-        base = self._base(st, msg)
+        base = self.ctx.result_base(st, msg)
         return CandidatesResult(**base, candidates=[CandidateOut(**c) for c in cands],
                                 needs_algorithm_stage=[n.model_dump(mode="json") for n in
                                                        proposal.needs_algorithm_stage],
@@ -114,18 +123,18 @@ class SearchOps(OperationsBase):
                                 notes=list(proposal.notes), ranking_flat=proposal.ranking_flat,
                                 dead_sites=len(proposal.dead_sites), known_outcomes=list(proposal.known_outcomes))
 
-    def _search(self, h: _Handle, st: SessionState, *, limit: int | None, knob: str | None = None,
+    def _search(self, h: Handle, st: SessionState, *, limit: int | None, knob: str | None = None,
                 budget_s: float | None = None) -> Any:
         """tools/search on this session: the kept sources, the stage, this operator's latest analysis and the
         session's history (what was tried, from which kept state, with which outcome)."""
         from pypto_tune.tools.search import AdmissionCache, search
 
         cache = self._admission_caches.setdefault(st.id, AdmissionCache())
-        return search(st.kept_sources, stage=st.stage or "", context=self._context(h, st),
+        return search(st.kept_sources, stage=st.stage or "", context=self.ctx.context_files(h, st),
                       analysis=self._kept_analysis(st), history=self._history(st), limit=limit, knob=knob,
                       kept_hash=st.kept_hash, cache=cache, budget_s=budget_s, run=self._kept_record(h, st))
 
-    def _kept_record(self, h: _Handle, st: SessionState) -> dict[str, Any] | None:
+    def _kept_record(self, h: Handle, st: SessionState) -> dict[str, Any] | None:
         """The probe record of the kept state: looked up by the kept hash the state already carries (the same
         functional code hash ``probes.record_for`` computes, without re-reading the sources)."""
         from pypto_tune.tools.operations import probes
@@ -165,7 +174,7 @@ class SearchOps(OperationsBase):
             out.append({"knob_id": c["knob_id"], "value": c["after"], "before_value": c["before"],
                         "from_kept_hash": r["before_hash"], "outcome": outcome,
                         "failure_type": rt if d["decision"] == "failed" else None, "before_us": r["before_us"],
-                        "after_us": d["after_us"], "semantic_hash": self._sem(patch), "round": n,
+                        "after_us": d["after_us"], "semantic_hash": self.ctx.patch_semantic_hash(patch), "round": n,
                         "stage": r["stage"], "catalog_id": r["catalog_id"],
                         "pair_with": {"knob": other["knob_id"], "value": other["after"], "before": other["before"]}
                         if other else None})
@@ -178,9 +187,9 @@ class SearchOps(OperationsBase):
         """Run candidates as gated rounds, concurrently; keep the best one that beats the kept state."""
 
         def start() -> tuple[Any, SessionState, list[_Trial], list[str]]:
-            h = self._find(session_id)
-            st = self._state(h, session_id)
-            self._gate(h, st, "run_candidates")
+            h = self.ctx.find(session_id)
+            st = self.ctx.state(h, session_id)
+            self.ctx.gate(h, st, "run_candidates")
             if not isinstance(candidates, list) or not candidates:
                 raise InputError("candidates must be a non-empty list of candidate objects or ids",
                                  hint="call propose_candidates first and pass its candidates (or their ids) unchanged")
@@ -193,18 +202,18 @@ class SearchOps(OperationsBase):
         # the state, the gates and each candidate's admission (0.5–4 s apiece) run off the event loop: a job started
         # with wait=false gets its handle back at once, and wait_job / get_status answer meanwhile (issue #17)
         h, st, trials, refused = await anyio.to_thread.run_sync(start)
-        await self.executor.prepare()  # Ray connects here, off the event loop's critical path
+        await self.ctx.executor.prepare()  # Ray connects here, off the event loop's critical path
         # NPU: one trial per healthy chip (a chip that failed or hung in this session is not handed out, tools/running/chips.py)
-        chips = (self._chip_health(h, st).for_trials() if st.run_mode == "npu"  # type: ignore[attr-defined]  # RunOps
+        chips = (self.runs.chips(h, st).for_trials() if st.run_mode == "npu"
                  else tuple(st.session["device_ids"]))
-        capacity = self.executor.capacity(st.run_mode, list(chips))  # type: ignore[arg-type]
+        capacity = self.ctx.executor.capacity(st.run_mode, list(chips))  # type: ignore[arg-type]
         k = max(1, min(int(parallel or capacity), capacity, len(trials) or 1))
         if not trials:
-            st2 = self._state(h, session_id)
-            return TrialsResult(**self._base(st2, "no candidate could be run: " + "; ".join(refused)),
+            st2 = self.ctx.state(h, session_id)
+            return TrialsResult(**self.ctx.result_base(st2, "no candidate could be run: " + "; ".join(refused)),
                                 trials=[], refused=refused, parallel=k, batch="")
         batch = uuid.uuid4().hex[:10]
-        first = _next_round(st)
+        first = next_round(st)
         for i, t in enumerate(trials):
             t.round_no = first + i
         h.busy = "run_candidates"
@@ -238,12 +247,12 @@ class SearchOps(OperationsBase):
             held = self._record_batch(h, st, trials, winner, batch)
         finally:
             h.busy = None
-        st2 = self._state(h, session_id)
-        verdict = self._judge_stage(h, st2)  # type: ignore[attr-defined]  # StageOps, composed in TuningService
-        st2 = self._state(h, session_id)
+        st2 = self.ctx.state(h, session_id)
+        verdict = self.stages.judge(h, st2)
+        st2 = self.ctx.state(h, session_id)
         wall = time.monotonic() - t0
         msg = (f"batch {batch}: {len(trials)} trial(s) on {k} worker(s) in {wall:.1f} s; "
-               + (f"kept round {winner.round_no} ({_describe(winner.changes)}, "
+               + (f"kept round {winner.round_no} ({describe_change(winner.changes)}, "
                   f"{winner.delta_pct:+.2f} %)" if winner else "no candidate beat the kept state"))
         if held:
             msg += f"; NOT WRITTEN: {held}"
@@ -259,7 +268,7 @@ class SearchOps(OperationsBase):
         if verdict:
             msg += f"; {verdict}"
         return TrialsResult(
-            **self._base(st2, msg), batch=batch, parallel=k, wall_s=round(wall, 3), refused=refused,
+            **self.ctx.result_base(st2, msg), batch=batch, parallel=k, wall_s=round(wall, 3), refused=refused,
             winner_round=winner.round_no if winner else None, best_us=st2.kept_us,
             trials=[TrialOut(candidate=str(t.candidate.get("id") or ""), knob=t.knob, value=t.value,
                              pair_with=t.pair_with,
@@ -273,7 +282,7 @@ class SearchOps(OperationsBase):
                     for t in trials],
         )
 
-    def _prepare(self, h: _Handle, st: SessionState, candidates: list[Any], stage: Any
+    def _prepare(self, h: Handle, st: SessionState, candidates: list[Any], stage: Any
                  ) -> tuple[list[_Trial], list[str]]:
         """Resolve ids, build each candidate's code from the kept state and admit it; refused ones are listed."""
         known = self._proposals.get(st.id, {})
@@ -303,10 +312,10 @@ class SearchOps(OperationsBase):
                         raise InputError("pair_with must name the second knob and its value",
                                          hint="pass propose_candidates' pair candidates (or their ids) unchanged")
                     plan = pairs.plan_edit(st.kept_sources, (cand["knob"], cand["value"]),
-                                           (second["knob"], second["value"]), context=self._context(h, st))
+                                           (second["knob"], second["value"]), context=self.ctx.context_files(h, st))
                 else:
-                    plan = plan_knob_edit(st.kept_sources, cand["knob"], cand["value"], context=self._context(h, st))
-                adm = self._admit(h, st, "run_candidates", st.kept_sources, plan.new_sources, catalog_id=cid,
+                    plan = plan_knob_edit(st.kept_sources, cand["knob"], cand["value"], context=self.ctx.context_files(h, st))
+                adm = self.ctx.admit(h, st, "run_candidates", st.kept_sources, plan.new_sources, catalog_id=cid,
                                   path="candidate")
                 if second and (adm.kind != "pair" or {c.knob_id for c in adm.changes} != {cand["knob"],
                                                                                           second["knob"]}):
@@ -317,7 +326,7 @@ class SearchOps(OperationsBase):
                     f" + {second.get('knob')} = {second.get('value')!r}" if isinstance(second, dict) else "")
                 refused.append(f"#{i + 1} {what}: {str(exc).splitlines()[0]}")
                 continue
-            sem = self._sem({"after_raw_hash": code_hash(plan.new_sources), "after_sources": plan.new_sources})
+            sem = self.ctx.patch_semantic_hash({"after_raw_hash": code_hash(plan.new_sources), "after_sources": plan.new_sources})
             if sem in seen:
                 refused.append(f"#{i + 1} {cand['knob']} = {cand['value']!r}: the same code as an earlier candidate "
                                "of this batch")
@@ -334,7 +343,7 @@ class SearchOps(OperationsBase):
                                  pair_with=second if second else None))
         return trials, refused
 
-    async def _trial(self, h: _Handle, st: SessionState, t: _Trial, batch: str, limiter: anyio.CapacityLimiter,
+    async def _trial(self, h: Handle, st: SessionState, t: _Trial, batch: str, limiter: anyio.CapacityLimiter,
                      status: dict[int, str]) -> None:
         """One candidate (see ``_run_trial``). A failure of the server's own means — the executor, the sandbox, the
         file system (a full disk) — makes the trial invalid instead of ending the whole batch: it is recorded as
@@ -347,7 +356,7 @@ class SearchOps(OperationsBase):
             t.invalid = f"the server could not run it: {what.splitlines()[0][:500]}"
             status[t.round_no] = "done: invalid"
 
-    async def _run_trial(self, h: _Handle, st: SessionState, t: _Trial, batch: str,
+    async def _run_trial(self, h: Handle, st: SessionState, t: _Trial, batch: str,
                          limiter: anyio.CapacityLimiter, status: dict[int, str]) -> None:
         """One candidate: precision on its own bytes, then the measurement — each run on a private copy."""
         async with limiter:
@@ -355,19 +364,21 @@ class SearchOps(OperationsBase):
             code = code_hash(t.sources)
             avoid: tuple[str, ...] = ()
             while True:
-                out = await self._run(h, st, purpose="trial-precision", round_no=t.round_no, device_id=st.device,
+                out = await self.runs.run(h, st, purpose="trial-precision", round_no=t.round_no, device_id=st.device,
                                       sources=t.sources, progress=None, batch=batch, pooled=True, avoid=avoid)
                 result, run_id = out.result, out.run_id
-                checked = check_run(out, st.run_mode, **self._verdict_options(st))  # type: ignore[attr-defined]
+                checked = check_run(out, st.run_mode, **verdict_options(st))
                 verdict = checked.judged
                 v, reason, result_type = checked.verdict, checked.reason, checked.result_type
                 t.verdict, t.reason = v, reason
                 t.device = out.device_id
-                t.precision_id = h.ledger.insert(
-                    "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
-                    verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
-                    duration_s=result.duration_s, key_output=verdict.key_output, reason=reason, code_hash=code,
-                    round=t.round_no, device_id=t.device, result_type=result_type)
+                t.precision_id = h.record(st.id).precision_record(run_id=run_id, command=list(result.argv), verdict=v,
+                                                                  numerics_checked=verdict.numerics_checked,
+                                                                  exit_code=result.exit_code,
+                                                                  duration_s=result.duration_s,
+                                                                  key_output=verdict.key_output, reason=reason,
+                                                                  code_hash=code, round=t.round_no, device_id=t.device,
+                                                                  result_type=result_type)
                 if v == "passed" or not self._retry_on_another_chip(h, st, t, out, result_type, reason):
                     break
                 # R5 (card retry): a hang or device error on the NPU says nothing about the candidate, so it is run
@@ -390,14 +401,14 @@ class SearchOps(OperationsBase):
                 status[t.round_no] = f"done: {t.result_type}"
                 return
             status[t.round_no] = "measuring"
-            m = await self._measure(h, st, sources=t.sources, code=code,  # type: ignore[attr-defined]
+            m = await self.runs.measure(h, st, sources=t.sources, code=code,
                                     purpose="trial-measure", round_no=t.round_no,
                                     count=int(st.session["repeats"]), label=f"candidate r{t.round_no}",
                                     progress=None, batch=batch, pooled=True,
                                     first=out if sim_run_serves_both(st.run_mode) else None)
             if st.run_mode == "npu" and m.valid and st.kept_samples and st.kept_us is not None:
                 await self._sample_until_decisive(h, st, t, m, code, batch, status)
-            self._record_measurement(h, st, m, round_no=t.round_no, code=code,  # type: ignore[attr-defined]
+            self.runs.record_measurement(h, st, m, round_no=t.round_no, code=code,
                                      label=f"round{t.round_no}")
             t.measured = m
             if m.discarded:
@@ -408,7 +419,7 @@ class SearchOps(OperationsBase):
                 t.samples = list(m.samples)
             status[t.round_no] = f"done: {'measured' if m.valid else 'no data'}"
 
-    def _retry_on_another_chip(self, h: _Handle, st: SessionState, t: _Trial, out: Any, result_type: str | None,
+    def _retry_on_another_chip(self, h: Handle, st: SessionState, t: _Trial, out: Any, result_type: str | None,
                                reason: str) -> bool:
         """Whether a failed trial precision run is run again on another chip (R5, see ``tools/running/chips.py``): NPU
         only, once per trial, only for a failure that may be the chip's (hang, device/runtime error — never a
@@ -417,13 +428,13 @@ class SearchOps(OperationsBase):
         if (st.run_mode != "npu" or t.chip_failures or out.tampered or t.device is None
                 or not implicates_chip(result_type)):
             return False
-        if not self._chip_health(h, st).retry_chips(t.device):  # type: ignore[attr-defined]  # RunOps
+        if not self.runs.chips(h, st).retry_chips(t.device):
             return False
         t.chip_failures.append({"device_id": str(t.device), "result_type": result_type, "run_id": out.run_id,
                                 "precision_id": t.precision_id, "reason": reason[:300]})
         return True
 
-    async def _sample_until_decisive(self, h: _Handle, st: SessionState, t: _Trial, m: Any, code: str, batch: str,
+    async def _sample_until_decisive(self, h: Handle, st: SessionState, t: _Trial, m: Any, code: str, batch: str,
                                      status: dict[int, str]) -> None:
         """NPU: the same sequential rule as a manual round's collect_swimlane — while the difference to the kept
         state is not decisive, measure the kept state and the candidate ``repeats`` more times each (up to 6 ×
@@ -435,13 +446,13 @@ class SearchOps(OperationsBase):
             if j.decisive:
                 break
             status[t.round_no] = f"measuring more ({len(m.samples)} samples, not decisive)"
-            ref = await self._measure(h, st, sources=st.kept_sources, code=st.kept_hash,  # type: ignore[attr-defined]
+            ref = await self.runs.measure(h, st, sources=st.kept_sources, code=st.kept_hash,
                                       purpose="kept-reference", round_no=-2, count=reps,
                                       label=f"kept-state reference for r{t.round_no}", progress=None, batch=batch,
                                       pooled=True)
-            self._record_measurement(h, st, ref, round_no=-2, code=st.kept_hash,  # type: ignore[attr-defined]
+            self.runs.record_measurement(h, st, ref, round_no=-2, code=st.kept_hash,
                                      label=f"round{t.round_no}-reference")
-            more = await self._measure(h, st, sources=t.sources, code=code,  # type: ignore[attr-defined]
+            more = await self.runs.measure(h, st, sources=t.sources, code=code,
                                        purpose="trial-measure", round_no=t.round_no, count=reps,
                                        label=f"candidate r{t.round_no}", progress=None, batch=batch, pooled=True)
             m.absorb(more)
@@ -491,60 +502,57 @@ class SearchOps(OperationsBase):
         winner.decision = "kept"
         return winner
 
-    def _record_batch(self, h: _Handle, st: SessionState, trials: list[_Trial], winner: _Trial | None,
+    def _record_batch(self, h: Handle, st: SessionState, trials: list[_Trial], winner: _Trial | None,
                       batch: str) -> str:
         """One transaction for the whole batch (after the winner's bytes are written, intent first). Returns '' or
         why the winner was not written: an operator file changed while the batch ran and nobody recorded the edit
-        (``_write`` refuses to write over it). The decision is recorded all the same and the edit stays on disk:
+        (``SessionContext.write`` refuses to write over it). The decision is recorded all the same and the edit stays on disk:
         the workspace then differs from the recorded state (drift), and revert_patch writes the kept bytes after
         keeping a copy of the edit in quarantine."""
         held = ""
         if winner is not None:
             try:
-                self._write(h, st, winner.sources, "run_candidates")
+                self.ctx.write(h, st, winner.sources, "run_candidates")
             except UnrecordedEdit as edit:
                 held = (f"{edit.message}; round {winner.round_no} is kept all the same (held): revert_patch writes "
                         "it after copying the edit to quarantine, or adopt the edit later as a round of its own")
         stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         ordered = sorted(trials, key=lambda t: (t is winner, t.round_no))  # the kept one decides last
-        with h.ledger.transaction() as tx:
+        with h.record(st.id).transaction() as rec:
             for t in ordered:
                 if t.invalid:
                     # no round: the trial says nothing of its code (no decision, no R19, no stage count); its runs
-                    # keep their round number, which is never reused (_next_round)
-                    tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,
-                              round=t.round_no, outcome="invalid", operator_time_us=None,
+                    # keep their round number, which is never reused (next_round)
+                    rec.trial(batch=batch, candidate=t.candidate, round=t.round_no, outcome="invalid",
+                              operator_time_us=None,
                               info={"verdict": t.verdict, "result_type": "invalid", "reason": t.invalid,
                                     "device_id": t.device, "chip_failures": t.chip_failures})
                     continue
-                desc = _describe(t.changes) if t.changes else t.knob
-                tx.insert("rounds", session_id=st.id, number=t.round_no, opened_at=now_iso(), stage=st.stage,
-                          outer_round=st.outer_round, kind="trial", catalog_id=t.catalog_id, change=desc,
-                          rationale=f"candidate {t.candidate.get('id', '')} of batch {batch}: "
-                          f"{str(t.candidate.get('why', ''))[:300]}",
-                          before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-                tx.insert("patches", **_patch_row(st.id, kind="trial", round_no=t.round_no, before=st.kept_sources,
-                                                  after=t.sources, note=f"candidate of batch {batch}",
-                                                  catalog_id=t.catalog_id, changes=t.changes))
+                desc = describe_change(t.changes) if t.changes else t.knob
+                rec.round_opened(number=t.round_no, stage=st.stage, outer_round=st.outer_round, kind="trial",
+                                 catalog_id=t.catalog_id, change=desc,
+                                 rationale=f"candidate {t.candidate.get('id', '')} of batch {batch}: "
+                                           f"{str(t.candidate.get('why', ''))[:300]}",
+                                 before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+                rec.patch(kind="trial", round_no=t.round_no, before=st.kept_sources, after=t.sources,
+                          note=f"candidate of batch {batch}", catalog_id=t.catalog_id, changes=t.changes)
                 if t is winner:
-                    tx.insert("patches", **_patch_row(st.id, kind="trial-apply", round_no=t.round_no,
-                                                      before=st.expected_sources, after=t.sources,
-                                                      note=f"batch {batch}: best candidate written and kept" if not held
-                                                      else f"batch {batch}: best candidate kept, NOT written: {held}",
-                                                      catalog_id=t.catalog_id, changes=t.changes))
+                    rec.patch(kind="trial-apply", round_no=t.round_no, before=st.expected_sources, after=t.sources,
+                              note=f"batch {batch}: best candidate written and kept" if not held
+                              else f"batch {batch}: best candidate kept, NOT written: {held}",
+                              catalog_id=t.catalog_id, changes=t.changes)
                 after_us = statistics.median(t.samples) if t.samples else None
-                tx.insert("round_decisions", session_id=st.id, number=t.round_no, at=now_iso(),
-                          decision=t.decision, result_type=t.result_type, after_us=after_us, delta_pct=t.delta_pct,
-                          error_output=(t.error or "")[-4000:],
-                          notes="; ".join(x for x in (t.reason, t.retry_note) if x)[:1000],
-                          restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
+                rec.round_decision(number=t.round_no, decision=t.decision, result_type=t.result_type,
+                                   after_us=after_us, delta_pct=t.delta_pct, error_output=(t.error or "")[-4000:],
+                                   notes="; ".join(x for x in (t.reason, t.retry_note) if x)[:1000],
+                                   restored_hash=code_hash(t.sources) if t is winner else st.kept_hash)
                 if stage.group in ("frontend", "swimlane", "incore"):
-                    tx.insert("checklist_marks", session_id=st.id, at=now_iso(), stage_group=stage.group, stage=st.stage,
-                              catalog_id=t.catalog_id, status="tried" if t.decision != "failed" else "failed",
-                              reason=f"round {t.round_no} (batch {batch}): {t.result_type}", round=t.round_no)
-                tx.insert("trials", session_id=st.id, at=now_iso(), batch=batch, candidate=t.candidate,
-                          round=t.round_no, outcome=t.decision if t.decision != "reverted" else t.result_type,
-                          operator_time_us=after_us,
+                    rec.checklist_mark(stage_group=stage.group, stage=st.stage, catalog_id=t.catalog_id,
+                                       status="tried" if t.decision != "failed" else "failed",
+                                       reason=f"round {t.round_no} (batch {batch}): {t.result_type}",
+                                       round=t.round_no)
+                rec.trial(batch=batch, candidate=t.candidate, round=t.round_no,
+                          outcome=t.decision if t.decision != "reverted" else t.result_type, operator_time_us=after_us,
                           info={"verdict": t.verdict, "result_type": t.result_type, "delta_pct": t.delta_pct,
                                 "margin_pct": t.margin_pct,
                                 "samples": t.samples, "device_id": t.device, "reason": t.error or t.reason,

@@ -35,18 +35,39 @@ from pypto_tune.tools.code.workspace import relative_operator_files, resolve_wor
 
 from pypto_tune.tools.running import recorded_env
 from pypto_tune.tools.operations.base import (
-    exclusive, INTERPRETER_CHECK, Progress, _Handle, _goal_text, _next_round, _patch_row, code_hash,
+    exclusive, INTERPRETER_CHECK, Progress, Handle, SessionContext, goal_text, next_round, code_hash,
 )
 from pypto_tune.tools.operations.run_world import RunWorldOps
-from pypto_tune.tools.operations.runs import check_run
+from pypto_tune.tools.operations.runs import RunOps, check_run
 from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
 
 
 log = logging.getLogger("pypto_tune.service")
 
 
-class SetupOps(RunWorldOps):
-    """start_session, run_precision_check, enable_runtime_debug."""
+def recorded_patterns(st: SessionState) -> dict[str, str | None]:
+    """The session's verdict patterns as started, with the last correction made before the baseline passed."""
+    cfg = st.session["config"] or {}
+    pats = {k: cfg.get(k) or None for k in ("pass_pattern", "fail_pattern")}
+    for c in st.rows["corrections"]:
+        if c["field"] == "verdict_patterns":
+            pats = {k: c["after_value"].get(k) or None for k in pats}
+    return pats
+
+
+def verdict_options(st: SessionState) -> dict[str, Any]:
+    """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
+    return {k: v for k, v in recorded_patterns(st).items() if v}
+
+
+class SetupOps:
+    """start_session, run_precision_check, enable_runtime_debug; the run world (``worlds``) and the runs (``runs``)
+    it starts from are its collaborators."""
+
+    def __init__(self, ctx: SessionContext, *, worlds: RunWorldOps, runs: RunOps) -> None:
+        self.ctx = ctx
+        self.worlds = worlds
+        self.runs = runs
 
     def start_session(
         self, *, workspace: str, operator_files: list[str], test_command: str | list[str], run_mode: str,
@@ -60,8 +81,8 @@ class SetupOps(RunWorldOps):
             raise InputError(f"run_mode must be 'sim' or 'npu', got {run_mode!r}",
                              hint="use 'sim' without an NPU (PyPTO cost-model simulator)")
         if (goal_speedup is None) == (goal_target_us is None):
-            h = self._handle(ws)
-            raise self._refuse(h, None, "start_session", setup_rules.no_goal())
+            h = self.ctx.handle(ws)
+            raise self.ctx.refuse(h, None, "start_session", setup_rules.no_goal())
         if goal_speedup is not None and not goal_speedup > 1.0:
             raise InputError(f"goal_speedup must be > 1, got {goal_speedup}", hint="e.g. goal_speedup=2 for 2x faster")
         if goal_target_us is not None and not goal_target_us > 0:
@@ -94,13 +115,13 @@ class SetupOps(RunWorldOps):
         goal_kind = "speedup" if goal_speedup is not None else "target_us"
         goal_value = float(goal_speedup if goal_speedup is not None else goal_target_us)  # type: ignore[arg-type]
 
-        h = self._handle(ws)
+        h = self.ctx.handle(ws)
         try:
             h.lock.acquire()
         except GateRefusal as held:
             return self._attach_read_only(h, held, files, argv, run_mode)
         for row in reversed(h.ledger.rows("sessions")):
-            st = self._state(h, row["id"])
+            st = self.ctx.state(h, row["id"])
             if st.level1 == "DONE":
                 break
             return self._resume(h, st, files=files, argv=argv, run_mode=run_mode, goal_kind=goal_kind,
@@ -109,7 +130,7 @@ class SetupOps(RunWorldOps):
 
         self._check_command(argv, ws, run_mode)
         # the world every run of this session executes in (refused here when this server cannot sandbox a run)
-        world = self._current_world(h, None, argv, run_mode)
+        world = self.worlds.current_world(h, None, argv, run_mode)
         sources = read_sources(ws, files)
         try:
             tree = scan_tree(ws)
@@ -123,30 +144,29 @@ class SetupOps(RunWorldOps):
         record_tree(ws, tree)  # copies of every file, before the session that refers to them exists
         sid = f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         operator = Path(files[0]).stem
-        with h.ledger.transaction() as tx:
-            tx.insert(
-                "sessions", id=sid, created_at=now_iso(), workspace=str(ws), operator=operator, operator_files=files,
-                test_command=argv, shell=shell, run_mode=run_mode, goal_kind=goal_kind, goal_value=goal_value,
-                timeout_s=float(timeout_s), device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
-                original_sources=sources, original_hash=code_hash(sources), original_raw_hash=hash_sources(sources),
-                config={"python": self.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
+        with h.record(sid).transaction() as rec:
+            rec.session(workspace=str(ws), operator=operator, operator_files=files, test_command=argv, shell=shell,
+                        run_mode=run_mode, goal_kind=goal_kind, goal_value=goal_value, timeout_s=float(timeout_s),
+                        device_ids=devices, time_limit_h=float(time_limit_h), repeats=int(reps),
+                        original_sources=sources, original_hash=code_hash(sources),
+                        original_raw_hash=hash_sources(sources),
+                        config={"python": self.ctx.python, "started_epoch": time.time(), "tree_hash": tree_hash(tree),
                         "pass_pattern": pass_pattern, "fail_pattern": fail_pattern, "lang": lang or "zh",
-                        recorded_env.CONFIG_KEY: world.as_json()},
-            )
+                        recorded_env.CONFIG_KEY: world.as_json()})
             for e in tree.values():
-                tx.insert("tree_files", session_id=sid, path=e.path, sha256=e.sha256, size=e.size,
-                          executable=e.executable, link=e.link, role="operator" if e.path in files else "fixed")
-            tx.insert("transitions", session_id=sid, at=now_iso(), level="state", from_value=None,
-                      to_value="S1_SETUP", reason="session started with a goal (R1)", summary={})
-        self._session_ws[sid] = ws
-        st = self._state(h, sid)
+                rec.tree_file(path=e.path, sha256=e.sha256, size=e.size, executable=e.executable, link=e.link,
+                              role="operator" if e.path in files else "fixed")
+            rec.transition(level="state", from_value=None, to_value="S1_SETUP",
+                           reason="session started with a goal (R1)", summary={})
+        self.ctx.remember(sid, ws)
+        st = self.ctx.state(h, sid)
         others = len(tree) - len(files)
         return StartSessionResult(
-            **self._base(st, f"session {sid} started; {len(files)} operator file(s) and {others} other workspace "
+            **self.ctx.result_base(st, f"session {sid} started; {len(files)} operator file(s) and {others} other workspace "
                          "file(s) recorded (every run executes exactly these bytes); next: run_precision_check "
                          "(environment check first, R3)"),
             resumed=False, operator_files=files, test_command=argv, run_mode=run_mode,
-            goal=_goal_text(st.session),
+            goal=goal_text(st.session),
         )
 
     def _check_command(self, argv: list[str], ws: Path, run_mode: str) -> None:
@@ -161,7 +181,7 @@ class SetupOps(RunWorldOps):
                              hint=" / ".join(dict.fromkeys(p.hint for p in problems if p.hint))
                              or "fix the command and call start_session again")
 
-    def _resume(self, h: _Handle, st: SessionState, *, files: list[str], argv: list[str], run_mode: str,
+    def _resume(self, h: Handle, st: SessionState, *, files: list[str], argv: list[str], run_mode: str,
                 goal_kind: str, goal_value: float, patterns: dict[str, str | None]) -> StartSessionResult:
         row = st.session
         sid = st.id
@@ -171,70 +191,55 @@ class SetupOps(RunWorldOps):
             raise InputError(f"session {sid} is still open on this workspace with other operator files or run mode "
                              f"({row['operator_files']}, {row['run_mode']})", hint=finish)
         if (row["goal_kind"], float(row["goal_value"])) != (goal_kind, goal_value):
-            raise InputError(f"session {sid} is still open with the goal {_goal_text(row)}; a resumed session keeps "
+            raise InputError(f"session {sid} is still open with the goal {goal_text(row)}; a resumed session keeps "
                              "its goal", hint=finish)
-        self._session_ws[sid] = ws = h.workspace
+        ws = h.workspace
+        self.ctx.remember(sid, ws)
         msg = f"resumed session {sid} at {st.level1}" + (f"/{st.stage}" if st.stage else "")
         if argv != st.test_command:
             if not setup_rules.command_correctable(st.level1, st.passed_hashes):
-                raise self._refuse(h, sid, "start_session", setup_rules.command_fixed(sid, st.test_command, finish))
+                raise self.ctx.refuse(h, sid, "start_session", setup_rules.command_fixed(sid, st.test_command, finish))
             self._check_command(argv, ws, run_mode)
-            h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="test_command",
-                            before_value=st.test_command, after_value=argv,
-                            reason="corrected before the baseline precision passed")
-            st = self._state(h, sid)
+            h.record(sid).correction(field="test_command", before_value=st.test_command, after_value=argv,
+                                     reason="corrected before the baseline precision passed")
+            st = self.ctx.state(h, sid)
             msg += f"; test command corrected to {argv} (recorded; allowed until the baseline precision passes)"
         # The verdict patterns are corrected like the command (issue #11). They used to be dropped silently on resume,
         # yet "start the session with a pass_pattern" is exactly what a no-verdict-line failure tells the agent to do,
         # and the session it failed in is still open: the advice then changed nothing.
-        current = self._patterns(st)
+        current = recorded_patterns(st)
         if patterns != current:
             if not setup_rules.command_correctable(st.level1, st.passed_hashes):
-                raise self._refuse(h, sid, "start_session", setup_rules.patterns_fixed(sid, current, finish))
-            h.ledger.insert("corrections", session_id=sid, at=now_iso(), field="verdict_patterns",
-                            before_value=current, after_value=patterns,
-                            reason="verdict patterns corrected before the baseline precision passed")
-            st = self._state(h, sid)
+                raise self.ctx.refuse(h, sid, "start_session", setup_rules.patterns_fixed(sid, current, finish))
+            h.record(sid).correction(field="verdict_patterns", before_value=current, after_value=patterns,
+                                     reason="verdict patterns corrected before the baseline precision passed")
+            st = self.ctx.state(h, sid)
             msg += (f"; verdict patterns corrected to {patterns} (recorded; allowed until the baseline precision "
                     "passes)")
-        st, note = self._check_world(h, st)
+        st, note = self.worlds.check_world(h, st)
         msg += note
-        st = self._heal(h, st)
-        st, note = self._void_discarded(h, st)
+        st = self.ctx.heal(h, st)
+        st, note = self.ctx.void_discarded(h, st)
         msg += note
-        return StartSessionResult(**self._base(st, msg), resumed=True, operator_files=files,
-                                  test_command=st.test_command, run_mode=run_mode, goal=_goal_text(row))
+        return StartSessionResult(**self.ctx.result_base(st, msg), resumed=True, operator_files=files,
+                                  test_command=st.test_command, run_mode=run_mode, goal=goal_text(row))
 
-    def _attach_read_only(self, h: _Handle, held: GateRefusal, files: list[str], argv: list[str],
+    def _attach_read_only(self, h: Handle, held: GateRefusal, files: list[str], argv: list[str],
                           run_mode: str) -> StartSessionResult:
         """Another server holds this workspace: a second window may still read (status, ledger, knobs, report
         resources); everything that changes the session stays with the holder."""
         rows = h.ledger.rows("sessions")
         if not rows:
             raise held
-        st = self._state(h, rows[-1]["id"])
-        self._session_ws[st.id] = h.workspace
-        base = self._base(st, f"{held.message}; attached READ-ONLY to session {st.id} ({st.level1}"
+        st = self.ctx.state(h, rows[-1]["id"])
+        self.ctx.remember(st.id, h.workspace)
+        base = self.ctx.result_base(st, f"{held.message}; attached READ-ONLY to session {st.id} ({st.level1}"
                           + (f"/{st.stage}" if st.stage else "") + "): get_status, list_knobs, analyze_bubbles and "
                           "the session resources work here; every call that changes the session is refused")
         base["next_actions"] = ["get_status", "list_knobs", "analyze_bubbles"]
         return StartSessionResult(**base, resumed=True, operator_files=list(st.session["operator_files"]),
-                                  test_command=st.test_command, run_mode=st.run_mode, goal=_goal_text(st.session),
+                                  test_command=st.test_command, run_mode=st.run_mode, goal=goal_text(st.session),
                                   read_only=True)
-
-    @staticmethod
-    def _patterns(st: SessionState) -> dict[str, str | None]:
-        """The session's verdict patterns as started, with the last correction made before the baseline passed."""
-        cfg = st.session["config"] or {}
-        pats = {k: cfg.get(k) or None for k in ("pass_pattern", "fail_pattern")}
-        for c in st.rows["corrections"]:
-            if c["field"] == "verdict_patterns":
-                pats = {k: c["after_value"].get(k) or None for k in pats}
-        return pats
-
-    def _verdict_options(self, st: SessionState) -> dict[str, Any]:
-        """Session-level verdict patterns (start_session's pass_pattern / fail_pattern), when set."""
-        return {k: v for k, v in self._patterns(st).items() if v}
 
     @exclusive
     def confirm(self, session_id: str, *, source: str, answer: bool = True) -> str:
@@ -243,33 +248,31 @@ class SetupOps(RunWorldOps):
         agent's own say-so."""
         if source not in PERSON_SOURCES:
             raise InputError(f"confirmation source must be one of {PERSON_SOURCES}, got {source!r}")
-        h = self._find(session_id)
-        st = self._state(h, session_id)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
         q = st.pending_question
         if q is None:
             raise InputError("there is no question waiting for an answer",
                              hint="questions appear after three failed baseline precision checks (R5)")
         if not answer:
-            h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="declined", detail="0",
-                            source=source, question_id=int(q["id"]))
+            h.record(st.id).confirmation(kind="declined", detail="0", source=source, question_id=int(q["id"]))
             return "declined: no further baseline attempt; stop_session and render_report, or fix the environment"
         last = max(int(r["id"]) for r in st.rows["precision_records"])
-        h.ledger.insert("confirmations", session_id=st.id, at=now_iso(), kind="baseline-retry", detail=str(last),
-                        source=source, question_id=int(q["id"]))
+        h.record(st.id).confirmation(kind="baseline-retry", detail=str(last), source=source, question_id=int(q["id"]))
         return f"retry confirmed by a person ({source}); run_precision_check may run the baseline again"
 
     @exclusive
     async def run_precision_check(self, session_id: str, *, confirm_retry: bool = False, adopt_drift: bool = False,
                                   progress: Progress = None) -> PrecisionResult:
         """Run the fixed test command on the current code and record the verdict bound to its hash (R4/R6)."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "run_precision_check", confirm_retry=confirm_retry, adopt_drift=adopt_drift)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "run_precision_check", confirm_retry=confirm_retry, adopt_drift=adopt_drift)
         h.busy = "run_precision_check"
         try:
-            if adopt_drift and self._drift(h, st):
+            if adopt_drift and self.ctx.drift(h, st):
                 self._adopt_drift(h, st)
-                st = self._state(h, session_id)
+                st = self.ctx.state(h, session_id)
 
             env_checks: list[EnvCheck] = []
             if st.level1 == "S1_SETUP" and st.env_ok is not True:
@@ -277,25 +280,24 @@ class SetupOps(RunWorldOps):
                     await progress(0.0, "", phase="environment checklist (first call of the session)")
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
-                    env=self._child_env(st, st.device), python=self.python,
+                    env=self.worlds.child_env(st, st.device), python=self.ctx.python,
                     device_ids=list(st.session["device_ids"]), test_command=list(st.session["test_command"]),
                 )
                 batch = st.env_batches + 1
-                with h.ledger.transaction() as tx:
+                with h.record(st.id).transaction() as rec:
                     for c in env_checks:
-                        tx.insert("env_checks", session_id=st.id, at=c.at or now_iso(), batch=batch, name=c.name,
-                                  ok=c.ok, detail=c.detail)
-                st = self._state(h, session_id)
+                        rec.env_check(at=c.at or now_iso(), batch=batch, name=c.name, ok=c.ok, detail=c.detail)
+                st = self.ctx.state(h, session_id)
                 if not st.env_ok:
                     bad = [f"{c.name}: {c.detail}" for c in env_checks if not c.ok]
-                    raise self._refuse(h, st.id, "run_precision_check", setup_rules.env_check_failed(bad))
+                    raise self.ctx.refuse(h, st.id, "run_precision_check", setup_rules.env_check_failed(bad))
 
             if st.level1 == "S1_SETUP" and st.env_ok and not any(
                     r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
                 if progress:
                     await progress(0.0, "", phase="recording the interpreter's files (first call of the session)")
                 await self._scan_interpreter(h, st)
-                st = self._state(h, session_id)
+                st = self.ctx.state(h, session_id)
 
             round_no = st.open_round.number if st.open_round else None
             device = st.device
@@ -305,31 +307,31 @@ class SetupOps(RunWorldOps):
                     await progress(elapsed, line, phase="precision run" + (f" of round {round_no}" if round_no
                                                                            else " (baseline)"), step=0, steps=1)
 
-            out = await self._run(h, st, purpose="precision", round_no=round_no, device_id=device,
+            out = await self.runs.run(h, st, purpose="precision", round_no=round_no, device_id=device,
                                   sources=sources, progress=run_progress)
             result, run_id = out.result, out.run_id
-            checked = check_run(out, st.run_mode, **self._verdict_options(st))
+            checked = check_run(out, st.run_mode, **verdict_options(st))
             verdict, key = checked.judged, checked.judged.key_output
             v, reason, command_problem = checked.verdict, checked.reason, checked.command_problem
-            self.offer_sample(h, st, sources, out, v)  # type: ignore[attr-defined]  # RunOps
+            self.runs.offer_sample(h, st, sources, out, v)
             result_type = COMMAND_PROBLEM if command_problem else checked.result_type
-            rec_id = h.ledger.insert(
-                "precision_records", session_id=st.id, at=now_iso(), run_id=run_id, command=list(result.argv),
-                verdict=v, numerics_checked=verdict.numerics_checked, exit_code=result.exit_code,
-                duration_s=result.duration_s, key_output=key, reason=reason, code_hash=st.current_hash,
-                round=round_no, device_id=device, result_type=result_type,
-            )
-            st2 = self._state(h, session_id)
+            rec_id = h.record(st.id).precision_record(run_id=run_id, command=list(result.argv), verdict=v,
+                                                      numerics_checked=verdict.numerics_checked,
+                                                      exit_code=result.exit_code, duration_s=result.duration_s,
+                                                      key_output=key, reason=reason, code_hash=st.current_hash,
+                                                      round=round_no, device_id=device, result_type=result_type)
+            st2 = self.ctx.state(h, session_id)
             if st2.awaiting_user and st2.pending_question is None:
                 # R5: the third baseline failure asks the person, not the agent
-                h.ledger.insert("questions", session_id=st.id, at=now_iso(), kind="baseline-retry",
-                                text=f"The baseline precision check failed {st2.baseline_failures} times (last: "
-                                f"{reason[:200]}). Retry it once more? The operator must not be fixed by the tuner.",
-                                info={"last_record_id": rec_id})
-                st2 = self._state(h, session_id)
+                h.record(st.id).question(kind="baseline-retry",
+                                         text=f"The baseline precision check failed {st2.baseline_failures} times "
+                                              f"(last: {reason[:200]}). Retry it once more? The operator must not be "
+                                              "fixed by the tuner.",
+                                         info={"last_record_id": rec_id})
+                st2 = self.ctx.state(h, session_id)
             if v == "passed" and st2.level1 == "S1_SETUP":
-                self._transition(h, st2, "state", "S2_COLLECT", "baseline precision passed (S1b)")
-                st2 = self._state(h, session_id)
+                self.ctx.transition(h, st2, "state", "S2_COLLECT", "baseline precision passed (S1b)")
+                st2 = self.ctx.state(h, session_id)
             msg = f"precision {v}" + ("" if verdict.numerics_checked else
                                       " — SIM: compiled and simulated only, output values were NOT checked")
             if command_problem and round_no is None and st2.level1 == "S1_SETUP":
@@ -354,7 +356,7 @@ class SetupOps(RunWorldOps):
                         " record_round to roll back" if st2.open_round and st2.open_round.corrections == 0 else
                         f" ({result_type}); call record_round (it rolls back) or revert_patch")
             return PrecisionResult(
-                **self._base(st2, msg), verdict=v, reason=reason, decided_by=str(verdict.decided_by),
+                **self.ctx.result_base(st2, msg), verdict=v, reason=reason, decided_by=str(verdict.decided_by),
                 deciding_lines=[x.model_dump(mode="json") for x in verdict.deciding_lines], numerics_checked=verdict.numerics_checked,
                 exit_code=result.exit_code, duration_s=result.duration_s, key_output=key,
                 code_hash=st.current_hash, record_id=rec_id, round=round_no,
@@ -366,51 +368,50 @@ class SetupOps(RunWorldOps):
         finally:
             h.busy = None
 
-    async def _scan_interpreter(self, h: _Handle, st: SessionState) -> None:
+    async def _scan_interpreter(self, h: Handle, st: SessionState) -> None:
         """Fingerprint the closure's roots before the baseline (``run_world.py``), off the event loop."""
-        await anyio.to_thread.run_sync(lambda: self._scan_interpreter_sync(h, st))
+        await anyio.to_thread.run_sync(lambda: self.worlds.scan_interpreter_sync(h, st))
 
-    def _adopt_drift(self, h: _Handle, st: SessionState) -> None:
+    def _adopt_drift(self, h: Handle, st: SessionState) -> None:
         """Adopt an external edit of the operator files as a manual round — through the same admission as every
         other change: only while tuning, only the operator files, exactly one legal knob that was not tried before
         (issue #10, attack 4: two knobs edited by hand and adopted; adopting before S4 made unmeasured code the kept
         state). Anything else stays drift: revert_patch restores the recorded state."""
         refuse = "run_precision_check(adopt_drift=true)"
         if st.level1 != "S4_TUNE" or st.stage is None:
-            raise self._refuse(h, st.id, refuse, drift_rules.adopt_outside_tuning(st.level1))
+            raise self.ctx.refuse(h, st.id, refuse, drift_rules.adopt_outside_tuning(st.level1))
         diff_tree = diff_trees(st.expected_tree, scan_tree(h.workspace, strict=False)) if st.tree else None
         others = [p for p in (diff_tree.changed + diff_tree.added + diff_tree.removed if diff_tree else [])
                   if p not in st.expected_sources]
         if others:
-            raise self._refuse(h, st.id, refuse, drift_rules.adopt_other_files(others))
+            raise self.ctx.refuse(h, st.id, refuse, drift_rules.adopt_other_files(others))
         disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
         stage = rules.STAGES_BY_NAME[st.stage]
-        adm = self._admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
+        adm = self.ctx.admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
         served = [c for c in adm.catalog_ids if c.startswith(stage.catalog_prefix)] if stage.catalog_prefix else []
         if stage.group != "algorithm" and not served:
-            raise self._refuse(h, st.id, refuse,
+            raise self.ctx.refuse(h, st.id, refuse,
                                change_rules.adopted_edit_outside_stage(list(adm.catalog_ids), st.stage))
         catalog_id = served[0] if served else "MANUAL"
         changes = list(adm.changes) if adm.kind == "pair" else [adm.change] if adm.change is not None else []
-        round_no = _next_round(st)
-        with h.ledger.transaction() as tx:
-            tx.insert("rounds", session_id=st.id, number=round_no, opened_at=now_iso(), stage=st.stage,
-                      outer_round=st.outer_round, kind="manual", catalog_id=catalog_id,
-                      change="external edit adopted: " + adm.describe(),
-                      rationale="source changed outside the server; admitted as one knob change and verified like "
-                      "any other", before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
-            tx.insert("patches", **_patch_row(st.id, kind="manual-adopt", round_no=round_no,
-                                              before=st.expected_sources, after=disk, note="drift adopted",
-                                              catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
-                                              changes=changes))
+        round_no = next_round(st)
+        with h.record(st.id).transaction() as rec:
+            rec.round_opened(number=round_no, stage=st.stage, outer_round=st.outer_round, kind="manual",
+                             catalog_id=catalog_id, change="external edit adopted: " + adm.describe(),
+                             rationale="source changed outside the server; admitted as one knob change and verified "
+                                       "like any other",
+                             before_hash=st.kept_hash, before_raw_hash=st.kept_raw_hash, before_us=st.kept_us)
+            rec.patch(kind="manual-adopt", round_no=round_no, before=st.expected_sources, after=disk,
+                      note="drift adopted", catalog_id=catalog_id, diff=unified_diff(st.expected_sources, disk),
+                      changes=changes)
 
     @exclusive
     def enable_runtime_debug(self, session_id: str, enabled: bool = True) -> DebugResult:
         """Add (or remove) ``debug_options={"runtime_debug_mode": 1}`` on every jit (R7/R22)."""
-        h = self._find(session_id)
-        st = self._state(h, session_id)
-        self._gate(h, st, "enable_runtime_debug", enabled=enabled)
+        h = self.ctx.find(session_id)
+        st = self.ctx.state(h, session_id)
+        self.ctx.gate(h, st, "enable_runtime_debug", enabled=enabled)
         before = st.expected_sources
         if enabled:
             after = set_runtime_debug(before, True)
@@ -421,12 +422,11 @@ class SetupOps(RunWorldOps):
         changed = sorted(p for p in after if after[p] != before.get(p))
         diff = unified_diff(before, after)
         if changed:
-            self._write(h, st, after, "enable_runtime_debug")
-        h.ledger.insert("patches", **_patch_row(st.id, kind=kind, round_no=None, before=before, after=after,
-                                                diff=diff, note="runtime debug " + ("enabled" if enabled
-                                                                                   else "restored")))
-        st2 = self._state(h, session_id)
-        return DebugResult(**self._base(st2, f"runtime_debug_mode {'enabled' if enabled else 'restored'} in "
+            self.ctx.write(h, st, after, "enable_runtime_debug")
+        h.record(st.id).patch(kind=kind, round_no=None, before=before, after=after, diff=diff,
+                              note="runtime debug " + ("enabled" if enabled else "restored"))
+        st2 = self.ctx.state(h, session_id)
+        return DebugResult(**self.ctx.result_base(st2, f"runtime_debug_mode {'enabled' if enabled else 'restored'} in "
                                         f"{len(changed)} file(s); the precision verdict still applies (the switch "
                                         "does not change numerics)"),
                            enabled=enabled, changed_files=changed, diff=diff)

@@ -53,7 +53,7 @@ def adopt_other_files(others: list[str]) -> GateRefusal:
 
 
 class UnrecordedEdit(GateRefusal):
-    """An operator file about to be written holds an edit nobody recorded (``OperationsBase._write``)."""
+    """An operator file about to be written holds an edit nobody recorded (``SessionContext.write``, ``tools/operations/base.py``)."""
 
     def __init__(self, tool: str, files: list[str]) -> None:
         self.files = files
