@@ -41,9 +41,13 @@ async def _presentation(client: Client) -> dict[str, Any]:
         with pytest.raises(MCPError) as err:
             await call
         errors[what] = (err.value.code, err.value.message)
+    perf_tune = {lang: (await client.get_prompt("perf_tune", {"lang": lang})).messages[0].content.text
+                 for lang in ("zh", "en")}
     return {"protocol": client.protocol_version, "info": info, "caps": caps.model_dump(exclude_none=True),
             "ttl": {k: (v.ttl_ms, v.cache_scope) for k, v in lists.items()},
-            "catalog_ttl": (catalog.ttl_ms, catalog.cache_scope), "errors": errors}
+            "catalog_ttl": (catalog.ttl_ms, catalog.cache_scope), "errors": errors,
+            "tools": {t.name for t in lists["tools"].tools}, "prompts": {p.name for p in lists["prompts"].prompts},
+            "perf_tune": perf_tune, "catalog": catalog.contents[0].text}
 
 
 def _check_presentation(seen: dict[str, Any]) -> None:
@@ -110,6 +114,18 @@ def test_presentation_and_unknown_names_are_the_same_on_both_eras_and_over_http(
     for era in ("auto", "http"):
         assert set(seen[era]["ttl"].values()) == {(STATIC_TTL_MS, "public")}, seen[era]["ttl"]
         assert seen[era]["catalog_ttl"] == (STATIC_TTL_MS, "public")
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_both_handshakes_list_the_same_tools_prompts_and_resources(eras: dict[str, dict[str, Any]],
+                                                                   mode: str) -> None:
+    seen = eras[mode]
+    assert {"start_session", "run_precision_check", "enable_runtime_debug", "collect_swimlane", "analyze_bubbles",
+            "apply_tuning_patch", "revert_patch", "record_round", "render_report", "get_status", "list_knobs",
+            "wait_job"} <= seen["tools"]
+    assert seen["prompts"] == {"perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf"}
+    assert seen["perf_tune"]["zh"] != seen["perf_tune"]["en"]
+    assert '"F-1"' in seen["catalog"] and '"I-9"' in seen["catalog"]
 
 
 # ---------------------------------------------------------------------------------------------- arguments
