@@ -3,6 +3,7 @@ the trajectory, and the ranking keeps its promise on a grid whose best lies with
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 
@@ -15,6 +16,7 @@ from tests.conftest import require_real
 from .conftest import ROOT
 
 
+@functools.cache
 def _bench():
     spec = importlib.util.spec_from_file_location("search_offline", ROOT / "benchmarks" / "search_offline.py")
     mod = importlib.util.module_from_spec(spec)
@@ -22,11 +24,18 @@ def _bench():
     return mod
 
 
+# A Grid reads every measured row's knob vector off its sources (the server's extractor, one parse per row: most of
+# this file's CPU). Nothing here changes a Grid, so each is built once per process and the tests share it.
+_GRIDS: dict[str, object] = {}
+
+
 def _grid(bench, name):
     # the measured grids are committed: in CI a missing one is a broken checkout, not a skip
     require_real((ROOT / "benchmarks" / "grids" / f"{name}.json").is_file(),
                  f"benchmarks/grids/{name}.json is not measured")
-    return bench.Grid(name, bench._load_measure_grid(), {})
+    if name not in _GRIDS:
+        _GRIDS[name] = bench.Grid(name, bench._load_measure_grid(), {})
+    return _GRIDS[name]
 
 
 def _check_rules(grid, run):

@@ -146,13 +146,72 @@ def test_proposals_pass_admission_and_a_change_not_kept_is_never_proposed_or_run
     anyio.run(scenario)
 
 
-def test_a_batch_with_a_failing_a_dataless_and_an_improving_candidate_keeps_only_the_improving_one(
+def _trial_processes(roots: list[Path]) -> list[int]:
+    """Pids whose working directory or command line lies under one of ``roots`` (this test's own tree)."""
+    found = []
+    me = os.getpid()
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == me:
+            continue
+        try:
+            cwd = os.readlink(p / "cwd")
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(cwd.startswith(str(r)) or str(r) in cmd for r in roots):
+            found.append(int(p.name))
+    return found
+
+
+async def _cancel_a_batch_in_job_mode(s: Session, sid: str, ws: Path, tmp_path: Path, base_us: float) -> None:
+    """From FRONTEND with nothing kept yet: a batch started with ``wait=False`` and cancelled once its trials'
+    simulators run leaves no process of its trials and keeps nothing, and the session goes on."""
+    exec_root = ws / ".pypto-tune" / "exec"
+    server_pids = set(_trial_processes([tmp_path]))  # the server itself runs with cwd = the workspace
+    rounds_before = len((await _ledger(s, sid))["rounds"])
+    before = (ws / "softmax.py").read_text()
+    cands = (await s.ok("propose_candidates", session_id=sid, limit=3))["candidates"]
+    job = await s.ok("run_candidates", session_id=sid, candidates=[c["id"] for c in cands], wait=False)
+    assert job["status"] == "running" and job["tool"] == "run_candidates" and "trials" not in job
+    # wait until the trials' simulator processes run in their private copies
+    deadline = time.monotonic() + 120
+    running: list[int] = []
+    while time.monotonic() < deadline:
+        running = [p for p in _trial_processes([exec_root]) if p not in server_pids]
+        if running:
+            break
+        await anyio.sleep(0.1)
+    assert running, "no trial process started under .pypto-tune/exec"
+    cancelled = await s.ok("cancel_job", job_id=job["job_id"])
+    assert cancelled["status"] == "cancelled"
+    deadline = time.monotonic() + 10
+    left = running
+    while time.monotonic() < deadline:
+        left = [p for p in _trial_processes([exec_root, tmp_path]) if p not in server_pids]
+        if not left:
+            break
+        await anyio.sleep(0.1)
+    assert left == [], f"processes of the cancelled batch still alive: {left}"
+    # nothing kept, nothing decided: the workspace and the kept time are the baseline's
+    status = await s.ok("get_status", session_id=sid)
+    assert status["running_job"] is None and status["best_us"] == base_us and status["kept"] == 0
+    assert (ws / "softmax.py").read_text() == before
+    tables = await _ledger(s, sid)
+    assert len(tables["rounds"]) == rounds_before and tables.get("trials", []) == []
+    # the session goes on: the same candidates can be run again
+    assert (await s.ok("propose_candidates", session_id=sid, limit=3))["candidates"]
+
+
+def test_a_cancelled_batch_keeps_nothing_and_a_failing_a_dataless_and_an_improving_candidate_keep_only_the_last(
         tmp_path: Path) -> None:
+    """One session: first a batch cancelled in job mode (see ``_cancel_a_batch_in_job_mode``), then in SWIMLANE_1
+    a batch with a failing, a data-less and an improving candidate keeps only the improving one."""
     ws = _workspace(tmp_path)
 
     async def scenario() -> None:
         async with connect(ws) as s:
             sid, base_us = await _to_frontend(s, ws)
+            await _cancel_a_batch_in_job_mode(s, sid, ws, tmp_path, base_us)
             await _to_swimlane(s, sid)
             rounds_before = {r["number"] for r in (await _ledger(s, sid))["rounds"]}
             vec = (await s.ok("propose_candidates", session_id=sid, knob=VEC, limit=4))["candidates"]
@@ -210,66 +269,5 @@ def test_a_batch_with_a_failing_a_dataless_and_an_improving_candidate_keeps_only
             tables = await _ledger(s, sid)
             last = max(tables["runs"], key=lambda r: r["id"])
             assert last["purpose"] not in ("precision", "trial-precision")  # it carried no probe
-
-    anyio.run(scenario)
-
-
-def _trial_processes(roots: list[Path]) -> list[int]:
-    """Pids whose working directory or command line lies under one of ``roots`` (this test's own tree)."""
-    found = []
-    me = os.getpid()
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == me:
-            continue
-        try:
-            cwd = os.readlink(p / "cwd")
-            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if any(cwd.startswith(str(r)) or str(r) in cmd for r in roots):
-            found.append(int(p.name))
-    return found
-
-
-def test_cancelling_a_batch_in_job_mode_leaves_no_process_and_keeps_nothing(tmp_path: Path) -> None:
-    ws = _workspace(tmp_path)
-    exec_root = ws / ".pypto-tune" / "exec"
-
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid, base_us = await _to_frontend(s, ws)
-            server_pids = set(_trial_processes([tmp_path]))  # the server itself runs with cwd = the workspace
-            rounds_before = len((await _ledger(s, sid))["rounds"])
-            before = (ws / "softmax.py").read_text()
-            cands = (await s.ok("propose_candidates", session_id=sid, limit=3))["candidates"]
-            job = await s.ok("run_candidates", session_id=sid, candidates=[c["id"] for c in cands], wait=False)
-            assert job["status"] == "running" and job["tool"] == "run_candidates" and "trials" not in job
-            # wait until the trials' simulator processes run in their private copies
-            deadline = time.monotonic() + 120
-            running: list[int] = []
-            while time.monotonic() < deadline:
-                running = [p for p in _trial_processes([exec_root]) if p not in server_pids]
-                if running:
-                    break
-                await anyio.sleep(0.1)
-            assert running, "no trial process started under .pypto-tune/exec"
-            cancelled = await s.ok("cancel_job", job_id=job["job_id"])
-            assert cancelled["status"] == "cancelled"
-            deadline = time.monotonic() + 10
-            left = running
-            while time.monotonic() < deadline:
-                left = [p for p in _trial_processes([exec_root, tmp_path]) if p not in server_pids]
-                if not left:
-                    break
-                await anyio.sleep(0.1)
-            assert left == [], f"processes of the cancelled batch still alive: {left}"
-            # nothing kept, nothing decided: the workspace and the kept time are the baseline's
-            status = await s.ok("get_status", session_id=sid)
-            assert status["running_job"] is None and status["best_us"] == base_us and status["kept"] == 0
-            assert (ws / "softmax.py").read_text() == before
-            tables = await _ledger(s, sid)
-            assert len(tables["rounds"]) == rounds_before and tables.get("trials", []) == []
-            # the session goes on: the same candidates can be run again
-            assert (await s.ok("propose_candidates", session_id=sid, limit=3))["candidates"]
 
     anyio.run(scenario)

@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import OPERATORS, make_workspace, sim_command
+from tests.conftest import OPERATORS
 from tests.server.mcp_client import Session, connect
 
 pytestmark = pytest.mark.sim
@@ -43,8 +43,46 @@ def _kernel_us(measurement: dict, kernel: str) -> float:
     return next(k["operator_time_us"] for k in measurement["per_kernel"] if k["kernel"] == kernel)
 
 
+async def _second_window_reads_and_changes_nothing(a: Session, ws: Path, sid: str, args: dict, m: dict,
+                                                   knob: str) -> None:
+    """A second server on the held workspace, once the holder has measured its baseline (``m``) and not yet analysed
+    it: it attaches read-only, reads the status, ledger and analysis resources, analyses without recording, and is
+    refused every call that changes the session, naming the holder's pid and since when."""
+    mid = m["measurement_id"]
+    holder = (ws / ".pypto-tune" / "server.lock").read_text().split()
+    pid, since = holder[0], holder[1]
+    async with connect(ws) as b:
+        att = await b.ok("start_session", **args)
+        assert att["read_only"] is True and att["session_id"] == sid
+
+        # the session's resources, read through the second server
+        board = (await b.client.read_resource(f"pypto-tune://sessions/{sid}/status")).contents[0].text
+        assert "layer_norm_ops" in board and f"{m['operator_time_us']:.3f}" in board, board
+        ledger = await _ledger(b, sid)
+        assert [m["id"] for m in ledger["measurements"]] == [mid]
+        whole = json.loads((await b.client.read_resource(
+            f"pypto-tune://sessions/{sid}/analyses/{mid}")).contents[0].text)
+        assert whole["measurement_id"] == mid and whole["valid"] is True and whole["analysis"]["cores"]
+
+        # analysed here, but not recorded: the holder's session is still waiting for its own analysis
+        an = await b.ok("analyze_bubbles", session_id=sid, lang="en")
+        assert "not recorded" in an["message"] and f"pid {pid}, since {since}" in an["message"], an["message"]
+        assert an["state"] == "S3_ANALYZE" and an["operator_time_us"] > 0
+        assert (await a.ok("get_status", session_id=sid))["state"] == "S3_ANALYZE"
+        after = await _ledger(b, sid)
+        assert after["analyses"] == [] and after["transitions"] == ledger["transitions"]
+
+        # every call that changes the session is refused, naming the holder and since when
+        for tool, kw in (("apply_tuning_patch", {"knob": knob, "value": 2, "catalog_id": "F-3", "rationale": "x"}),
+                         ("collect_swimlane", {}), ("enable_runtime_debug", {}), ("revert_patch", {}),
+                         ("advance_stage", {"reason": "x"}), ("render_report", {"format": "md", "lang": "en"})):
+            msg = await b.refused(tool, session_id=sid, **kw)
+            assert "GATE session-lock:" in msg and f"pid {pid}, since {since}" in msg, (tool, msg)
+
+
 def test_a_test_running_several_kernels_is_accounted_per_kernel_and_a_round_flags_the_one_that_got_slower(
         tmp_path: Path) -> None:
+    """The same session also shows that a second window reads it and changes nothing (before its analysis)."""
     ws = _copy(tmp_path, "layer_norm_multi")
     cmd = [sys.executable, "layer_norm_ops.py", "layer_norm_ops.py::test_add_rms_norm", "--run_mode", "sim"]
     row_block = "layer_norm_ops.py:make_rms_norm.rms_norm.row_block"
@@ -52,12 +90,14 @@ def test_a_test_running_several_kernels_is_accounted_per_kernel_and_a_round_flag
 
     async def scenario() -> None:
         async with connect(ws) as s:
-            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["layer_norm_ops.py"],
-                              test_command=cmd, run_mode="sim", goal_speedup=100.0))["session_id"]
+            args = dict(workspace=str(ws), operator_files=["layer_norm_ops.py"], test_command=cmd, run_mode="sim",
+                        goal_speedup=100.0)
+            sid = (await s.ok("start_session", **args))["session_id"]
             assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
             await s.ok("enable_runtime_debug", session_id=sid)
             m = await s.ok("collect_swimlane", session_id=sid)
             assert m["valid"]
+            await _second_window_reads_and_changes_nothing(s, ws, sid, args, m, row_block)
             # the baseline of a test running several kernels is accounted per kernel
             kernels = {k["kernel"]: k for k in m["per_kernel"]}
             assert set(kernels) == {"residual_add", "rms_norm"}, m["per_kernel"]
@@ -72,6 +112,7 @@ def test_a_test_running_several_kernels_is_accounted_per_kernel_and_a_round_flag
             assert {k["kernel"] for k in listed["dead_knobs"] if k.get("kernel")} == {"layer_norm"}
             assert by_kernel == {"residual_add": True, "layer_norm": False, "rms_norm": True}, by_kernel
             assert "did not run" in (await s.ok("list_knobs", session_id=sid))["message"]
+            # the holder carries on from where it was
             assert (await s.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"
             ledger = await _ledger(s, sid)
             base = ledger["measurements"][-1]
@@ -165,54 +206,5 @@ def test_session_patterns_decide_the_verdict_and_are_corrected_like_the_command(
                               {"pass_pattern": r"^verdict=GOOD$", "fail_pattern": None}),
                              ({"pass_pattern": r"^verdict=GOOD$", "fail_pattern": None},
                               {"pass_pattern": good, "fail_pattern": None})], fixes
-
-    anyio.run(scenario)
-
-
-def test_a_second_window_reads_the_session_and_changes_nothing(tmp_path: Path) -> None:
-    ws = make_workspace(tmp_path)
-    args = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=sim_command(), run_mode="sim",
-                goal_speedup=2.0)
-
-    async def scenario() -> None:
-        async with connect(ws) as a, connect(ws) as b:
-            sid = (await a.ok("start_session", **args))["session_id"]
-            assert (await a.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            await a.ok("enable_runtime_debug", session_id=sid)
-            m = await a.ok("collect_swimlane", session_id=sid)
-            mid = m["measurement_id"]
-            holder = (ws / ".pypto-tune" / "server.lock").read_text().split()
-            pid, since = holder[0], holder[1]
-
-            att = await b.ok("start_session", **args)
-            assert att["read_only"] is True and att["session_id"] == sid
-
-            # the session's resources, read through the second server
-            board = (await b.client.read_resource(f"pypto-tune://sessions/{sid}/status")).contents[0].text
-            assert "softmax" in board and f"{m['operator_time_us']:.3f}" in board, board
-            ledger = await _ledger(b, sid)
-            assert [m["id"] for m in ledger["measurements"]] == [mid]
-            whole = json.loads((await b.client.read_resource(
-                f"pypto-tune://sessions/{sid}/analyses/{mid}")).contents[0].text)
-            assert whole["measurement_id"] == mid and whole["valid"] is True and whole["analysis"]["cores"]
-
-            # analysed here, but not recorded: the holder's session is still waiting for its own analysis
-            an = await b.ok("analyze_bubbles", session_id=sid, lang="en")
-            assert "not recorded" in an["message"] and f"pid {pid}, since {since}" in an["message"], an["message"]
-            assert an["state"] == "S3_ANALYZE" and an["operator_time_us"] > 0
-            assert (await a.ok("get_status", session_id=sid))["state"] == "S3_ANALYZE"
-            after = await _ledger(b, sid)
-            assert after["analyses"] == [] and after["transitions"] == ledger["transitions"]
-
-            # every call that changes the session is refused, naming the holder and since when
-            for tool, kw in (("apply_tuning_patch", {"knob": "softmax.py:TILE_B", "value": 2, "catalog_id": "F-3",
-                                                     "rationale": "x"}),
-                             ("collect_swimlane", {}), ("enable_runtime_debug", {}), ("revert_patch", {}),
-                             ("advance_stage", {"reason": "x"}), ("render_report", {"format": "md", "lang": "en"})):
-                msg = await b.refused(tool, session_id=sid, **kw)
-                assert "GATE session-lock:" in msg and f"pid {pid}, since {since}" in msg, (tool, msg)
-
-            # the holder carries on from where it was
-            assert (await a.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"
 
     anyio.run(scenario)

@@ -41,9 +41,13 @@ async def _presentation(client: Client) -> dict[str, Any]:
         with pytest.raises(MCPError) as err:
             await call
         errors[what] = (err.value.code, err.value.message)
+    perf_tune = {lang: (await client.get_prompt("perf_tune", {"lang": lang})).messages[0].content.text
+                 for lang in ("zh", "en")}
     return {"protocol": client.protocol_version, "info": info, "caps": caps.model_dump(exclude_none=True),
             "ttl": {k: (v.ttl_ms, v.cache_scope) for k, v in lists.items()},
-            "catalog_ttl": (catalog.ttl_ms, catalog.cache_scope), "errors": errors}
+            "catalog_ttl": (catalog.ttl_ms, catalog.cache_scope), "errors": errors,
+            "tools": {t.name for t in lists["tools"].tools}, "prompts": {p.name for p in lists["prompts"].prompts},
+            "perf_tune": perf_tune, "catalog": catalog.contents[0].text}
 
 
 def _check_presentation(seen: dict[str, Any]) -> None:
@@ -65,18 +69,42 @@ def _check_presentation(seen: dict[str, Any]) -> None:
         assert f"unknown {what} 'no_such_{what}'" in message and "this server's" in message
 
 
-def test_presentation_and_unknown_names_are_the_same_on_both_eras_and_over_http(tmp_path: Path) -> None:
+async def _bad_arguments(client: Client) -> dict[str, str]:
+    """The refusals of four calls with bad arguments, by what was wrong."""
+    s = Session(client)
+    return {
+        "three": await s.refused("start_session", operator_files=["op.py"], test_command="python op.py",
+                                 run_mode="cpu", goal_speedup="fast"),
+        "one": await s.refused("wait_job", job_id="job-x", timeout_s="soon"),
+        "lang": await s.refused("get_status", session_id="x", lang="fr"),
+        "nested": await s.refused("start_session", workspace="/w", operator_files=["a.py", 3],
+                                  test_command=["python", "a.py"], run_mode="sim"),
+    }
+
+
+@pytest.fixture(scope="module")
+def eras(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """One server per era (and one over HTTP) asked how it presents itself; the legacy one also gets bad arguments."""
+    ws = tmp_path_factory.mktemp("eras")
+
     async def scenario() -> dict[str, dict[str, Any]]:
         seen = {}
         for mode in ("legacy", "auto"):
-            async with Client(server_params(tmp_path), mode=mode) as client:  # type: ignore[arg-type]
+            async with Client(server_params(ws), mode=mode) as client:  # type: ignore[arg-type]
                 seen[mode] = await _presentation(client)
-        with running_http(tmp_path) as port:
+                if mode == "legacy":
+                    seen["bad_arguments"] = await _bad_arguments(client)
+        with running_http(ws) as port:
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 seen["http"] = await _presentation(client)
         return seen
 
-    seen = anyio.run(scenario)
+    return anyio.run(scenario)
+
+
+def test_presentation_and_unknown_names_are_the_same_on_both_eras_and_over_http(
+        eras: dict[str, dict[str, Any]]) -> None:
+    seen = {era: eras[era] for era in ("legacy", "auto", "http")}
     assert seen["legacy"]["protocol"] == "2025-11-25"
     assert seen["auto"]["protocol"] == seen["http"]["protocol"] == "2026-07-28"
     for era in seen.values():
@@ -88,30 +116,34 @@ def test_presentation_and_unknown_names_are_the_same_on_both_eras_and_over_http(
         assert seen[era]["catalog_ttl"] == (STATIC_TTL_MS, "public")
 
 
-# ---------------------------------------------------------------------------------------------- arguments
-def test_bad_arguments_are_answered_in_the_servers_words(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with Client(server_params(tmp_path), mode="legacy") as client:
-            s = Session(client)
-            text = await s.refused("start_session", operator_files=["op.py"], test_command="python op.py",
-                                   run_mode="cpu", goal_speedup="fast")
-            assert text.startswith("start_session: 3 arguments not accepted"), text
-            assert "- workspace: required and missing (absolute path of the folder" in text
-            assert "- run_mode: must be one of 'sim', 'npu' (got 'cpu')" in text
-            assert "- goal_speedup: must be a number or null (got 'fast')" in text
-            assert "Next: call start_session again with these corrected (required: workspace, operator_files, " \
-                   "test_command, run_mode)" in text
-            for raw in ("validation error", "pydantic", "input_value", "For further information", "Arguments"):
-                assert raw not in text, raw
-            one = await s.refused("wait_job", job_id="job-x", timeout_s="soon")
-            assert one.startswith("wait_job: 1 argument not accepted\n- timeout_s: must be a number (got 'soon')")
-            lang = await s.refused("get_status", session_id="x", lang="fr")
-            assert "- lang: lang must be 'zh' or 'en' (got 'fr'); zh is the default" in lang
-            nested = await s.refused("start_session", workspace="/w", operator_files=["a.py", 3],
-                                     test_command=["python", "a.py"], run_mode="sim")
-            assert "- operator_files[1]: must be" in nested or "- operator_files[1]: input should be" in nested, nested
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_both_handshakes_list_the_same_tools_prompts_and_resources(eras: dict[str, dict[str, Any]],
+                                                                   mode: str) -> None:
+    seen = eras[mode]
+    assert {"start_session", "run_precision_check", "enable_runtime_debug", "collect_swimlane", "analyze_bubbles",
+            "apply_tuning_patch", "revert_patch", "record_round", "render_report", "get_status", "list_knobs",
+            "wait_job"} <= seen["tools"]
+    assert seen["prompts"] == {"perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf"}
+    assert seen["perf_tune"]["zh"] != seen["perf_tune"]["en"]
+    assert '"F-1"' in seen["catalog"] and '"I-9"' in seen["catalog"]
 
-    anyio.run(scenario)
+
+# ---------------------------------------------------------------------------------------------- arguments
+def test_bad_arguments_are_answered_in_the_servers_words(eras: dict[str, dict[str, Any]]) -> None:
+    refused = eras["bad_arguments"]
+    text = refused["three"]
+    assert text.startswith("start_session: 3 arguments not accepted"), text
+    assert "- workspace: required and missing (absolute path of the folder" in text
+    assert "- run_mode: must be one of 'sim', 'npu' (got 'cpu')" in text
+    assert "- goal_speedup: must be a number or null (got 'fast')" in text
+    assert "Next: call start_session again with these corrected (required: workspace, operator_files, " \
+           "test_command, run_mode)" in text
+    for raw in ("validation error", "pydantic", "input_value", "For further information", "Arguments"):
+        assert raw not in text, raw
+    assert refused["one"].startswith("wait_job: 1 argument not accepted\n- timeout_s: must be a number (got 'soon')")
+    assert "- lang: lang must be 'zh' or 'en' (got 'fr'); zh is the default" in refused["lang"]
+    nested = refused["nested"]
+    assert "- operator_files[1]: must be" in nested or "- operator_files[1]: input should be" in nested, nested
 
 
 # ---------------------------------------------------------------------------------------------- progress
