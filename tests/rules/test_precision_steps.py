@@ -12,6 +12,8 @@ from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.running.verdict import compile_verdict_patterns
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "t.py", line 3, in <module>\nRuntimeError: boom\n'
+NOISE = ('Traceback (most recent call last):\n  File "/x/pypto/lib/scripts/draw.py", line 1, in <module>\n'
+         "ModuleNotFoundError: No module named 'matplotlib'\n")
 
 
 def reading(output: str, exit_code: int | None = 0, *, sig: int | None = None, timed_out: bool = False,
@@ -90,12 +92,39 @@ def test_step_four_with_nothing_recognised_shows_the_last_output_lines() -> None
     assert out is not None and [d.role for d in out.deciding_lines] == ["last-output"] * 3
 
 
+def test_step_four_points_at_the_last_exception_and_shows_only_the_last_two_overruled_pass_lines() -> None:
+    out = p.nonzero_exit(reading(TRACEBACK.replace("boom", "first try") + "retrying\n" + TRACEBACK, 1))
+    assert out is not None
+    assert [(d.line_no, d.text, d.role) for d in out.deciding_lines] == [(7, "RuntimeError: boom", "exception")]
+    out = p.nonzero_exit(reading("✓ A test passed\n✓ B test passed\n✓ C test passed\nFAIL: x\n", 1))
+    assert out is not None
+    assert [(d.line_no, d.role) for d in out.deciding_lines] == [(4, "fail"), (2, "ignored-pass"), (3, "ignored-pass")]
+    assert "3 pass line(s) were printed but a non-zero exit status overrides them (last: '✓ C test passed')" \
+        in out.reason
+
+
 def test_step_five_a_structured_summary_outranks_every_heuristic() -> None:
     r = reading("ERROR: something\n1 failed, 2 passed in 0.3s\n")
     assert p.failure_lines(r) == ([p.Hit(1, "fail", "pytest")], "pytest-summary",
                                   "a pytest verdict line reports failure")
     out = p.failure_line(r)
     assert out is not None and out.decided_by == "pytest-summary" and out.numerics_checked
+
+
+def test_step_five_the_first_structured_kind_in_order_of_authority_names_the_rule() -> None:
+    r = reading("1 failed, 2 passed in 0.3s\nPRECISION: failed max diff 3\n")
+    hits, by, what = p.failure_lines(r)
+    assert [h.recogniser for h in hits] == ["precision", "pytest"]
+    assert (by, what) == ("precision-line", "a precision verdict line reports failure")
+
+
+def test_step_five_shows_the_last_two_pass_lines_it_overruled_and_counts_them_all() -> None:
+    out = p.failure_line(reading("✓ A test passed\n✓ B test passed\n✓ C test passed\nFAIL: x\n"))
+    assert out is not None
+    assert [(d.line_no, d.role) for d in out.deciding_lines] == [(4, "fail"), (2, "ignored-pass"), (3, "ignored-pass")]
+    assert out.reason == "exit 0 but an explicit failure line: 'FAIL: x' (3 pass line(s) were printed too)"
+    alone = p.failure_line(reading("FAIL: x\n"))
+    assert alone is not None and alone.reason == "exit 0 but an explicit failure line: 'FAIL: x'"
 
 
 def test_step_five_heuristics_in_order_marker_then_traceback_then_chatty_lines() -> None:
@@ -112,9 +141,7 @@ def test_step_five_chatty_lines_do_not_count_beside_a_verdict_line_of_the_test()
 
 
 def test_step_five_a_fail_pattern_replaces_the_heuristics_and_skips_known_noise() -> None:
-    noise = ('Traceback (most recent call last):\n  File "/x/pypto/lib/scripts/draw.py", line 1, in <module>\n'
-             "ModuleNotFoundError: No module named 'matplotlib'\n")
-    r = reading(noise + "FAIL: a\nDIFF too large\n", fail_pattern="DIFF|matplotlib")
+    r = reading(NOISE + "FAIL: a\nDIFF too large\n", fail_pattern="DIFF|matplotlib")
     hits, by = p.heuristic_failures(r)
     assert (by, [r.lines[h.idx] for h in hits]) == ("session-pattern", ["DIFF too large"])
 
@@ -136,6 +163,22 @@ def test_step_six_with_a_pass_pattern_only_its_lines_pass() -> None:
     assert out is not None and out.decided_by == "session-pattern"
 
 
+@pytest.mark.parametrize(("output", "pass_pattern", "said"), [
+    ("PRECISION: passed\n", None, "the precision verdict line says passed: 'PRECISION: passed'"),
+    ("All softmax tests passed!\n", None, "the generic verdict line says passed: 'All softmax tests passed!'"),
+    ("RESULT: OK\n", "RESULT: OK", "the session's pass_pattern matches: 'RESULT: OK'"),
+])
+def test_step_six_says_which_line_passed_the_run(output: str, pass_pattern: str | None, said: str) -> None:
+    out = p.pass_line(reading(output, pass_pattern=pass_pattern))
+    assert out is not None and out.reason == f"exit 0 and {said}"
+
+
+def test_step_seven_shows_the_last_three_nonblank_lines_outside_known_noise() -> None:
+    out = p.no_verdict_line(reading("a\nb\n\nc\n\n" + NOISE))
+    assert [(d.line_no, d.text, d.role) for d in out.deciding_lines] == [
+        (1, "a", "last-output"), (2, "b", "last-output"), (4, "c", "last-output")]
+
+
 def test_step_seven_names_the_pass_pattern_that_matched_nothing_and_suggests_one() -> None:
     out = p.no_verdict_line(reading("✓ Softmax test passed\nmax diff 0.001 ok\n", pass_pattern="RESULT: OK"))
     assert "pass_pattern 'RESULT: OK' matched no line" in out.reason
@@ -149,3 +192,15 @@ def test_in_sim_every_step_says_numerics_were_not_checked() -> None:
     assert passed is not None and failed is not None
     assert passed.reason.endswith(p.SIM_NOTE) and not passed.numerics_checked
     assert failed.reason.endswith(p.SIM_NOTE_NOT_PASSED)
+
+
+@pytest.mark.parametrize(("output", "exit_code", "sig", "timed_out"), [
+    ("PRECISION: passed\n", None, 9, True),  # step 1
+    ("PRECISION: passed\n", None, 11, False),  # step 2
+    ("PRECISION: error golden file missing\n", 1, None, False),  # step 3
+    ("compiling\n", 0, None, False),  # step 7
+])
+def test_a_run_that_compared_nothing_never_claims_its_numerics_were_checked(output: str, exit_code: int | None,
+                                                                             sig: int | None, timed_out: bool) -> None:
+    out = p.judge_precision(reading(output, exit_code, sig=sig, timed_out=timed_out).run, "npu")
+    assert out.verdict != "passed" and not out.numerics_checked
