@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -37,7 +36,7 @@ import pytest
 from tests.attacker import host_copies, sandboxed_copies, write
 from tests.conftest import OPERATORS, sim_command
 from tests.server.mcp_client import Session, connect
-from tests.sessions import keep_copy, put_back, run_in_pty
+from tests.sessions import run_in_pty
 
 pytestmark = pytest.mark.sim
 
@@ -67,36 +66,15 @@ async def _round(s: Session, sid: str, **patch) -> dict:
     return await s.ok("record_round", session_id=sid)
 
 
-@pytest.fixture(scope="module")
-def softmax_at_frontend(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], tuple[Path, str]]:
-    """A single-file softmax session brought to FRONTEND once (baseline and analysis) for the tests that start there;
-    each gets the workspace back as it was then, at the same path, and resumes the session with a fresh server."""
-    root = tmp_path_factory.mktemp("softmax-at-frontend")
-    ws = root / "ws"
+def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_recorded_bytes(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
     ws.mkdir()
     shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
-
-    async def reach() -> str:
-        async with connect(ws) as s:
-            return await _to_frontend(s, ws, ["softmax.py"], sim_command())
-
-    sid = anyio.run(reach)
-    copy = keep_copy(ws, root / "at-frontend")
-
-    def fresh() -> tuple[Path, str]:
-        put_back(copy, ws)
-        return ws, sid
-
-    return fresh
-
-
-def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_recorded_bytes(
-        softmax_at_frontend: Callable[[], tuple[Path, str]]) -> None:
-    ws, sid = softmax_at_frontend()
     op = ws / "softmax.py"
 
     async def scenario() -> None:
         async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["softmax.py"], sim_command())
             src = op.read_text()
 
             # 1: a knob plus anything else in one diff — the computation, the problem size, a shape constant.
@@ -231,12 +209,14 @@ def test_split_harness_attacks_2_and_5a(tmp_path: Path) -> None:
     anyio.run(scenario)
 
 
-def test_stage_marks_and_failed_change_retries_attacks_6_and_7(
-        softmax_at_frontend: Callable[[], tuple[Path, str]]) -> None:
-    ws, sid = softmax_at_frontend()
+def test_stage_marks_and_failed_change_retries_attacks_6_and_7(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
 
     async def scenario() -> None:
         async with connect(ws) as s:
+            sid = await _to_frontend(s, ws, ["softmax.py"], sim_command())
             checklist = (await s.ok("get_status", session_id=sid))
             assert checklist["stage"] == "FRONTEND"
             # 6: boilerplate marks are refused where a knob exists; the same words twice are refused.
