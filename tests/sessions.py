@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,3 +76,34 @@ def run_in_pty(argv: list[str], typed: str, prompt: bytes = b"Type RETRY") -> st
             sent = True
     os.waitpid(pid, 0)
     return out.decode(errors="replace")
+
+
+def _ledger_history(ws: Path) -> Path:
+    """Where the server keeps, outside the workspace, how many sealed rows the workspace's ledger held."""
+    from pypto_tune.tools.session.ledger import HistoryRecord
+
+    return HistoryRecord(ws / ".pypto-tune" / "ledger.sqlite3").path
+
+
+def keep_copy(ws: Path, at: Path) -> Path:
+    """Copy workspace ``ws`` (operator files and ledger; its server stopped, so the ledger is complete) to ``at``,
+    with the server's record of how many sealed rows that ledger held; ``put_back`` returns both to this point."""
+    shutil.copytree(ws, at / "ws", symlinks=True)
+    history = _ledger_history(ws)
+    if history.exists():
+        shutil.copy2(history, at / "ledger-history.json")
+    return at
+
+
+def put_back(copy: Path, ws: Path) -> None:
+    """Put a workspace kept with ``keep_copy`` back at its own path (its ledger and code state name that path), and
+    the ledger's row record with it (a ledger that shrinks under its record is refused as lost history), where a
+    fresh server resumes the session: tests that start from the same point share the runs that reach it."""
+    if ws.exists():
+        shutil.rmtree(ws)
+    shutil.copytree(copy / "ws", ws, symlinks=True)
+    history = _ledger_history(ws)
+    if (copy / "ledger-history.json").exists():
+        shutil.copy2(copy / "ledger-history.json", history)
+    else:
+        history.unlink(missing_ok=True)

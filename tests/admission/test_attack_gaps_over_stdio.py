@@ -6,8 +6,8 @@ over MCP stdio against the real server and the real simulator:
    server follows the factory's one call, ``build_softmax(shape)`` with a literal shape, to the axis length)
 7  a change whose round produced no usable data (an invalid measurement) is never retried, in either form
 3  a cube tile with L1 % L0 != 0 is refused with the same legality reason as a structured edit and as a diff
-4  an external edit cannot be adopted at S3 (before tuning opens): refused by the drift rule, nothing kept
-6  leaving the last configuration stage early ends the session: no ALGORITHM without measured convergence
+(4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
+are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches)
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
-from tests.server.mcp_client import Session, connect
+from tests.server.mcp_client import connect
 from tests.sessions import leave_stage_by_checklist
 
 pytestmark = pytest.mark.sim
@@ -137,73 +137,3 @@ def _reason(msg: str, axis: str) -> str:
     """The refusal's first line from the offending axis on (what comes before may name the path it came by)."""
     first = msg.splitlines()[0]
     return first[first.index(f"{axis}: L0"):]
-
-
-async def _leave(s: Session, sid: str, stage: str) -> dict:
-    """Leave ``stage`` early the legitimate way: its own entry collection and analysis (FRONTEND reuses the
-    baseline's), every untried checklist item marked with a specific reason, then advance_stage."""
-    if stage != "FRONTEND":
-        assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
-        await s.ok("analyze_bubbles", session_id=sid, lang="en")
-    items = (await s.ok("get_status", session_id=sid))["checklist"]
-    for cid in [i["catalog_id"] for i in items if i["status"] == "untried"]:
-        await s.ok("mark_checklist", session_id=sid, catalog_id=cid, status="not-applicable",
-                   reason=f"{cid} in {stage}: measured 36.4 µs at baseline, left for the search ({cid.lower()})")
-    return await s.ok("advance_stage", session_id=sid, reason=f"{stage} checklist done")
-
-
-def test_no_adoption_before_tuning_and_no_algorithm_stage_without_convergence_attacks_4_and_6(
-        tmp_path: Path) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
-    op = ws / "softmax.py"
-
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
-                              test_command=sim_command(), run_mode="sim", goal_speedup=100.0))["session_id"]
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            await s.ok("enable_runtime_debug", session_id=sid)
-            assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
-            st = await s.ok("get_status", session_id=sid)
-            assert st["state"] == "S3_ANALYZE" and st["rounds"] == 0
-            baseline = st["best_us"]
-
-            # 4 at S3: one legal knob edited by hand after the baseline, before the first analysis. Adopting it would
-            # make unmeasured code the kept state: refused by the drift rule, and nothing becomes kept.
-            src = op.read_text()
-            op.write_text(src.replace("TILE_B = 4", "TILE_B = 2"))
-            msg = await s.refused("run_precision_check", session_id=sid, adopt_drift=True)
-            assert "GATE drift:" in msg and "only be adopted while tuning (now S3_ANALYZE)" in msg, msg
-            assert "GATE drift:" in await s.refused("collect_swimlane", session_id=sid)
-            st = await s.ok("get_status", session_id=sid)
-            assert st["drift"] is True and st["rounds"] == 0 and st["best_us"] == baseline
-            assert st["state"] == "S3_ANALYZE"
-            await s.ok("revert_patch", session_id=sid)
-            assert op.read_text() == src
-            assert (await s.ok("analyze_bubbles", session_id=sid, lang="en"))["stage"] == "FRONTEND"
-
-            # 6: every configuration stage left early, each after its own collection and analysis. Leaving the
-            # last one (INCORE_3) early must end the session, not open ALGORITHM (R23: that needs convergence
-            # shown by measurement, a no-gain streak in the last stage).
-            stages = ["FRONTEND", "SWIMLANE_1", "INCORE_1", "SWIMLANE_2", "INCORE_2", "SWIMLANE_3"]
-            for here, nxt in zip(stages, stages[1:] + ["INCORE_3"]):
-                assert (await s.ok("get_status", session_id=sid))["stage"] == here
-                assert (await _leave(s, sid, here))["stage"] == nxt
-            last = await _leave(s, sid, "INCORE_3")
-            assert last["stage"] != "ALGORITHM" and "ALGORITHM needs measured convergence" in last["message"], last
-            st = await s.ok("get_status", session_id=sid)
-            assert st["finished"] is True and st["stage"] != "ALGORITHM" and st["rounds"] == 0
-            assert st["best_us"] == baseline
-            # nothing, structural or not, can be applied any more
-            msg = await s.refused("apply_tuning_patch", session_id=sid, knob="softmax.py:TILE_B", value=8,
-                                  catalog_id="F-3", rationale="after the end")
-            assert "GATE finished:" in msg
-            bad = src.replace("e / s", "e")
-            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="A-1", rationale="algorithm",
-                                  diff=_diff("softmax.py", src, bad), algorithm=True)
-            assert "GATE finished:" in msg
-            assert op.read_text() == src
-
-    anyio.run(scenario)

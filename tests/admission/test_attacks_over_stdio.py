@@ -122,9 +122,11 @@ def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_record
             assert r1["decision"] == "kept" and r1["after_us"] == pytest.approx(21.031, abs=1e-3)
             kept_src = op.read_text()
 
-            # 5b: the operator file is swapped for a much faster one while the change's run executes, then put
-            # back. In SIM that run is the precision run, and it is also the measurement's sample
-            # (runs.sim_run_serves_both): the swap must reach neither
+            # 5b: while the change's run executes, the operator file is swapped for a much faster one (and put back
+            # before anyone looks), and the run's private copy itself is written to. In SIM that run is the precision
+            # run, and it is also the measurement's sample (runs.sim_run_serves_both): neither reaches it. No host
+            # folder holds the copy (.pypto-tune/exec/ has only the run's empty folder), and the copy inside the
+            # sandbox is a read-only mount, also where the agent's account still names it (/proc/<pid>/root)
             await s.ok("apply_tuning_patch", session_id=sid, knob=VEC, value=[1, 32, 256], catalog_id="F-10",
                        rationale="bigger tile")
             patched = op.read_text()
@@ -136,6 +138,14 @@ def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_record
                 await anyio.sleep(0.05)
             assert any(exec_dir.glob("precision-r2*")), "the precision run of round 2 never started"
             op.write_text(fast)  # swapped in while the run executes ...
+            copies: list[Path] = []
+            while not copies and time.monotonic() < deadline:
+                copies = sandboxed_copies(ws, "softmax.py")
+                await anyio.sleep(0.02)
+            assert copies, "the sandbox of round 2's precision run never appeared"
+            assert host_copies(ws, "softmax.py") == []
+            refusals = {write(c, fast) for c in copies}
+            assert refusals == {"Read-only file system"}, refusals
             verdict = (await s.ok("wait_job", job_id=job["job_id"], timeout_s=50))["result"]
             op.write_text(patched)  # ... and put back before anyone looks
             assert verdict["verdict"] == "passed", verdict
@@ -145,33 +155,9 @@ def test_single_file_operator_attacks_1_3_4_5b_are_refused_or_measure_the_record
             r2 = await s.ok("record_round", session_id=sid)
             assert r2["decision"] == "kept" and r2["after_us"] == pytest.approx(8.546, abs=1e-3)
 
-            # 5b': the run's private copy itself cannot be tampered with while it runs: no host folder holds it
-            # (.pypto-tune/exec/ has only the run's empty folder), and the copy inside the sandbox is a read-only
-            # mount, also where the agent's account still names it (/proc/<pid>/root)
-            await s.ok("apply_tuning_patch", session_id=sid, knob=TILE_B, value=2, catalog_id="F-3",
-                       rationale="two rows per body")
-            job = await s.ok("run_precision_check", session_id=sid, wait=False)
-            copies: list[Path] = []
-            deadline = time.monotonic() + 60
-            while not copies and time.monotonic() < deadline:
-                copies = sandboxed_copies(ws, "softmax.py")
-                await anyio.sleep(0.02)
-            assert copies, "the precision run of round 3 never started"
-            assert host_copies(ws, "softmax.py") == []
-            refusals = {write(c, fast) for c in copies}
-            assert refusals == {"Read-only file system"}, refusals
-            done = (await s.ok("wait_job", job_id=job["job_id"], timeout_s=50))["result"]
-            assert done["verdict"] == "passed", done
-            m3 = await s.ok("collect_swimlane", session_id=sid)
-            assert m3["operator_time_us"] != pytest.approx(2.726, abs=1e-3), "the swapped bytes were measured"
-            r3 = await s.ok("record_round", session_id=sid)
-            assert r3["after_us"] == pytest.approx(m3["operator_time_us"], abs=1e-3)
-            if r3["decision"] != "kept":
-                assert op.read_text() == patched  # rolled back to the kept state
-
             # 9: the kept time is the median of all its samples: re-collecting the kept code cannot pick a number.
             st = await s.ok("get_status", session_id=sid)
-            assert st["best_us"] == pytest.approx(min(8.546, r3["after_us"]), abs=1e-3)
+            assert st["best_us"] == pytest.approx(8.546, abs=1e-3)
             assert kept_src != op.read_text()
 
     anyio.run(scenario)

@@ -17,6 +17,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import pytest
 from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
 from pypto_tune.tools.operations.stages import checklist
+
+from tests.sessions import keep_copy, put_back
 
 pytestmark = pytest.mark.process
 
@@ -308,13 +311,29 @@ async def _frontend(svc: Any, ws: Path, python: str = sys.executable) -> str:
     return sid
 
 
-def test_stand_in_operator_works(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def at_frontend(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], tuple[Path, str]]:
+    """The stand-in's session brought to FRONTEND once (baseline checked against HONEST_US, analysis) for the tests
+    that start there; each gets the workspace back as it was then, at the same path, and a fresh service resumes the
+    session from its ledger."""
+    root = tmp_path_factory.mktemp("stand-in-at-frontend")
+    ws = _fake_ws(root)
+    sid = anyio.run(_frontend, _service(ws), ws)
+    copy = keep_copy(ws, root / "at-frontend")
+
+    def fresh() -> tuple[Path, str]:
+        put_back(copy, ws)
+        return ws, sid
+
+    return fresh
+
+
+def test_stand_in_operator_works(at_frontend: Callable[[], tuple[Path, str]]) -> None:
     """Not a finding: the stand-in behaves (baseline, a round that fails, a round that is measured honestly)."""
-    ws = _fake_ws(tmp_path)
+    ws, sid = at_frontend()
 
     async def scenario() -> None:
         svc = _service(ws)
-        sid = await _frontend(svc, ws)
         svc.apply_tuning_patch(sid, knob=TILE_B, value=2, catalog_id="F-3", rationale="t")
         assert (await svc.run_precision_check(sid)).verdict == "failed"
         assert svc.record_round(sid).decision == "failed"
@@ -333,13 +352,12 @@ def test_stand_in_operator_works(tmp_path: Path) -> None:
     (TILE_B, 2, "\nTILE_B = 4\n", "\nTILE_B = +2\n", "F-3"),
     (VEC, [1, 8, 256], "set_vec_tile_shapes(1, 4, 256)", "set_vec_tile_shapes(1, 2 * 4, 256)", "F-10"),
 ], ids=["TILE_B=+2", "vec=2*4"])
-def test_a_failed_value_respelled_is_not_retried(tmp_path: Path, knob: str, first: Any, old: str, new: str,
-                                                 cid: str) -> None:
-    ws = _fake_ws(tmp_path)
+def test_a_failed_value_respelled_is_not_retried(at_frontend: Callable[[], tuple[Path, str]], knob: str, first: Any,
+                                                 old: str, new: str, cid: str) -> None:
+    ws, sid = at_frontend()
 
     async def scenario() -> None:
         svc = _service(ws)
-        sid = await _frontend(svc, ws)
         svc.apply_tuning_patch(sid, knob=knob, value=first, catalog_id=cid, rationale="first try")
         assert (await svc.run_precision_check(sid)).verdict == "failed"
         assert svc.record_round(sid).decision == "failed"
@@ -354,12 +372,11 @@ def test_a_failed_value_respelled_is_not_retried(tmp_path: Path, knob: str, firs
 # ------------------------------------------------------------------------------------------------ stages (R14)
 
 
-def test_a_stage_cannot_be_left_without_running_anything(tmp_path: Path) -> None:
-    ws = _fake_ws(tmp_path)
+def test_a_stage_cannot_be_left_without_running_anything(at_frontend: Callable[[], tuple[Path, str]]) -> None:
+    ws, sid = at_frontend()
 
     async def scenario() -> None:
         svc = _service(ws)
-        sid = await _frontend(svc, ws)
         h = svc.ctx.find(sid)
         runs_at_entry = len(h.ledger.rows("runs", sid))
         values = {TILE_B: 8, VEC: [1, 32, 256], "fakeop.py:kern.loop[LOOP_B].unroll_list": [2, 1]}
@@ -418,11 +435,10 @@ def _scale_logs(root: Path, factor: float = 100.0) -> int:
     return n
 
 
-async def _measured_while_forged(ws: Path, armed: dict[str, bool], reason: str) -> Any:
+async def _measured_while_forged(ws: Path, sid: str, armed: dict[str, bool], reason: str) -> Any:
     """One round measured while the forgery is armed: the measurement is invalid, naming ``reason``, and the round
     is not kept. Returns the collection result for test-specific checks."""
     svc = _service(ws)
-    sid = await _frontend(svc, ws)
     armed["on"] = True
     svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
     assert (await svc.run_precision_check(sid)).verdict == "passed"
@@ -433,13 +449,13 @@ async def _measured_while_forged(ws: Path, armed: dict[str, bool], reason: str) 
     return collected
 
 
-def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: Path,
+def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(at_frontend: Callable[[], tuple[Path, str]],
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher process polling output/ wins this race in practice (tried: first attempt, -99 %); here the write
     happens deterministically right after the move, where such a watcher acts."""
     from pypto_tune.tools.running import execution
 
-    ws = _fake_ws(tmp_path)
+    ws, sid = at_frontend()
     armed = {"on": False}
     real_adopt = execution.adopt_outputs
 
@@ -453,20 +469,20 @@ def test_outputs_cannot_be_rewritten_between_the_run_and_its_analysis(tmp_path: 
     monkeypatch.setattr(execution, "adopt_outputs", adopt_then_agent_writes)
 
     async def scenario() -> None:
-        collected = await _measured_while_forged(ws, armed, "changed after the run ended")
+        collected = await _measured_while_forged(ws, sid, armed, "changed after the run ended")
         assert collected.operator_time_us is None
 
     anyio.run(scenario)
 
 
 def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_trace(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        at_frontend: Callable[[], tuple[Path, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     """Rewritten before the folder leaves the sandbox (so the digest of the handed-back bytes already holds the forged
     log — only the run itself can still do that): the log's figures no longer match the ones recomputed from
     merged_swimlane.json (B.9)."""
     from pypto_tune.tools.running import execution
 
-    ws = _fake_ws(tmp_path)
+    ws, sid = at_frontend()
     armed = {"on": False}
     real_take = execution.take_handback
 
@@ -480,19 +496,20 @@ def test_a_log_rewritten_inside_the_copy_before_it_leaves_disagrees_with_its_tra
     monkeypatch.setattr(execution, "take_handback", take_forged)
 
     async def scenario() -> None:
-        await _measured_while_forged(ws, armed, "disagree")
+        await _measured_while_forged(ws, sid, armed, "disagree")
 
     anyio.run(scenario)
 
 
-def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_private_copy_cannot_be_swapped_during_the_run(at_frontend: Callable[[], tuple[Path, str]],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A watcher polling .pypto-tune/exec/ did this for real on the unsealed sandbox (a kernel module imported after
     torch: swap when the copy appears, restore when its output/ appears: kept at -92.5 %). The sealed run has no host
     folder that holds its copy: the swap, deterministically around the command, lands in the run's own empty folder
     — its only host folder — and reaches nothing; the run measures the recorded bytes."""
     from pypto_tune.tools.running import execution
 
-    ws = _fake_ws(tmp_path)
+    ws, sid = at_frontend()
     armed = {"on": False}
     real_run = execution.run_command
     swapped: list[str] = []
@@ -509,7 +526,6 @@ def test_the_private_copy_cannot_be_swapped_during_the_run(tmp_path: Path, monke
 
     async def scenario() -> None:
         svc = _service(ws)
-        sid = await _frontend(svc, ws)
         armed["on"] = True
         svc.apply_tuning_patch(sid, knob=VEC, value=[1, 16, 256], catalog_id="F-10", rationale="bigger tile")
         result = await svc.run_precision_check(sid)
@@ -587,14 +603,13 @@ def test_a_confirmation_inserted_into_the_ledger_is_not_a_persons_answer(tmp_pat
     anyio.run(scenario)
 
 
-def test_a_deleted_or_rewritten_ledger_row_is_found(tmp_path: Path) -> None:
+def test_a_deleted_or_rewritten_ledger_row_is_found(at_frontend: Callable[[], tuple[Path, str]]) -> None:
     """With the triggers dropped, a failed round's decision deleted (to try the value again) and a measurement's
     figure rewritten: the rewritten row is left out, the deleted one is reported."""
-    ws = _fake_ws(tmp_path)
+    ws, sid = at_frontend()
 
     async def scenario() -> None:
         svc = _service(ws)
-        sid = await _frontend(svc, ws)
         svc.apply_tuning_patch(sid, knob=TILE_B, value=2, catalog_id="F-3", rationale="t")
         assert (await svc.run_precision_check(sid)).verdict == "failed"
         assert svc.record_round(sid).decision == "failed"
