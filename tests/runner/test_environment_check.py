@@ -21,8 +21,9 @@ def by_name(checks):
 @pytest.mark.sim
 async def test_the_sim_checklist_imports_pypto_in_one_child_and_the_probe_alone_names_a_failed_import(
         tmp_path: Path) -> None:
-    """The SIM checklist, run for real on this machine. Importing pypto (and torch with it) costs as much CPU as a SIM kernel: the "import pypto" check and the test's
-    needs are answered by one child. Where pypto does not import, the probe of its own runs and names the error."""
+    """The SIM checklist, run for real on this machine. Importing pypto (and torch with it) costs as much CPU as a SIM
+    kernel: the "import pypto" check and the test's needs are answered by one child. Where pypto does not import, the
+    probe of its own runs and names the error."""
     (tmp_path / "op.py").write_text("import pypto\nimport torch\nX = 1\n")
     (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
     log = tmp_path / "argv.log"
