@@ -1,5 +1,5 @@
 """Issue #16, item 6: the rule gaps a hostile agent found, each tried again over MCP stdio against the real server
-and the real simulator (one session per test, reused across the attacks it holds).
+and the real simulator, in one session (one baseline) that holds every attack below in order.
 
 FRONTEND (one baseline):
 * option keys no catalogue item names (``pass_options={"pg_upper_bound": -4}``, an unknown runtime key) were
@@ -53,7 +53,8 @@ def _intents(ws: Path) -> list[str]:
         con.close()
 
 
-def test_option_keys_concurrent_patches_and_named_values_in_frontend(tmp_path: Path) -> None:
+def test_option_keys_concurrent_patches_and_named_values_in_frontend_then_r19_in_swimlane(tmp_path: Path) -> None:
+    """One session, one baseline: the FRONTEND attacks, then the stage left by its checklist and the R19 attacks."""
     ws = make_workspace(tmp_path)
     op = ws / "softmax.py"
 
@@ -112,26 +113,12 @@ def test_option_keys_concurrent_patches_and_named_values_in_frontend(tmp_path: P
                 msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-10", rationale="again",
                                       diff=_diff("softmax.py", src, named))
                 assert "GATE no-retry:" in msg, msg
-            await s.ok("stop_session", session_id=sid, reason="test done")
-            report = Path((await s.ok("render_report", session_id=sid, fmt="md", lang="en"))["paths"][0])
-            text = report.read_text()
-            line = next((x for x in text.splitlines() if "not evaluable, passed unchecked" in x), "")
-            assert VEC in line and "RUN_MODE.value * 8" in line, "the report must show the unchecked value"
 
-    anyio.run(scenario)
-
-
-def test_a_failed_change_is_never_admitted_again_whatever_closed_its_round_r19(tmp_path: Path) -> None:
-    ws = make_workspace(tmp_path)
-    op = ws / "softmax.py"
-
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = await to_frontend(s, ws, ["softmax.py"], sim_command())
+            # 4. R19 keyed on the code state, in SWIMLANE_1 (the same session: its FRONTEND baseline serves both)
             assert (await leave_stage_by_checklist(s, sid))["stage"] == "SWIMLANE_1"
             assert (await s.ok("collect_swimlane", session_id=sid))["valid"]
             await s.ok("analyze_bubbles", session_id=sid, lang="en")
-            kept = op.read_text()
+            kept = op.read_text()  # the named value's round may have been kept
 
             # a value that does not compile: the precision check fails
             bad = {"-2": 1, "-1": 0}
@@ -162,5 +149,12 @@ def test_a_failed_change_is_never_admitted_again_whatever_closed_its_round_r19(t
                                   rationale="again")
             assert "GATE no-retry:" in msg and f"round {r2['round']}" in msg, msg
             assert op.read_text() == kept
+
+            # the named value of step 3, in the report
+            await s.ok("stop_session", session_id=sid, reason="test done")
+            report = Path((await s.ok("render_report", session_id=sid, fmt="md", lang="en"))["paths"][0])
+            text = report.read_text()
+            line = next((x for x in text.splitlines() if "not evaluable, passed unchecked" in x), "")
+            assert VEC in line and "RUN_MODE.value * 8" in line, "the report must show the unchecked value"
 
     anyio.run(scenario)

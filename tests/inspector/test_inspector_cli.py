@@ -1,10 +1,12 @@
 """A third-party client: the official MCP Inspector's CLI (npm ``@modelcontextprotocol/inspector``, the version pinned
 in tools-npm/package.json, installed there by scripts/test.sh) against the real server, over stdio and over HTTP.
 
-It lists tools (with ``--strict``: no schema-portability error), prompts, resources and resource templates, gets every
-prompt in both languages, calls the read-only tools (get_status, list_knobs on a started session, analyze_bubbles on a
-recorded run), reads every resource, and sees the errors a client must be able to show (a bad prompt argument, an
-unknown session) with their reason. Over HTTP it also starts a long tool with ``wait=false`` and cancels the job.
+Over both transports it lists tools (with ``--strict``: no schema-portability error), prompts, resources and resource
+templates, gets a prompt, reads a session's ledger, calls get_status and sees an error a client must be able to show
+(an unknown session) with its reason. Over HTTP, where one server answers every call, it also gets every prompt in both
+languages, reads every resource, calls the other read-only tools (list_knobs on a started session, analyze_bubbles on
+a recorded run), sees a bad prompt argument's error, and starts a long tool with ``wait=false`` and cancels the job.
+Over stdio each Inspector call starts a server of its own, so that pass makes one call of each kind.
 """
 
 from __future__ import annotations
@@ -88,29 +90,37 @@ def _session(insp: Inspector, ws: Path) -> str:
     return started["structuredContent"]["session_id"]
 
 
-def _everything(insp: Inspector, ws: Path) -> None:
-    """The read-only surface, every call through the Inspector; calls run three at a time (each is a Node process
-    and, over stdio, a server)."""
+def _everything(insp: Inspector, ws: Path, *, whole: bool) -> str:
+    """The read-only surface through the Inspector; calls run three at a time (each is a Node process and, over
+    stdio, a server). ``whole``: every prompt in both languages, every resource, every read-only tool and both errors.
+    Otherwise one call of each kind (each list, a prompt, a resource read, a tool call, an error): over stdio every
+    call starts a server of its own, and what the server answers does not depend on the transport — the transport is
+    what that pass proves. Returns the session id it started."""
     sid = _session(insp, ws)
+    prompts = PROMPTS if whole else PROMPTS[:1]
+    langs = ("zh", "en") if whole else ("en",)
+    uris = (("pypto-tune://catalog", "pypto-tune://rules", f"pypto-tune://sessions/{sid}/status",
+             f"pypto-tune://sessions/{sid}/ledger") if whole else (f"pypto-tune://sessions/{sid}/ledger",))
     calls = {
         "tools": ("--method", "tools/list", "--strict"),
         "prompts": ("--method", "prompts/list"),
         "resources": ("--method", "resources/list"),
         "templates": ("--method", "resources/templates/list"),
         **{f"prompt {p} {lang}": ("--method", "prompts/get", "--prompt-name", p, "--prompt-args", f"lang={lang}")
-           for p in PROMPTS for lang in ("zh", "en")},
-        **{f"read {uri}": ("--method", "resources/read", "--uri", uri)
-           for uri in ("pypto-tune://catalog", "pypto-tune://rules", f"pypto-tune://sessions/{sid}/status",
-                       f"pypto-tune://sessions/{sid}/ledger")},
+           for p in prompts for lang in langs},
+        **{f"read {uri}": ("--method", "resources/read", "--uri", uri) for uri in uris},
     }
-    tool_calls = {"get_status": {"session_id": sid}, "list_knobs": {"session_id": sid},
-                  "analyze_bubbles": {"output_dir": str(ws / "output"), "lang": "en"}}
+    tool_calls = {"get_status": {"session_id": sid}}
+    if whole:
+        tool_calls.update({"list_knobs": {"session_id": sid},
+                           "analyze_bubbles": {"output_dir": str(ws / "output"), "lang": "en"}})
+    bad = [("--method", "resources/read", "--uri", "pypto-tune://sessions/nope/status")]
+    if whole:
+        bad.insert(0, ("--method", "prompts/get", "--prompt-name", "perf_tune", "--prompt-args", "lang=fr"))
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = dict(zip(calls, pool.map(lambda a: insp.ok(*a), calls.values())))
         tools = dict(zip(tool_calls, pool.map(lambda kv: insp.tool(kv[0], **kv[1]), tool_calls.items())))
-        errors = list(pool.map(lambda a: insp.error(*a), [
-            ("--method", "prompts/get", "--prompt-name", "perf_tune", "--prompt-args", "lang=fr"),
-            ("--method", "resources/read", "--uri", "pypto-tune://sessions/nope/status")]))
+        errors = list(pool.map(lambda a: insp.error(*a), bad))
 
     names = {t["name"] for t in results["tools"]["tools"]}
     assert {"start_session", "run_precision_check", "analyze_bubbles", "wait_job", "cancel_job"} <= names
@@ -120,26 +130,28 @@ def _everything(insp: Inspector, ws: Path) -> None:
     assert {t["uriTemplate"] for t in results["templates"]["resourceTemplates"]} == {
         "pypto-tune://sessions/{session_id}/status", "pypto-tune://sessions/{session_id}/ledger",
         "pypto-tune://sessions/{session_id}/analyses/{measurement_id}"}
-    for p in PROMPTS:
-        zh, en = (results[f"prompt {p} {lang}"]["messages"][0]["content"]["text"] for lang in ("zh", "en"))
-        assert zh and en and zh != en, p
-    assert '"F-1"' in results["read pypto-tune://catalog"]["contents"][0]["text"]
+    for p in prompts:
+        texts = [results[f"prompt {p} {lang}"]["messages"][0]["content"]["text"] for lang in langs]
+        assert all(texts) and len(set(texts)) == len(texts), p  # zh and en are two texts
     assert sid in results[f"read pypto-tune://sessions/{sid}/ledger"]["contents"][0]["text"]
-    assert results[f"read pypto-tune://sessions/{sid}/status"]["contents"][0]["text"].strip()
-
     assert tools["get_status"]["structuredContent"]["state"] == "S1_SETUP"
+    assert "unknown session_id 'nope'" in errors[-1]
+    if not whole:
+        return sid
+    assert '"F-1"' in results["read pypto-tune://catalog"]["contents"][0]["text"]
+    assert results[f"read pypto-tune://sessions/{sid}/status"]["contents"][0]["text"].strip()
     knobs = {k["id"] for k in tools["list_knobs"]["structuredContent"]["knobs"]}
     assert "softmax.py:TILE_B" in knobs
     an = tools["analyze_bubbles"]
     assert an["structuredContent"]["operator_time_us"] == pytest.approx(36.405, abs=1e-3)
     assert len(json.dumps(an)) <= 8 * 1024
     assert "lang must be 'zh' or 'en' (got 'fr')" in errors[0]
-    assert "unknown session_id 'nope'" in errors[1]
+    return sid
 
 
 def test_inspector_over_stdio(inspector: Path, workspace: Path) -> None:
     _everything(Inspector(inspector, [str(SERVER), "serve", "--workspace", str(workspace), "--log-level",
-                                      "WARNING"]), workspace)
+                                      "WARNING"]), workspace, whole=False)
 
 
 @pytest.fixture
@@ -150,9 +162,8 @@ def http_server(workspace: Path) -> Iterator[int]:
 
 def test_inspector_over_http(inspector: Path, workspace: Path, http_server: int) -> None:
     insp = Inspector(inspector, [f"http://127.0.0.1:{http_server}/mcp"])  # the /mcp path selects streamable HTTP
-    _everything(insp, workspace)
+    sid = _everything(insp, workspace, whole=True)  # one server for every call: the whole surface is cheap here
     # a third-party client accepts a long tool's job handle (validated against the tool's anyOf outputSchema)
-    sid = _session(insp, workspace)
     job = insp.tool("run_precision_check", session_id=sid, wait=False)["structuredContent"]
     assert job["status"] == "running" and job["tool"] == "run_precision_check" and "verdict" not in job
     cancelled = insp.tool("cancel_job", job_id=job["job_id"])["structuredContent"]

@@ -279,7 +279,9 @@ def test_same_inputs_same_ids_and_order(softmax_analysis, admission_cache):
     assert len({c.id for c in a.candidates}) == len(a.candidates)
     assert find(a.candidates, [a.candidates[1].id]) == [a.candidates[1]]
     # ids belong to the kept state: another kept state gives other ids for the same knob and value
-    moved = search(kept, stage="frontend", context=ctx, limit=5, kept_hash="another-kept-state")
+    # (the cache holds admission answers, which depend on the texts only, not on the kept state's hash)
+    moved = search(kept, stage="frontend", context=ctx, limit=5, kept_hash="another-kept-state",
+                   cache=admission_cache)
     assert not {c.id for c in a.candidates} & {c.id for c in moved.candidates}
 
 

@@ -236,36 +236,15 @@ def test_bad_resource_and_prompt_arguments_are_json_rpc_errors_with_the_reason(t
     anyio.run(scenario)
 
 
-def test_lang_defaults_to_zh_everywhere(softmax_ws: Path) -> None:
-    async def scenario() -> None:
-        async with connect(softmax_ws) as s:
-            sid = (await s.ok("start_session", workspace=str(softmax_ws), operator_files=["softmax.py"],
-                              test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
-            default = (await s.ok("get_status", session_id=sid))["board"]
-            assert default == (await s.ok("get_status", session_id=sid, lang="zh"))["board"]
-            assert default != (await s.ok("get_status", session_id=sid, lang="en"))["board"]
-            resource = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/status")).contents[0].text
-            assert resource == default
-            prompt = await s.client.get_prompt("perf_tune")
-            assert prompt.messages[0].content.text == (await s.client.get_prompt("perf_tune", {"lang": "zh"})) \
-                .messages[0].content.text
-
-    anyio.run(scenario)
-    langs = {t.name: t.input_schema["properties"]["lang"] for t in _listing()["tools"]
-             if "lang" in t.input_schema.get("properties", {})}
-    # every tool that answers in prose: omitted, lang is the session's (start_session's lang, else zh)
-    assert set(langs) == {"analyze_bubbles", "render_report", "get_status", "stop_session", "record_round",
-                          "start_session"}
-    for name, lang in langs.items():
-        assert lang.get("default") is None and lang["enum"] == ["zh", "en"], (name, lang)
-
-
-def test_completions_offer_languages_and_the_workspace_sessions(tmp_path: Path) -> None:
+def test_completions_offer_languages_and_the_workspace_sessions_lang_defaults_to_zh_and_refusals_read_gate_first(
+        tmp_path: Path) -> None:
+    """One server and one started session for three conventions (each once needed a server of its own)."""
     ws = make_workspace(tmp_path)
 
     async def scenario() -> None:
         async with connect(ws) as s:
             c = s.client
+            # completions: languages, and the workspace's sessions (none before start_session)
             langs = await c.complete(PromptReference(name="perf_tune"), {"name": "lang", "value": ""})
             assert langs.completion.values == ["zh", "en"]
             assert (await c.complete(PromptReference(name="tune_incore"), {"name": "lang", "value": "e"})) \
@@ -286,7 +265,31 @@ def test_completions_offer_languages_and_the_workspace_sessions(tmp_path: Path) 
             assert err.value.code == INVALID_PARAMS and f"session {sid} has no measurement 1" in err.value.message
             assert "collect_swimlane first" in err.value.message
 
+            # lang defaults to zh: the board, the status resource, the prompt
+            default = (await s.ok("get_status", session_id=sid))["board"]
+            assert default == (await s.ok("get_status", session_id=sid, lang="zh"))["board"]
+            assert default != (await s.ok("get_status", session_id=sid, lang="en"))["board"]
+            resource = (await c.read_resource(f"pypto-tune://sessions/{sid}/status")).contents[0].text
+            assert resource == default
+            prompt = await c.get_prompt("perf_tune")
+            assert prompt.messages[0].content.text == (await c.get_prompt("perf_tune", {"lang": "zh"})) \
+                .messages[0].content.text
+
+            # a refusal reads GATE first, not the SDK's prefix
+            text = await s.refused("collect_swimlane", session_id=sid)
+            assert text.startswith("GATE precision-first:"), text
+            assert "Allowed now: run_precision_check" in text
+            unknown = await s.refused("wait_job", job_id="job-nope")
+            assert unknown.startswith("unknown job id 'job-nope'") and "Next:" in unknown
+
     anyio.run(scenario)
+    langs = {t.name: t.input_schema["properties"]["lang"] for t in _listing()["tools"]
+             if "lang" in t.input_schema.get("properties", {})}
+    # every tool that answers in prose: omitted, lang is the session's (start_session's lang, else zh)
+    assert set(langs) == {"analyze_bubbles", "render_report", "get_status", "stop_session", "record_round",
+                          "start_session"}
+    for name, lang in langs.items():
+        assert lang.get("default") is None and lang["enum"] == ["zh", "en"], (name, lang)
 
 
 # ---------------------------------------------------------------------------------------------- lazy imports
@@ -361,19 +364,3 @@ def test_a_resource_link_points_at_the_whole_analysis() -> None:
     links = [b for b in reply(s).content if isinstance(b, ResourceLink)]
     assert [str(link.uri) for link in links] == ["pypto-tune://sessions/s-1/analyses/3"]
     assert links[0].mime_type == "application/json"
-
-
-def test_a_refusal_reads_gate_first_not_the_sdks_prefix(tmp_path: Path) -> None:
-    ws = make_workspace(tmp_path)
-
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
-                              test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
-            text = await s.refused("collect_swimlane", session_id=sid)
-            assert text.startswith("GATE precision-first:"), text
-            assert "Allowed now: run_precision_check" in text
-            unknown = await s.refused("wait_job", job_id="job-nope")
-            assert unknown.startswith("unknown job id 'job-nope'") and "Next:" in unknown
-
-    anyio.run(scenario)
