@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 TABLE = Path(__file__).with_name("durations.json")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def expected_seconds() -> dict[str, float]:
@@ -40,6 +41,7 @@ def longest_first(items: list[pytest.Item]) -> None:
     Deterministic (ties by path), as xdist needs every worker to collect the same order."""
     table = expected_seconds()
     guess = statistics.median(v for v in table.values() if v >= 5.0) if table else 0.0
+
     def key(pair: tuple[int, pytest.Item]) -> tuple[float, str, int]:
         i, item = pair
         f = _file_of(item)
@@ -48,8 +50,9 @@ def longest_first(items: list[pytest.Item]) -> None:
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
-def table_from_junit(junit: Path) -> dict[str, float]:
-    """Seconds per test file from a pytest JUnit report (each test case's time covers its set-up and tear-down)."""
+def table_from_junit(junit: Path, root: Path = ROOT) -> dict[str, float]:
+    """Seconds per test file (relative to ``root``) from a pytest JUnit report (each test case's time covers its
+    set-up and tear-down)."""
     per_file: dict[str, float] = defaultdict(float)
     for case in ET.parse(junit).getroot().iter("testcase"):
         classname = case.get("classname", "")
@@ -57,7 +60,7 @@ def table_from_junit(junit: Path) -> dict[str, float]:
         parts = classname.split(".")
         for n in range(len(parts), 0, -1):
             path = "/".join(parts[:n]) + ".py"
-            if Path(path).exists():
+            if (root / path).exists():
                 per_file[path] += float(case.get("time", 0.0))
                 break
     return {f: round(s, 1) for f, s in sorted(per_file.items())}

@@ -26,15 +26,13 @@ def test_files_go_longest_first_and_a_files_tests_keep_their_order(monkeypatch: 
                                          "tests/a.py::t1", "tests/a.py::t2"]
 
 
-def test_the_table_sums_each_files_test_cases_from_a_junit_report(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_table_sums_each_files_test_cases_from_a_junit_report(tmp_path: Path) -> None:
     (tmp_path / "tests" / "x").mkdir(parents=True)
     (tmp_path / "tests" / "x" / "test_y.py").write_text("")
     junit = tmp_path / "j.xml"
     junit.write_text('<testsuites><testsuite><testcase classname="tests.x.test_y" name="a" time="1.25"/>'
                      '<testcase classname="tests.x.test_y.TestK" name="b" time="2.5"/></testsuite></testsuites>')
-    monkeypatch.chdir(tmp_path)
-    assert schedule.table_from_junit(junit) == {"tests/x/test_y.py": 3.8}
+    assert schedule.table_from_junit(junit, root=tmp_path) == {"tests/x/test_y.py": 3.8}
 
 
 def test_the_committed_table_is_seconds_per_test_file() -> None:

@@ -236,9 +236,9 @@ def main(out: Path, work: Path, manifest: Path, journal: Path) -> None:
             done = {e["operator"] for e in ev if e.get("event") == "operator-done"}
             started = {e["operator"] for e in ev if e.get("event") == "session"}
             ready = "run-lost" in names and bool(done) and bool(started - done)
-            if ready and give_up is None:
-                give_up = time.monotonic() + 240.0
-            if ready and (undecided_work(manifest.parent, started - done) or time.monotonic() > give_up):
+            if ready:
+                give_up = give_up or time.monotonic() + 240.0
+            if ready and (undecided_work(manifest.parent, started - done) or time.monotonic() > (give_up or 0.0)):
                 os.kill(d.pid, signal.SIGKILL)
                 d.wait()
                 from pypto_tune.tools.campaign.control import view
