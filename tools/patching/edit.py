@@ -471,7 +471,7 @@ def functional_sources(sources: dict[str, str]) -> dict[str, str]:
     that do not parse are returned unchanged (their hash still changes with every byte).
 
     Cached by content: a session hashes the same texts on nearly every tool call (kept code, expected code, each
-    candidate's code), and the libcst rewrite is most of such a call's own CPU.
+    candidate's code); the libcst rewrite stood out in a server's profile.
     """
     return dict(_functional_sources(tuple(sorted(sources.items()))))
 
