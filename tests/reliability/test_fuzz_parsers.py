@@ -151,6 +151,17 @@ def _trace_figures(data: bytes) -> None:
     short_task_fraction([tr])
 
 
+@pytest.mark.parametrize("unknown_phase", [False, True], ids=["typed slice", "generic slice"])
+def test_a_lane_named_on_a_tid_past_64_bits_is_an_artifact_error_on_either_decoding(unknown_phase: bool) -> None:
+    doc = json.loads(TRACE)
+    named = next(e for e in doc["traceEvents"] if e.get("name") == "thread_name")
+    named["tid"] = 1 << 63
+    if unknown_phase:  # a phase PyPTO never writes sends the slice through the catch-all decoder
+        doc["traceEvents"].append({"ph": "Q", "pid": 1, "tid": 1000, "ts": 0})
+    with pytest.raises(ArtifactError, match="outside 64 bits"):
+        _trace_figures(json.dumps(doc).encode())
+
+
 @settings(FUZZ, max_examples=max(30, FUZZ.max_examples // 10))
 @given(data=st.one_of(_mutate(TRACE), _event_mutate()), slice_bytes=st.integers(64, 4096))
 def test_fuzzed_swimlane_trace_streamed_in_slices_raises_only_artifact_error(tmp_path_factory, data: bytes,

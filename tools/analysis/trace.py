@@ -269,6 +269,13 @@ def _too_wide(tr: Trace) -> ArtifactError:
                          expected="tid a small integer, leafHash an unsigned 64-bit integer (A.4)", hint=_HINT)
 
 
+def _name_lane(tr: Trace, tid: int, name: str) -> None:
+    # lanes are later matched against the int64 tid column; a wider tid would overflow there, not here
+    if not -(1 << 63) <= tid < (1 << 63):
+        raise _too_wide(tr)
+    tr.lane_names.setdefault(tid, name)
+
+
 def _flow_id(v: object) -> int:
     """A non-integer flow id (not written by PyPTO, tolerated) as a stable 63-bit int."""
     import zlib
@@ -320,7 +327,7 @@ def _absorb(tr: Trace, events: list, where: str) -> None:
     xs, flows_s, flows_f = buckets[_X], buckets[_S], buckets[_F]
     for e in buckets[_M]:
         if e.name == "thread_name" and isinstance(e.tid, int) and e.args is not None and e.args.name:
-            tr.lane_names.setdefault(e.tid, e.args.name)
+            _name_lane(tr, e.tid, e.args.name)
     base = len(tr.labels)
     try:
         tid = np.array([e.tid for e in xs], dtype=np.int64)
@@ -369,7 +376,6 @@ def _absorb(tr: Trace, events: list, where: str) -> None:
 
 
 def _absorb_generic(tr: Trace, events: list, where: str) -> None:
-    names = tr.lane_names
     tr.event_count += len(events)
     tids: list = []
     tss: list = []
@@ -406,7 +412,7 @@ def _absorb_generic(tr: Trace, events: list, where: str) -> None:
             ftss.append(ev.ts)
         elif ph == "M":
             if ev.name == "thread_name" and isinstance(ev.tid, int) and ev.args is not None and ev.args.name:
-                names.setdefault(ev.tid, ev.args.name)
+                _name_lane(tr, ev.tid, ev.args.name)
     leaves, roots = _leaf_root(tr, hints)
     for name, values in (("tid", tids), ("start", tss), ("dur", durs), ("key", keys), ("leaf", leaves),
                          ("root", roots)):
