@@ -27,7 +27,8 @@ spaced over its volume-ordered candidates, both ends included. Each configuratio
 **De-tuned variant (``detune_value``).** Every live tile knob (vector and cube tiles, the tiling sources that feed them,
 list constants that feed a vector tile) is set, one knob after the other, to the smallest power of two ≥ 8 that the
 server's legality check accepts, the same for every dimension (the leading, batch axis of a 3-D or higher vector tile:
-1).
+1; an axis the kernel reduces over, whole at the length it ran with — the server's check on the shapes that ran, which
+the edit planner alone does not see).
 The de-tuned code then gets its own session, knob map, grid, search and random arms.
 
 **Arms.** ``search``: a scripted agent that after the baseline calls only ``propose_candidates`` and
@@ -242,9 +243,11 @@ def detune_shape(knob: dict[str, Any], cube_sites: set[str] = frozenset()) -> tu
     return None
 
 
-def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool]) -> Any | None:
+def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool],
+                 keep: dict[int, int] | None = None) -> Any | None:
     """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (the leading, batch
-    axis of a vector tile of rank ≥ 3: 1); None when no power up to 512 is legal."""
+    axis of a vector tile of rank ≥ 3: 1; a reduced axis of a vector tile, ``keep``, whole at the length it ran
+    with: splitting it does not compile); None when no power up to 512 is legal."""
     form, rank = shape
     for e in range(3, 10):
         p = 2 ** e
@@ -254,11 +257,51 @@ def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool]) -> Any | 
             v = p
         elif form == "vec":
             v = [1] * (rank >= 3) + [p] * (rank - (rank >= 3))
+            v = [keep.get(i, d) for i, d in enumerate(v)] if keep else v
         else:
             v = [p] * rank
         if legal(v):
             return v
     return None
+
+
+def _ran_shapes(knob: dict[str, Any], rank: int) -> list[list[int]]:
+    return [s for s in knob.get("shapes") or [] if len(s) == rank and all(isinstance(d, int) for d in s)]
+
+
+def _reduced_axes(knob: dict[str, Any], files: dict[str, str]) -> dict[int, int]:
+    """The vector tile's reduced axes and the length each ran with (the knob map's shapes; the server's program)."""
+    from pypto_tune.tools.patching import roles
+
+    value = knob["value"] if isinstance(knob["value"], list) else (knob.get("effective") or [None])[0]
+    if knob["kind"] != "vec_tile" or not isinstance(value, list):
+        return {}
+    rank, file = len(value), knob["id"].split(":", 1)[0]
+    shapes = _ran_shapes(knob, rank)
+    axes = {a + rank if a < 0 else a for r in roles.analyze(files).reductions.get(file, []) for a in r.axes
+            if -rank <= a < rank}
+    return {a: max(s[a] for s in shapes) for a in sorted(axes)} if shapes else {}
+
+
+def _legal_at_run_shapes(knob: dict[str, Any], value: Any, files: dict[str, str]) -> bool:
+    """The server's vector-tile check on the shapes that ran (the edit planner alone sees no run: a factory-built
+    kernel's dims are run-time values to it)."""
+    from pypto_tune.tools.errors import PyptoTuneError
+    from pypto_tune.tools.patching import roles
+    from pypto_tune.tools.patching.effective import SiteValue, check_vec_tile
+
+    if knob["kind"] != "vec_tile" or not isinstance(value, list):
+        return True
+    shapes = _ran_shapes(knob, len(value))
+    if not shapes:
+        return True
+    file = knob["id"].split(":", 1)[0]
+    sv = SiteValue(knob["id"], "vec_tile", knob.get("line") or 0, value, {"tensor_shapes": shapes})
+    try:
+        check_vec_tile(sv, roles.analyze(files).reductions.get(file, []), None)
+    except PyptoTuneError:
+        return False
+    return True
 
 
 def random_expectation(times: list[float | None], shipped_us: float, frac: float) -> tuple[float, int, float]:
@@ -633,11 +676,11 @@ def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list
                 return False
             try:
                 _plan(sources, op.context, k["id"], v)
-                return True
+                return _legal_at_run_shapes(k, v, {**op.context, **sources})
             except PyptoTuneError:
                 return False
 
-        v = detune_value(shape, legal)
+        v = detune_value(shape, legal, keep=_reduced_axes(k, {**op.context, **sources}))
         if v is None:
             edits.append((k["id"], None, "no legal power of two"))
             continue

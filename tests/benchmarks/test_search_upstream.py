@@ -111,6 +111,35 @@ def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8()
     assert su.is_tile(KNOB_MAP[1]) and not su.is_tile(KNOB_MAP[2]) and not su.is_tile(KNOB_MAP[3])
 
 
+NORM = """import pypto
+
+
+def core(x):
+    return pypto.sum(x, dim=-1, keepdim=True)
+
+
+@pypto.frontend.jit()
+def norm_kernel(x: pypto.Tensor(), out: pypto.Tensor()):
+    pypto.set_vec_tile_shapes(64, 128)
+    pypto.assemble(core(x), [0, 0], out)
+"""
+
+
+def test_detune_keeps_an_axis_the_kernel_reduces_over_whole_at_the_length_that_ran():
+    # the dims are run-time values to the edit planner (torch tensors made in the test): only the knob map's shapes,
+    # what ran, tell that [8, 8] cuts the summed axis of 128 — which PyPTO refuses to compile (FC1001)
+    knob = {"id": "norm.py:norm_kernel.set_vec_tile_shapes#1", "kind": "vec_tile", "line": 10, "value": [64, 128],
+            "shapes": [[32, 128], [128]]}
+    files = {"norm.py": NORM}
+    assert su._reduced_axes(knob, files) == {1: 128}
+    assert not su._legal_at_run_shapes(knob, [8, 8], files) and su._legal_at_run_shapes(knob, [8, 128], files)
+    legal = lambda v: su._legal_at_run_shapes(knob, v, files)  # noqa: E731
+    assert su.detune_value(("vec", 2), legal, keep=su._reduced_axes(knob, files)) == [8, 128]
+    assert su.detune_value(("vec", 2), legal) is None  # the same power in every dimension never keeps it whole
+    # without shapes from a run nothing is known, and the rule stays the plain one
+    assert su._reduced_axes(dict(knob, shapes=[]), files) == {} and su._legal_at_run_shapes(dict(knob, shapes=[]), [8, 8], files)
+
+
 def test_random_expectation_counts_failures_in_n_and_good_configurations_in_k():
     # shipped 100, best 10 (10x): 90 % of 10x = 9x -> times <= 11.11; 99 % -> <= 10.10
     times = [100.0, 50.0, 11.0, 10.0, None, 20.0, 10.1]
