@@ -81,7 +81,8 @@ RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_st
                "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py",
                "tests/tools/test_gate_decisions.py", "tests/tools/test_gate_refusals.py",
                "tests/tools/test_derived_state.py", "tests/tools/test_state_steps.py",
-               "tests/prompts/test_prompt_texts.py")  # the prompts state the rules' numbers: a changed one disagrees
+               "tests/prompts/test_prompt_texts.py",  # the prompts state the rules' numbers: a changed one disagrees
+               "tests/rules/test_keep_the_best_of_a_batch.py")
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
 # tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
 RULES_PACKAGE_SUITE = ("tests/tools/test_gate_refusals.py", "tests/tools/test_rules_and_state.py",
@@ -100,8 +101,9 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
                      "_expected_code", "_environment", "_baseline_failures", "_target_us", "_open_round",
                      "_kept_code", "_stage_counters", "_stage_entry_done", "_checklist", "_tree", "_test_command",
                      "_pending_question"), RULES_SUITE),
-    "rules": Target("tools/session/rules.py",
-                    ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "<module>"), RULES_SUITE),
+    "rules": Target("tools/rules/tuning_loop.py",
+                    ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "judge_batch",
+                     "<module>"), RULES_SUITE),
     "admission": Target("tools/code/admission.py",
                         ("admit", "_changed_paths", "_check_parses", "_syntax_differences", "_not_a_knob_change",
                          "_admit_rewrite", "_admit_co_tuned", "_too_many_knobs", "_admit_one_knob", "_pure", "_check_bytes", "_legal", "_delta", "table", "_duplicate_keys",
@@ -115,6 +117,7 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
 #: mutated from the start; its survivors say which tests to name here)
 RULES_SUITES: dict[str, tuple[str, ...]] = {
     "gates": RULES_PACKAGE_SUITE,
+    "tuning_loop": RULES_SUITE,
     "precision": ("tests/rules/test_precision_steps.py", "tests/runner/test_verdict.py",
                   "tests/runner/test_runner_properties.py")}
 #: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message

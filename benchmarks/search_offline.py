@@ -15,7 +15,7 @@ configuration and follows the server's rules:
 * keep on **strict** gain (SIM is deterministic); a compile failure is rolled back and does not count toward the
   stage's no-gain counter (R13); **never retry** a (knob, value) from the same kept state or code that failed;
 * **stage order**: FRONTEND first; SWIMLANE_1 only after FRONTEND's exit — 5 consecutive no-gain rounds, or no
-  candidate left — then INCORE_1 (5), SWIMLANE_2 (8), ... as ``tools/session/rules.STAGES``; candidates cite a catalogue id
+  candidate left — then INCORE_1 (5), SWIMLANE_2 (8), ... as ``tools/session/tuning_loop.STAGES``; candidates cite a catalogue id
   of the current stage, so a knob serving no id of the stage is not proposed in it;
 * **batches** (``--batch k``): ``run_candidates`` runs k trials from the same kept state in parallel; the fastest, if
   a strict gain, is kept; a batch without a gain adds its measured trials to the no-gain counter.
@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.patching import extract_knobs
 from pypto_tune.tools.patching._cst import canon
 from pypto_tune.tools.search import (
@@ -71,7 +71,7 @@ OPERATORS = ROOT / "fixtures" / "operators"
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "pypto-tune-search-offline-cache.json"
 DEFAULT_PROBES = Path(tempfile.gettempdir()) / "pypto-tune-search-offline-probes.json"
 CHECKPOINTS = (4, 8, 12)
-STAGE_SEQUENCE = [s for s in rules.STAGES]
+STAGE_SEQUENCE = [s for s in tuning_loop.STAGES]
 # ranking name -> (search ranking, signal families). Ablations: the model without the session's history, and the
 # history alone on top of the catalogue's order (no shape model, no priors).
 VARIANTS = {

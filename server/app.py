@@ -40,7 +40,7 @@ from pypto_tune.server.surface import CACHE_HINTS, DESCRIPTION, WEBSITE_URL, Pyp
 from pypto_tune.server.tooling import ToolRegistry
 from pypto_tune.server.wiring import DEFAULT_LANG, LANGS, ServiceHolder, Wiring
 from pypto_tune.tools.errors import InputError, PyptoTuneError
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 
 from pypto_tune import __version__
 
@@ -145,7 +145,7 @@ def _register_resources(mcp: MCPServer, holder: ServiceHolder) -> None:
     @mcp.resource("pypto-tune://rules", title="Enforced rules", mime_type="application/json",
                   description="the rules the server enforces, with the ids refusals cite")
     def rules_resource() -> str:
-        return orjson.dumps([r.model_dump() for r in rules.RULES], option=orjson.OPT_INDENT_2).decode()
+        return orjson.dumps([r.model_dump() for r in tuning_loop.RULES], option=orjson.OPT_INDENT_2).decode()
 
     @mcp.resource(SESSION_URIS[0], title="Session status board", mime_type="text/markdown",
                   description="the live status board of a session (Markdown, zh)")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 from pypto_tune.server.app import build_server
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.service import TuningService
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -62,7 +62,7 @@ def test_the_readme_annotation_column_matches_the_registered_annotations() -> No
 
 
 def test_every_rule_id_is_in_the_readme_rules_table() -> None:
-    for r in rules.RULES:
+    for r in tuning_loop.RULES:
         assert re.search(rf"\| `{re.escape(r.id)}` \|", README), r.id
 
 

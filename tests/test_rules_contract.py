@@ -1,7 +1,7 @@
 """Every rule in one place: a refusal is built only under ``tools/rules/``, and each rule id by exactly one module.
 
 A reader who wants to know which rules the server enforces, and where, opens ``tools/rules/``; these tests keep that
-true. The rule ids are the catalogue's (``tools/session/rules.py``, served as ``pypto-tune://rules``); the README's
+true. The rule ids are the catalogue's (``tools/rules/tuning_loop.py``, served as ``pypto-tune://rules``); the README's
 rules table lists the same ids (``tests/test_contract.py::test_every_rule_id_is_in_the_readme_rules_table``).
 """
 
@@ -11,11 +11,11 @@ import ast
 import re
 from pathlib import Path
 
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES_DIR = ROOT / "tools" / "rules"
-CATALOGUE = {r.id for r in rules.RULES}
+CATALOGUE = {r.id for r in tuning_loop.RULES}
 
 #: rule ids of the catalogue that no refusal enforces, and why
 NOT_REFUSED = {
@@ -107,8 +107,8 @@ def test_the_exceptions_are_rule_ids_of_the_catalogue() -> None:
 #: what a decision may import: the refusal, the catalogue, the state it reads, the reading of a run's output (the
 #: precision verdict's lines), its sibling rules (and the stdlib's pure helpers); a ledger, a file system, a process
 #: or a logger is the caller's business
-ALLOWED_IMPORTS = re.compile(r"^(__future__|dataclasses|typing|time|statistics|re|collections\.abc)(\..*)?$|"
-                             r"^pypto_tune\.tools\.(errors|rules|session\.rules|session\.state|analysis|"
+ALLOWED_IMPORTS = re.compile(r"^(__future__|dataclasses|typing|time|statistics|re|collections\.abc|pydantic)(\..*)?$|"
+                             r"^pypto_tune\.tools\.(errors|rules|session\.state|analysis|"
                              r"running\.verdict)(\..*)?$")
 ACTING_CALLS = {"open", "print", "insert", "transaction", "write_text", "write_bytes", "unlink", "mkdir", "run",
                 "Popen", "info", "warning", "debug", "error", "exception"}

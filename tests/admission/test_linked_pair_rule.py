@@ -23,7 +23,7 @@ from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.patching import plan_knob_edit
 from pypto_tune.tools.search.linked import run_links
-from pypto_tune.tools.session.rules import RULES_BY_ID
+from pypto_tune.tools.rules.tuning_loop import RULES_BY_ID
 from tests.conftest import OPERATORS
 
 FILE = "layernorm_op.py"

@@ -22,11 +22,11 @@ EXTRA_TOOLS = {"wait_job", "cancel_job"}  # the job tools live in server/ (app.p
 
 def _load_rules():
     try:
-        from pypto_tune.tools.session import rules  # type: ignore[import-not-found]
+        from pypto_tune.tools.rules import tuning_loop  # type: ignore[import-not-found]
 
-        return rules
+        return tuning_loop
     except ImportError:
-        spec = importlib.util.spec_from_file_location("_pt_rules", ROOT / "tools" / "rules.py")
+        spec = importlib.util.spec_from_file_location("_pt_rules", ROOT / "tools" / "rules" / "tuning_loop.py")
         assert spec and spec.loader
         mod = importlib.util.module_from_spec(spec)
         sys.modules["_pt_rules"] = mod
@@ -34,7 +34,7 @@ def _load_rules():
         return mod
 
 
-rules = _load_rules()
+tuning_loop = _load_rules()
 
 
 def _service_ops() -> set[str]:
@@ -55,7 +55,7 @@ def _start_session_default(name: str) -> float:
 
 
 OPS = _service_ops() | EXTRA_TOOLS
-RULE_IDS = {r.id for r in rules.RULES}
+RULE_IDS = {r.id for r in tuning_loop.RULES}
 CALL = re.compile(r"(?<![\w.])([a-z][a-z0-9]*_[a-z0-9_]+)\(")
 GATE = re.compile(r"GATE ([a-z][a-z0-9-]*)")
 # Bare backticked names that look like tool names (verb-ish suffixes) must be real operations too.
@@ -120,21 +120,21 @@ def test_perf_tune_lists_every_rule_and_the_loop(lang: str) -> None:
 def test_perf_tune_thresholds_match_rules(lang: str) -> None:
     text = _text("perf_tune", lang)
     by_group = {}
-    for s in rules.STAGES:
+    for s in tuning_loop.STAGES:
         by_group.setdefault(s.group, set()).add(s.no_gain_threshold)
     assert all(len(v) == 1 for v in by_group.values())
     triple = "/".join(str(next(iter(by_group[g]))) for g in ("frontend", "swimlane", "incore"))
     assert triple in text
-    attempts = f"{rules.BASELINE_ATTEMPTS} attempts" if lang == "en" else f"{rules.BASELINE_ATTEMPTS} 次"
+    attempts = f"{tuning_loop.BASELINE_ATTEMPTS} attempts" if lang == "en" else f"{tuning_loop.BASELINE_ATTEMPTS} 次"
     assert attempts in text
-    assert f"{rules.DEFAULT_TIMEOUT_S:g} s" in text
+    assert f"{tuning_loop.DEFAULT_TIMEOUT_S:g} s" in text
     assert f"{_start_session_default('timeout_s'):g} s" in text
-    assert f"> {rules.GLOBAL_UTIL_PCT:g} %" in text
-    assert f"< {rules.GLOBAL_BUBBLE_PCT:g} %" in text
+    assert f"> {tuning_loop.GLOBAL_UTIL_PCT:g} %" in text
+    assert f"< {tuning_loop.GLOBAL_BUBBLE_PCT:g} %" in text
     assert f"{_start_session_default('time_limit_h'):g} h" in text
-    outer = max(s.outer_round for s in rules.STAGES)
+    outer = max(s.outer_round for s in tuning_loop.STAGES)
     assert f"n ≤ {outer}" in text
-    for pct in (rules.SIM_TRANSFER_WARN_PCT, rules.NPU_MIN_MARGIN_PCT, rules.NPU_SINGLE_SHOT_MARGIN_PCT):
+    for pct in (tuning_loop.SIM_TRANSFER_WARN_PCT, tuning_loop.NPU_MIN_MARGIN_PCT, tuning_loop.NPU_SINGLE_SHOT_MARGIN_PCT):
         assert f"{pct:g} %" in text
 
 
@@ -157,14 +157,14 @@ def test_stage_checklists_complete(name: str, prefix: str, count: int, lang: str
     text = _text(name, lang)
     rows = set(re.findall(rf"^\| ({prefix}-\d+) \|", text, flags=re.M))
     assert rows == {f"{prefix}-{i}" for i in range(1, count + 1)}
-    stage = next(s for s in rules.STAGES if s.catalog_prefix == f"{prefix}-")
+    stage = next(s for s in tuning_loop.STAGES if s.catalog_prefix == f"{prefix}-")
     assert f"**{stage.no_gain_threshold}**" in text
 
 
 def test_stage_thresholds_consistent_with_rules_text() -> None:
-    # rules.py states the triple in the stage-exit rule text too; the prompts cite the same one.
-    triple = "/".join(str(s.no_gain_threshold) for s in rules.STAGES[:3])
-    assert triple in rules.RULES_BY_ID["stage-exit"].text_en
+    # tuning_loop.py states the triple in the stage-exit rule text too; the prompts cite the same one.
+    triple = "/".join(str(s.no_gain_threshold) for s in tuning_loop.STAGES[:3])
+    assert triple in tuning_loop.RULES_BY_ID["stage-exit"].text_en
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from pypto_tune.tools.search import AdmissionCache
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 
 from tests.conftest import require_real
 
@@ -42,7 +42,7 @@ def _check_rules(grid, run):
     """Every trial is one grid configuration one knob away from the kept one, never repeated from the same state."""
     seen = set()
     stages = [t["stage"] for t in run["trials"]]
-    assert stages == sorted(stages, key=[s.name for s in __import__("pypto_tune.tools.session.rules",
+    assert stages == sorted(stages, key=[s.name for s in __import__("pypto_tune.tools.rules.tuning_loop",
                                                                      fromlist=["STAGES"]).STAGES].index)
     for t in run["trials"]:
         key = (t["from_kept"], t["knob"], json.dumps(t["value"], sort_keys=True, default=str))
@@ -165,7 +165,7 @@ def test_the_staged_floor_counts_the_trials_that_leave_a_stage():
     bench = _bench()
     grid = _grid(bench, "multi_stage")
     assert grid.floor(90, staged=False) == 3
-    assert grid.floor(90) == 2 + rules.STAGES_BY_NAME["FRONTEND"].no_gain_threshold + 1 == 8
+    assert grid.floor(90) == 2 + tuning_loop.STAGES_BY_NAME["FRONTEND"].no_gain_threshold + 1 == 8
     for name in ("rmsnorm_grid", "split_harness", "upstream_attention"):
         g = _grid(bench, name)
         staged, plain = g.floor(90), g.floor(90, staged=False)

@@ -17,7 +17,7 @@ import pytest
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.patching import unified_diff
 from pypto_tune.tools.service import TuningService
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import VEC, Writer, analysis, with_tile_b, with_vec_tile
 from tests.tools.test_rule_decisions import BASE_US, state, tuning
@@ -28,12 +28,12 @@ from tests.tools.test_rule_decisions import BASE_US, state, tuning
 def test_the_stages_follow_one_another_in_the_order_d1_gives_and_the_last_has_no_successor() -> None:
     # D.1 level 2 with the outer loop unrolled (n = 1..3)
     order = ["FRONTEND", "SWIMLANE_1", "INCORE_1", "SWIMLANE_2", "INCORE_2", "SWIMLANE_3", "INCORE_3"]
-    walked, stage = [order[0]], rules.next_stage(order[0])
+    walked, stage = [order[0]], tuning_loop.next_stage(order[0])
     while stage is not None and len(walked) <= len(order):  # bounded: a stage that follows itself must fail, not hang
         walked.append(stage.name)
-        stage = rules.next_stage(stage.name)
+        stage = tuning_loop.next_stage(stage.name)
     assert walked == order
-    assert rules.next_stage("ALGORITHM") is None and rules.next_stage("S4_TUNE") is None
+    assert tuning_loop.next_stage("ALGORITHM") is None and tuning_loop.next_stage("S4_TUNE") is None
 
 
 # ------------------------------------------------------------------------------------------------ E.1 on the NPU
@@ -75,8 +75,8 @@ def test_an_npu_gain_is_kept_exactly_when_its_band_clears_minus_one_percent(n_ke
     se = _pooled_se_pct(kept, _spread(90.0, rel_after, n_after))
     assert se == pytest.approx(_pooled_se_pct(kept, _spread(97.0, rel_after, n_after)))
     edge = before_us * (1 - (MIN_PCT + Z * se) / 100)
-    beyond = rules.judge_measurement(before_us, _spread(edge * (1 - 1e-6), rel_after, n_after), "npu", kept)
-    short = rules.judge_measurement(before_us, _spread(edge * (1 + 1e-6), rel_after, n_after), "npu", kept)
+    beyond = tuning_loop.judge_measurement(before_us, _spread(edge * (1 - 1e-6), rel_after, n_after), "npu", kept)
+    short = tuning_loop.judge_measurement(before_us, _spread(edge * (1 + 1e-6), rel_after, n_after), "npu", kept)
     assert beyond.result_type == "gain" and beyond.decisive, beyond
     assert not short.decisive and short.result_type == "no-gain", short
     assert beyond.delta_pct == pytest.approx((edge * (1 - 1e-6) - before_us) / before_us * 100)
@@ -90,13 +90,13 @@ def test_an_npu_regression_and_a_sure_no_gain_have_their_own_boundaries(n_kept: 
     before_us = statistics.median(kept)
     se = _pooled_se_pct(kept, _spread(100.0, 0.02, n_after))
     worse = before_us * (1 + (MIN_PCT + Z * se) / 100)
-    up = rules.judge_measurement(before_us, _spread(worse * (1 + 1e-6), 0.02, n_after), "npu", kept, final=False)
-    flat = rules.judge_measurement(before_us, _spread(worse * (1 - 1e-6), 0.02, n_after), "npu", kept, final=False)
+    up = tuning_loop.judge_measurement(before_us, _spread(worse * (1 + 1e-6), 0.02, n_after), "npu", kept, final=False)
+    flat = tuning_loop.judge_measurement(before_us, _spread(worse * (1 - 1e-6), 0.02, n_after), "npu", kept, final=False)
     assert (up.result_type, up.decisive) == ("regression", True), up
     assert (flat.result_type, flat.decisive) == ("no-gain", True), flat
     sure = before_us * (1 + (Z * se - MIN_PCT) / 100)
-    same = rules.judge_measurement(before_us, _spread(sure * (1 + 1e-6), 0.02, n_after), "npu", kept, final=False)
-    open_ = rules.judge_measurement(before_us, _spread(sure * (1 - 1e-6), 0.02, n_after), "npu", kept, final=False)
+    same = tuning_loop.judge_measurement(before_us, _spread(sure * (1 + 1e-6), 0.02, n_after), "npu", kept, final=False)
+    open_ = tuning_loop.judge_measurement(before_us, _spread(sure * (1 - 1e-6), 0.02, n_after), "npu", kept, final=False)
     assert (same.result_type, same.decisive) == ("no-gain", True), same
     assert not open_.decisive, open_
 
@@ -118,8 +118,8 @@ def test_an_undecided_npu_round_says_which_way_it_leans_and_at_the_cap_only_a_cl
     for delta in (2.25 * se - 0.5, -(MIN_PCT + 2 * se) - 0.1 * se, 0.5 * se):
         after = _spread(100.0 * (1 + delta / 100), 0.6, 3)
         assert delta - Z * se <= -MIN_PCT <= delta + Z * se  # undecided by construction
-        open_ = rules.judge_measurement(100.0, after, "npu", kept, final=False)
-        capped = rules.judge_measurement(100.0, after, "npu", kept, final=True)
+        open_ = tuning_loop.judge_measurement(100.0, after, "npu", kept, final=False)
+        capped = tuning_loop.judge_measurement(100.0, after, "npu", kept, final=True)
         assert (open_.result_type, open_.decisive) == (_provisional(delta, se), False), (delta, open_)
         want = "regression" if _provisional(delta, se) == "regression" else "no-gain"
         assert (capped.result_type, capped.decisive) == (want, False) and "not decisive" in capped.note, capped
@@ -137,14 +137,14 @@ def test_which_spread_an_npu_judgement_uses() -> None:
              (after3[:2], None, 2.0)]
     assert len({round(se, 6) for _, _, se in cases[:3]}) == 3  # the three rules give three different answers
     for samples, kept, se in cases:
-        j = rules.judge_measurement(100.0, samples, "npu", kept, final=False)
+        j = tuning_loop.judge_measurement(100.0, samples, "npu", kept, final=False)
         assert j.margin_pct == pytest.approx(max(2 * se, MIN_PCT)), (samples, kept, j)
 
 
 def test_sim_is_exact_any_slowdown_is_a_regression_and_there_is_no_noise_margin() -> None:
-    slower = rules.judge_measurement(100.0, [100.5], "sim")
-    same = rules.judge_measurement(100.0, [100.0], "sim")
-    faster = rules.judge_measurement(100.0, [99.5], "sim")
+    slower = tuning_loop.judge_measurement(100.0, [100.5], "sim")
+    same = tuning_loop.judge_measurement(100.0, [100.0], "sim")
+    faster = tuning_loop.judge_measurement(100.0, [99.5], "sim")
     assert [j.result_type for j in (slower, same, faster)] == ["regression", "no-gain", "gain"]
     assert [j.margin_pct for j in (slower, same, faster)] == [0.0, 0.0, 0.0]
     assert slower.delta_pct == pytest.approx(0.5) and faster.delta_pct == pytest.approx(-0.5)
@@ -153,7 +153,7 @@ def test_sim_is_exact_any_slowdown_is_a_regression_and_there_is_no_noise_margin(
 
 def test_a_sim_gain_below_half_a_percent_is_flagged_as_maybe_not_transferable() -> None:
     """E.1 / README keep/revert: SIM gains < 0.5 % are flagged as maybe not transferable; exactly 0.5 % is not."""
-    notes = {after: rules.judge_measurement(100.0, [after], "sim").note for after in (99.6, 99.5, 99.4, 100.0)}
+    notes = {after: tuning_loop.judge_measurement(100.0, [after], "sim").note for after in (99.6, 99.5, 99.4, 100.0)}
     assert "may not transfer" in notes[99.6]
     assert notes[99.5] == notes[99.4] == notes[100.0] == ""
 
@@ -171,7 +171,7 @@ def test_a_single_shot_npu_comparison_at_each_edge_of_its_band(after_us: float, 
     """One sample, no kept samples: the standard error is E.1's single-shot 4 % read as 2 standard errors, so
     se = 2 % and the band is d ± 2.5 × 2 = d ± 5 %, the margin max(2 se, 1 %) = 4 %. Every boundary is strict
     ("entirely beyond"): at exactly the edge the band does not clear it. 100 → 94 is d = −6 % exactly in floats."""
-    j = rules.judge_measurement(100.0, [after_us], "npu", final=final)
+    j = tuning_loop.judge_measurement(100.0, [after_us], "npu", final=final)
     assert (j.result_type, j.decisive) == want, j
     assert j.margin_pct == 4.0 and j.delta_pct == pytest.approx(after_us - 100.0)
 

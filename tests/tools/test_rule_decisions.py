@@ -19,7 +19,7 @@ from pypto_tune.tools.errors import GateRefusal, InputError
 from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.patching import legality
 from pypto_tune.tools.service import TuningService
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.session.state import derive_state, kept_samples_of, load_rows
 from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import SOFTMAX, VEC, Writer, analysis, with_tile_b, with_vec_tile
@@ -73,15 +73,15 @@ def state(w: Writer):
 @pytest.mark.parametrize("stage", list(THRESHOLDS))
 def test_each_stage_threshold_is_the_one_domain_r14_names(stage: str) -> None:
     t = THRESHOLDS[stage]
-    assert rules.stage_exit_reason(stage, t - 1) == ""
-    assert str(t) in rules.stage_exit_reason(stage, t)
-    assert rules.stage_exit_reason(stage, t + 3) != ""
+    assert tuning_loop.stage_exit_reason(stage, t - 1) == ""
+    assert str(t) in tuning_loop.stage_exit_reason(stage, t)
+    assert tuning_loop.stage_exit_reason(stage, t + 3) != ""
 
 
 def test_the_algorithm_stage_ends_after_three_rounds_without_gain() -> None:
     """prompts/workflow/perf_tune.en.md section 8: in ALGORITHM "3 rounds without gain end it" (R23 names no count)."""
-    assert rules.stage_exit_reason("ALGORITHM", 2) == ""
-    assert "3 consecutive rounds without gain" in rules.stage_exit_reason("ALGORITHM", 3)
+    assert tuning_loop.stage_exit_reason("ALGORITHM", 2) == ""
+    assert "3 consecutive rounds without gain" in tuning_loop.stage_exit_reason("ALGORITHM", 3)
 
 
 def test_npu_repeats_have_a_floor_of_three_the_agent_cannot_lower(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.session.ledger import Ledger, now_iso
 from pypto_tune.tools.session.state import derive_state, load_rows
@@ -15,40 +15,40 @@ from pypto_tune.tools.session.state import derive_state, load_rows
 
 class TestJudgement:
     def test_sim_keeps_any_strict_gain_and_flags_tiny_ones(self) -> None:
-        j = rules.judge_measurement(100.0, [99.8], "sim")
+        j = tuning_loop.judge_measurement(100.0, [99.8], "sim")
         assert j.result_type == "gain" and "may not transfer" in j.note
 
     def test_sim_treats_equal_as_no_gain(self) -> None:
-        assert rules.judge_measurement(100.0, [100.0], "sim").result_type == "no-gain"
+        assert tuning_loop.judge_measurement(100.0, [100.0], "sim").result_type == "no-gain"
 
     def test_sim_regression(self) -> None:
-        j = rules.judge_measurement(10.0, [12.0], "sim")
+        j = tuning_loop.judge_measurement(10.0, [12.0], "sim")
         assert j.result_type == "regression" and j.delta_pct == pytest.approx(20.0)
 
     def test_npu_needs_more_than_the_noise_of_its_repeats(self) -> None:
         # The skill's weight case: five repeats spanning 347.76–362.04 µs (σ ≈ 1.7 %): a 2 % gain is noise.
         noisy = [347.76, 352.0, 355.0, 358.0, 362.04]
-        assert rules.judge_measurement(355.0 / 0.98, noisy, "npu").result_type == "no-gain"
-        assert rules.judge_measurement(420.0, noisy, "npu").result_type == "gain"
+        assert tuning_loop.judge_measurement(355.0 / 0.98, noisy, "npu").result_type == "no-gain"
+        assert tuning_loop.judge_measurement(420.0, noisy, "npu").result_type == "gain"
 
     def test_npu_a_single_shot_never_proves_a_gain(self) -> None:
         # NPU repeats have a floor of 3; one sample against nothing cannot beat the noise (E.1: ~4 % single-shot).
         for after in (97.0, 95.0):
-            j = rules.judge_measurement(100.0, [after], "npu")
+            j = tuning_loop.judge_measurement(100.0, [after], "npu")
             assert j.result_type == "no-gain" and not j.decisive and "not kept" in j.note
-        assert rules.judge_measurement(100.0, [80.0], "npu").result_type == "gain"
+        assert tuning_loop.judge_measurement(100.0, [80.0], "npu").result_type == "gain"
 
     def test_npu_pooled_samples_decide_a_5_percent_gain_and_not_a_half_percent_one(self) -> None:
         kept = [100.4, 99.1, 100.9, 99.6, 100.2, 99.8]
-        gain = rules.judge_measurement(100.0, [95.2, 94.6, 95.3], "npu", kept)
+        gain = tuning_loop.judge_measurement(100.0, [95.2, 94.6, 95.3], "npu", kept)
         assert gain.result_type == "gain" and gain.decisive
-        small = rules.judge_measurement(100.0, [99.3, 99.8, 99.4], "npu", kept, final=False)
+        small = tuning_loop.judge_measurement(100.0, [99.3, 99.8, 99.4], "npu", kept, final=False)
         assert not small.decisive or small.result_type == "no-gain"
-        assert rules.judge_measurement(100.0, [99.3, 99.8, 99.4], "npu", kept).result_type != "gain"
+        assert tuning_loop.judge_measurement(100.0, [99.3, 99.8, 99.4], "npu", kept).result_type != "gain"
 
     def test_npu_undecided_at_the_cap_is_not_kept(self) -> None:
         kept = [100.0, 104.0, 96.0]
-        j = rules.judge_measurement(100.0, [97.0, 93.0, 101.0], "npu", kept, final=True)
+        j = tuning_loop.judge_measurement(100.0, [97.0, 93.0, 101.0], "npu", kept, final=True)
         assert j.result_type == "no-gain" and not j.decisive
 
     @pytest.mark.parametrize(("verdict", "out", "kind"), [
@@ -58,7 +58,7 @@ class TestJudgement:
         ("error", "Segmentation fault", "runtime-error"),
     ])
     def test_failures_map_to_the_round_table_result_types(self, verdict: str, out: str, kind: str) -> None:
-        assert rules.classify_failure(verdict, out) == kind
+        assert tuning_loop.classify_failure(verdict, out) == kind
 
 
 def _session(ledger: Ledger, sid: str = "s1") -> None:
@@ -131,10 +131,10 @@ def test_the_ledger_refuses_updates_and_deletes(ledger: Ledger) -> None:
 
 
 def test_stage_sequence_and_thresholds_follow_the_skill() -> None:
-    assert [s.name for s in rules.STAGES] == ["FRONTEND", "SWIMLANE_1", "INCORE_1", "SWIMLANE_2", "INCORE_2",
+    assert [s.name for s in tuning_loop.STAGES] == ["FRONTEND", "SWIMLANE_1", "INCORE_1", "SWIMLANE_2", "INCORE_2",
                                               "SWIMLANE_3", "INCORE_3"]
-    assert {s.group: s.no_gain_threshold for s in rules.STAGES} == {"frontend": 5, "swimlane": 8, "incore": 5}
-    assert rules.next_stage("INCORE_3") is None
+    assert {s.group: s.no_gain_threshold for s in tuning_loop.STAGES} == {"frontend": 5, "swimlane": 8, "incore": 5}
+    assert tuning_loop.next_stage("INCORE_3") is None
 
 
 def _tuning_ledger(ledger: Ledger, stage: str = "FRONTEND") -> None:

@@ -6,7 +6,7 @@ calls fewer kernels is "faster" with no kernel faster. Over MCP stdio: tests/adm
 
 from __future__ import annotations
 
-from pypto_tune.tools.session.rules import RULES_BY_ID, work_changed
+from pypto_tune.tools.rules.tuning_loop import RULES_BY_ID, work_changed
 
 
 def test_the_same_calls_in_any_order_are_the_same_work() -> None:

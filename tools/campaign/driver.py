@@ -32,7 +32,7 @@ from pypto_tune.tools.campaign.facts import SessionFacts, facts_of, session_stat
 from pypto_tune.tools.campaign.manifest import OperatorSpec
 from pypto_tune.tools.errors import InputError, PyptoTuneError
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.session.ledger import Ledger
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ class OperatorDriver:
             return ("collect_swimlane", {})
         if "analyze_bubbles" in allowed and not st.stage_analyzed:
             return ("analyze_bubbles", {})
-        if st.stage == rules.ALGORITHM_STAGE.name:
+        if st.stage == tuning_loop.ALGORITHM_STAGE.name:
             return ("stop_session", {"reason": "campaign: the configuration stages converged without reaching the "
                                      "target; algorithm-level changes (R23) are a person's call"})
         left = self.spec.trials - len(st.rows.get("trials", []))
@@ -337,7 +337,7 @@ class OperatorDriver:
         svc, sid = self.ctx.service, self.sid
         assert sid is not None
         knobs = await self._sync(lambda: svc.list_knobs(sid))
-        group = rules.STAGES_BY_NAME[st.stage].group
+        group = tuning_loop.STAGES_BY_NAME[st.stage].group
         untried = [cid for (g, cid), row in _checklist_rows(st, group) if row is None]
         excluded = ", ".join(f"{k} {v}" for k, v in sorted((prop.excluded or {}).items())) or "none"
         for cid in untried:

@@ -387,9 +387,9 @@ class SessionContext:
         again (R19). A linked pair (rule linked-pair) cites an id one of its knobs serves. Refusals are recorded and
         raised."""
         from pypto_tune.tools.code import admission as adm_mod
-        from pypto_tune.tools.session import rules
+        from pypto_tune.tools.rules import tuning_loop
 
-        stage = rules.STAGES_BY_NAME.get(st.stage or "")
+        stage = tuning_loop.STAGES_BY_NAME.get(st.stage or "")
         try:
             from pypto_tune.tools.operations import probes
 

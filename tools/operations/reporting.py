@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from pypto_tune.tools.session.discarded import invalid_next_step, voided_rounds
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.session.state import SessionState
 
 from pypto_tune.tools.errors import InputError
@@ -120,8 +120,8 @@ class ReportOps:
             success_rate_pct=(sum(1 for d in decided if d["result_type"] in ("gain", "not-chosen")) / len(decided)
                               * 100.0) if decided else None, finished=st.finished,
             running_job=h.busy, drift=drift, kept_samples=len(st.kept_samples),
-            checklist=checklist(st, rules.STAGES_BY_NAME[st.stage].group)
-            if st.stage and st.stage in rules.STAGES_BY_NAME else [],
+            checklist=checklist(st, tuning_loop.STAGES_BY_NAME[st.stage].group)
+            if st.stage and st.stage in tuning_loop.STAGES_BY_NAME else [],
         )
 
     def list_knobs(self, session_id: str, detail: str = "summary") -> KnobsResult:

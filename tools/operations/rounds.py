@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from pypto_tune.tools.session.discarded import discarded_run_ids, invalid_next_step
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.rules import change as change_rules, gates
 from pypto_tune.tools.errors import InputError, KnobValueError
 from pypto_tune.tools.patching import (
@@ -136,7 +136,7 @@ class RoundOps:
         if measured is not None and st.kept_us is not None:
             # Measured already: the server's numbers judge the round even when the agent rolls it back, so a bad
             # number cannot be hidden as "abandoned" and the change fished for again (R12/R19).
-            j = rules.judge_measurement(st.kept_us, list(measured["samples"]), st.run_mode, st.kept_samples)
+            j = tuning_loop.judge_measurement(st.kept_us, list(measured["samples"]), st.run_mode, st.kept_samples)
             after, delta = j.after_us, j.delta_pct
             decision, result_type, error = "reverted", ("abandoned" if j.result_type == "gain" else j.result_type), ""
         else:
@@ -174,7 +174,7 @@ class RoundOps:
                                delta_pct=delta_pct, error_output=error[-4000:], notes=notes,
                                restored_hash=restored_hash)
             cat = st.open_round.row["catalog_id"]
-            group = rules.STAGES_BY_NAME.get(st.open_round.row["stage"])
+            group = tuning_loop.STAGES_BY_NAME.get(st.open_round.row["stage"])
             ran = bool(st.open_round.precision or st.open_round.measurements)
             # a round opened and rolled back without a single run tried nothing: its item stays untried, or
             # apply+revert per item would empty the checklist and let the stage be left with no run at all
@@ -211,7 +211,7 @@ class RoundOps:
             error = "invalid measurement: " + "; ".join(measurement["invalid_reasons"])
         else:
             assert measurement is not None and before is not None
-            j = rules.judge_measurement(before, list(measurement["samples"]), st.run_mode, st.kept_samples)
+            j = tuning_loop.judge_measurement(before, list(measurement["samples"]), st.run_mode, st.kept_samples)
             after, delta, result_type = j.after_us, j.delta_pct, j.result_type
             decision = "kept" if j.result_type == "gain" else "reverted"
             error = ""
@@ -224,7 +224,7 @@ class RoundOps:
         verdict = self.stages.judge(h, st2)
         st2 = self.ctx.state(h, session_id)
         c = st2.counters.get(r.row["stage"])
-        sdef = rules.STAGES_BY_NAME.get(r.row["stage"])
+        sdef = tuning_loop.STAGES_BY_NAME.get(r.row["stage"])
         msg = f"round {r.number}: {decision} ({result_type}"
         msg += f", {delta:+.2f} %)" if delta is not None else ")"
         if verdict:
@@ -286,7 +286,7 @@ def _regression_flags(st: SessionState, measurement: Any, margin_pct: float) -> 
     Beyond the round's noise margin (SIM: 0.5 %, below which SIM gains may not transfer either)."""
     import statistics
 
-    limit = max(margin_pct, rules.SIM_TRANSFER_WARN_PCT)
+    limit = max(margin_pct, tuning_loop.SIM_TRANSFER_WARN_PCT)
     kept = [m for m in st.rows["measurements"] if m["valid"] and m["code_hash"] == st.kept_hash]
     out: list[str] = []
     kept_e2e = [m["e2e_us"] for m in kept if m["e2e_us"]]

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.analysis import analyze_runs, find_run_dirs, validate_run, write_report
 from pypto_tune.tools.analysis.engine import SIM_LIMIT_NAME
 from pypto_tune.tools.running.artifacts import archive_run_dirs
@@ -287,13 +287,13 @@ def check_run(out: RunOutcome, run_mode: str, **verdict_options: Any) -> Checked
         # the run's error lines only (a pass line may well say "compiled and simulated", as our fixtures' do)
         deciding = {f"L{d.line_no}: {d.text}" for d in judged.deciding_lines}
         errors = [line for line in judged.key_output.splitlines() if line not in deciding and line != SIM_NOTE]
-        kind = rules.classify_failure("error", "\n".join(errors))
+        kind = tuning_loop.classify_failure("error", "\n".join(errors))
         return CheckedRun("failed", NO_SIM_FOLDER, kind, False, judged)
     if v == "passed":
         return CheckedRun(v, reason, None, False, judged)
     # a run without any verdict line is flagged for the caller: at the baseline it is the command's problem
     # (COMMAND_PROBLEM, not counted under R5); for a change, the candidate's run stopped saying what the baseline's said
-    return CheckedRun(v, reason, rules.classify_failure(v, judged.key_output + "\n" + reason),
+    return CheckedRun(v, reason, tuning_loop.classify_failure(v, judged.key_output + "\n" + reason),
                       judged.command_problem and v == "failed", judged)
 
 
@@ -474,7 +474,7 @@ class RunOps:
                 m.invalid.extend(f"{label} {i + 1}: {r}" for r in analysis.invalid_reasons)
                 break
             calls = _kernel_calls(dirs)
-            changed = rules.work_changed(*_kept_work(st), calls.labels, len(dirs))
+            changed = tuning_loop.work_changed(*_kept_work(st), calls.labels, len(dirs))
             if changed:
                 m.invalid.append(f"{label} {i + 1}: {changed}")
                 break
@@ -510,7 +510,7 @@ class RunOps:
         """Run the test with runtime_debug_mode 1, parse the new output folders and record a measurement.
 
         On the NPU a round's measurement is sequential: after ``repeats`` samples the server asks whether the
-        difference to the kept state is decisive (``rules.judge_measurement``); if not, it measures the kept state
+        difference to the kept state is decisive (``tuning_loop.judge_measurement``); if not, it measures the kept state
         and the candidate ``repeats`` more times each, up to 6 × ``repeats`` — so noise can neither keep a
         change that did not pay nor drop one that did, and the agent has no say in how often it is measured.
         """
@@ -534,9 +534,9 @@ class RunOps:
             if (purpose == "measure" and st.run_mode == "npu" and m.valid and st.kept_samples
                     and st.kept_us is not None):
                 kept_pool = list(st.kept_samples)
-                cap = reps * rules.NPU_MAX_SAMPLES_FACTOR
+                cap = reps * tuning_loop.NPU_MAX_SAMPLES_FACTOR
                 while True:
-                    j = rules.judge_measurement(statistics.median(kept_pool), m.samples, "npu", kept_pool,
+                    j = tuning_loop.judge_measurement(statistics.median(kept_pool), m.samples, "npu", kept_pool,
                                                 final=False)
                     if j.decisive or len(m.samples) >= cap:
                         break
@@ -550,7 +550,7 @@ class RunOps:
                     m.absorb(more)
                     if ref.valid:  # an invalid reference never joins the kept time (state.kept_samples_of)
                         kept_pool += ref.samples
-                    notes.append(f"not decisive at ±{rules.NPU_Z} se: measured the kept state and the candidate "
+                    notes.append(f"not decisive at ±{tuning_loop.NPU_Z} se: measured the kept state and the candidate "
                                  f"{reps} more times each ({len(m.samples)} samples)")
                     if not (ref.valid and more.valid):
                         break

@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.running.chips import implicates_chip
 from pypto_tune.tools.running.executors.base import ExecutorError
 from pypto_tune.tools.running.sandbox import SandboxUnavailable
@@ -48,10 +48,7 @@ MAX_BATCH = 16  # a batch is a set of rounds; more than this is a grid search, n
 #: propose_candidates admits candidates (the server's admission: 0.5–4 s each on a loaded 2-core machine) for at most
 #: this long, then answers; the rest are marked admitted=false and admitted when run (issue #17: answer within 5 s)
 PROPOSE_BUDGET_S = 2.5
-# how a measured trial's reason names its judgement against the kept state (rules.judge_measurement)
-_JUDGED = {"gain": "gain", "no-gain": "no gain", "regression": "slower"}
-
-
+# how a measured trial's reason names its judgement against the kept state (tuning_loop.judge_measurement)
 @dataclass
 class _Trial:
     index: int
@@ -196,7 +193,7 @@ class SearchOps:
             if len(candidates) > MAX_BATCH:
                 raise InputError(f"at most {MAX_BATCH} candidates per batch, got {len(candidates)}",
                                  hint="run the best-ranked ones first; the ranking learns from every batch")
-            stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+            stage = tuning_loop.STAGES_BY_NAME[st.stage]  # type: ignore[index]
             return (h, st, *self._prepare(h, st, candidates, stage))
 
         # the state, the gates and each candidate's admission (0.5–4 s apiece) run off the event loop: a job started
@@ -441,8 +438,8 @@ class SearchOps:
         ``repeats``), so a batch neither keeps noise nor loses a real gain to it."""
         reps = int(st.session["repeats"])
         pool = list(st.kept_samples)
-        while len(m.samples) < reps * rules.NPU_MAX_SAMPLES_FACTOR:
-            j = rules.judge_measurement(statistics.median(pool), m.samples, "npu", pool, final=False)
+        while len(m.samples) < reps * tuning_loop.NPU_MAX_SAMPLES_FACTOR:
+            j = tuning_loop.judge_measurement(statistics.median(pool), m.samples, "npu", pool, final=False)
             if j.decisive:
                 break
             status[t.round_no] = f"measuring more ({len(m.samples)} samples, not decisive)"
@@ -463,43 +460,24 @@ class SearchOps:
         t.kept_pool = pool
 
     def _decide(self, st: SessionState, trials: list[_Trial]) -> _Trial | None:
-        """Judge every measured trial against the kept state; the best gain is kept, other gains not chosen."""
-        gains: list[_Trial] = []
-        for t in trials:
-            if t.invalid:
-                t.decision = t.result_type = "invalid"
-                t.samples = []
+        """Apply the keep-the-best-of-a-batch rule (``tuning_loop.judge_batch``) to the trials; the kept one, if any."""
+        assert st.kept_us is not None or all(t.invalid or not t.samples for t in trials)
+        outcomes = tuning_loop.judge_batch(
+            st.kept_us or 0.0, st.kept_samples, st.run_mode,
+            [tuning_loop.BatchTrial(t.round_no, t.index, tuple(t.samples), tuple(t.kept_pool), bool(t.invalid))
+             for t in trials])
+        winner = None
+        for t, o in zip(trials, outcomes):
+            t.decision = o.decision
+            if o.decision == "invalid":
+                t.result_type, t.samples = "invalid", []
                 continue
-            if not t.samples:
-                t.decision = "failed"
+            if o.decision == "failed":
                 t.result_type = t.result_type or "runtime-error"
                 continue
-            assert st.kept_us is not None
-            pool = t.kept_pool or st.kept_samples
-            j = rules.judge_measurement(statistics.median(pool) if t.kept_pool else st.kept_us, t.samples,
-                                        st.run_mode, pool)
-            t.delta_pct = j.delta_pct
-            t.margin_pct = j.margin_pct
-            t.result_type = j.result_type
-            t.decision = "reverted"
-            # why it was judged so (its precision reason stays in 'verdict'): the measurement against the kept state
-            t.reason = "; ".join(x for x in (f"{_JUDGED[j.result_type]}: {j.delta_pct:+.2f} % against the kept "
-                                             f"state", j.note) if x)
-            if j.result_type == "gain":
-                gains.append(t)
-        if not gains:
-            return None
-        winner = min(gains, key=lambda t: (statistics.median(t.samples), t.index))
-        for t in gains:
-            if t is not winner:
-                t.result_type = "not-chosen"
-                if statistics.median(t.samples) == statistics.median(winner.samples):
-                    t.reason = (f"a gain ({t.delta_pct:+.2f} %) equal to round {winner.round_no}'s: one change is "
-                                "kept per batch, and a tie goes to the one listed first")
-                else:
-                    t.reason = (f"a gain ({t.delta_pct:+.2f} %), smaller than round {winner.round_no}'s "
-                                f"({winner.delta_pct:+.2f} %), which was kept")
-        winner.decision = "kept"
+            t.result_type, t.reason, t.delta_pct, t.margin_pct = o.result_type, o.reason, o.delta_pct, o.margin_pct
+            if o.decision == "kept":
+                winner = t
         return winner
 
     def _record_batch(self, h: Handle, st: SessionState, trials: list[_Trial], winner: _Trial | None,
@@ -516,7 +494,7 @@ class SearchOps:
             except UnrecordedEdit as edit:
                 held = (f"{edit.message}; round {winner.round_no} is kept all the same (held): revert_patch writes "
                         "it after copying the edit to quarantine, or adopt the edit later as a round of its own")
-        stage = rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+        stage = tuning_loop.STAGES_BY_NAME[st.stage]  # type: ignore[index]
         ordered = sorted(trials, key=lambda t: (t is winner, t.round_no))  # the kept one decides last
         with h.record(st.id).transaction() as rec:
             for t in ordered:

@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.running.environment import check_environment
 from pypto_tune.tools.code.codestate import diff_trees, record_tree, scan_tree, tree_hash
 from pypto_tune.tools.rules import change as change_rules, drift as drift_rules, setup as setup_rules
@@ -91,11 +91,11 @@ class SetupOps:
             raise InputError(f"timeout_s must be between 1 and 86400, got {timeout_s}", hint="default is 300")
         if not 0 < float(time_limit_h) <= 24 * 7:
             raise InputError(f"time_limit_h must be in (0, 168], got {time_limit_h}", hint="default is 12")
-        if repeats is not None and run_mode == "npu" and int(repeats) < rules.NPU_MIN_REPEATS:
-            raise InputError(f"repeats on the NPU must be at least {rules.NPU_MIN_REPEATS}, got {repeats}",
+        if repeats is not None and run_mode == "npu" and int(repeats) < tuning_loop.NPU_MIN_REPEATS:
+            raise InputError(f"repeats on the NPU must be at least {tuning_loop.NPU_MIN_REPEATS}, got {repeats}",
                              hint="NPU times are noisy: the server measures at least 3 times and more when a "
                              "difference is not decisive; omit repeats for the default")
-        reps = repeats if repeats is not None else (1 if run_mode == "sim" else rules.NPU_MIN_REPEATS)
+        reps = repeats if repeats is not None else (1 if run_mode == "sim" else tuning_loop.NPU_MIN_REPEATS)
         if not 1 <= int(reps) <= 20:
             raise InputError(f"repeats must be 1..20, got {reps}", hint="NPU default 3, SIM 1 (deterministic)")
         files = relative_operator_files(ws, list(operator_files))
@@ -343,10 +343,10 @@ class SetupOps:
                            f"{verdict.suggested_pass_pattern!r})" if verdict.suggested_pass_pattern
                            and verdict.deciding_lines else "") + ", then run_precision_check")
             elif v != "passed" and round_no is None and st2.level1 == "S1_SETUP":
-                left = max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
+                left = max(tuning_loop.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
                 where = (f"the next attempt uses device {st2.device}" if st2.run_mode == "npu" else
                          "SIM has no device: the next attempt runs the same command again")
-                msg += (f"; baseline failure {st2.baseline_failures}/{rules.BASELINE_ATTEMPTS}: do not fix the "
+                msg += (f"; baseline failure {st2.baseline_failures}/{tuning_loop.BASELINE_ATTEMPTS}: do not fix the "
                         f"operator (R5); {where}" if left else
                         "; 3 baseline failures: the user must confirm before another attempt (R5) — in a client "
                         "with elicitation the next run_precision_check asks them; otherwise they type "
@@ -362,7 +362,7 @@ class SetupOps:
                 code_hash=st.current_hash, record_id=rec_id, round=round_no,
                 device_id=device if st.run_mode == "npu" else None, env_checks=env_checks,
                 command_problem=command_problem, suggested_pass_pattern=verdict.suggested_pass_pattern,
-                attempts_left=(max(rules.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
+                attempts_left=(max(tuning_loop.BASELINE_ATTEMPTS - st2.baseline_failures, 0)
                                if round_no is None else None),
             )
         finally:
@@ -386,7 +386,7 @@ class SetupOps:
         if others:
             raise self.ctx.refuse(h, st.id, refuse, drift_rules.adopt_other_files(others))
         disk = read_sources(h.workspace, list(st.session["operator_files"]))  # a missing file or a link: refused
-        stage = rules.STAGES_BY_NAME[st.stage]
+        stage = tuning_loop.STAGES_BY_NAME[st.stage]
         adm = self.ctx.admit(h, st, refuse, st.kept_sources, disk, catalog_id="", path="drift",
                           algorithm=stage.group == "algorithm")
         served = [c for c in adm.catalog_ids if c.startswith(stage.catalog_prefix)] if stage.catalog_prefix else []

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.running.chips import chip_health
 from pypto_tune.tools.snapshot import (
     AdmissionRecord,
@@ -295,7 +295,7 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
                     margin = float(found.group(1))
                 elif r["before_us"] and samples:
                     # batch trials do not record their margin: the same judgement on the same recorded samples
-                    margin = rules.judge_measurement(float(r["before_us"]), samples, "npu", pool).margin_pct
+                    margin = tuning_loop.judge_measurement(float(r["before_us"]), samples, "npu", pool).margin_pct
                     recomputed = True
         rounds.append(RoundRecord(
             number=n, outer_round=int(r["outer_round"]), stage=r["stage"], kind=r["kind"],
@@ -330,7 +330,7 @@ def build_snapshot(st: SessionState) -> SessionSnapshot:
     stages: list[StageStat] = []
     entered = {t["to_value"]: t for t in rows["transitions"] if t["level"] == "stage"}
     left = {t["from_value"]: t for t in rows["transitions"] if t["level"] == "stage" and t["from_value"]}
-    for sdef in rules.STAGES + [rules.ALGORITHM_STAGE]:
+    for sdef in tuning_loop.STAGES + [tuning_loop.ALGORITHM_STAGE]:
         if sdef.name == "ALGORITHM" and "ALGORITHM" not in entered:
             continue
         c = st.counters.get(sdef.name)

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.analysis import load_catalog
 from pypto_tune.tools.rules import checklist as checklist_rules
 from pypto_tune.tools.errors import InputError
@@ -69,7 +69,7 @@ class StageControl:
         if st.stage is None:
             return ""
         c = st.counters.get(st.stage)  # none yet: no round of this stage was decided, no streak
-        why = rules.stage_exit_reason(st.stage, c.consecutive_no_gain) if c else ""
+        why = tuning_loop.stage_exit_reason(st.stage, c.consecutive_no_gain) if c else ""
         return self.leave(h, st, why) if why else ""
 
     def leave(self, h: Handle, st: SessionState, reason: str, *, converged: bool = True) -> str:
@@ -77,16 +77,16 @@ class StageControl:
         configuration stage then ends the session instead of opening ALGORITHM, which needs convergence shown by
         measurement (R23; issue #10, attack 6: marks alone walked a session into ALGORITHM in a second)."""
         assert st.stage is not None
-        nxt = rules.next_stage(st.stage)
+        nxt = tuning_loop.next_stage(st.stage)
         summary = gates.stage_summary(st)
-        if nxt is None and st.stage != rules.ALGORITHM_STAGE.name and not converged:
+        if nxt is None and st.stage != tuning_loop.ALGORITHM_STAGE.name and not converged:
             self.ctx.finish(h, st, f"{st.stage} left early ({reason}); the configuration stages did not converge by "
                          "measurement, so no algorithm stage (R23)", summary)
             return "last configuration stage left early: reporting only (ALGORITHM needs measured convergence)"
-        if nxt is None and st.stage != rules.ALGORITHM_STAGE.name:
+        if nxt is None and st.stage != tuning_loop.ALGORITHM_STAGE.name:
             # R23: the configuration stages converged without reaching the target; algorithm-level changes may
             # follow (stop_session ends the session instead).
-            self.ctx.transition(h, st, "stage", rules.ALGORITHM_STAGE.name,
+            self.ctx.transition(h, st, "stage", tuning_loop.ALGORITHM_STAGE.name,
                              f"{st.stage} left: {reason}; configuration stages converged (R23)", summary)
             return ("configuration stages converged without reaching the target: stage ALGORITHM (declared "
                     "algorithm-level changes, algorithm=true), or stop_session + render_report")
@@ -110,7 +110,7 @@ class StageControl:
         serves are not-applicable (they need a structural change: ALGORITHM stage), analysis-only items are tried."""
         if st.stage is None:
             return
-        group = rules.STAGES_BY_NAME[st.stage].group
+        group = tuning_loop.STAGES_BY_NAME[st.stage].group
         if group == "algorithm":
             return
         with h.record(st.id).transaction() as rec:
@@ -132,7 +132,7 @@ class StageControl:
         a structural change. Returns (kept, how many of other stages were left out)."""
         if st.stage is None:
             return suggestions, 0
-        group = rules.STAGES_BY_NAME[st.stage].group
+        group = tuning_loop.STAGES_BY_NAME[st.stage].group
         if group == "algorithm":  # every item is a candidate for a declared algorithm-level change
             return [s.model_copy(update={"action": "structural"}) for s in suggestions], 0
         out = []
@@ -171,7 +171,7 @@ class StageOps:
             raise InputError(f"only 'not-applicable' can be marked by hand, got {status!r}",
                              hint="items become tried/failed when a round citing them is recorded")
         text = " ".join((reason or "").split())
-        group = rules.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
+        group = tuning_loop.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
         knobs = self.control.knobs_serving(h, st, catalog_id)
         problem = ""
         if len(text) < 10:
@@ -201,7 +201,7 @@ class StageOps:
         self.ctx.gate(h, st, "advance_stage")
         if not (st.stage_measured and st.stage_analyzed):
             raise self.ctx.refuse(h, st.id, "advance_stage", gates.stage_not_measured(st.stage, gates.allowed_actions(st)))
-        group = rules.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
+        group = tuning_loop.STAGES_BY_NAME[st.stage].group  # type: ignore[index]
         items = checklist(st, group)
         untried = [i["catalog_id"] for i in items if i["status"] == "untried"]
         if untried:

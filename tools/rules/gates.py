@@ -17,7 +17,7 @@ from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.rules import change
 from pypto_tune.tools.rules import drift as drift_rule
 from pypto_tune.tools.rules.drift import DRIFT_ALLOWED
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.session.state import SessionState
 
 READ_ONLY = {"get_status", "list_knobs", "analyze_bubbles"}  # propose_candidates: read-only, but stage-gated
@@ -91,8 +91,8 @@ def gate(rule: str, applies: When, message: Text | str, hint: Text | str = "") -
     return Gate(applies, refusal)
 
 
-def _stage(st: SessionState) -> rules.StageDef:
-    return rules.STAGES_BY_NAME[st.stage]  # type: ignore[index]
+def _stage(st: SessionState) -> tuning_loop.StageDef:
+    return tuning_loop.STAGES_BY_NAME[st.stage]  # type: ignore[index]
 
 
 def _in_algorithm_stage(st: SessionState) -> bool:
@@ -331,11 +331,11 @@ def global_stop_reason(st: SessionState) -> str:
         platform = platform_utilization(a)
         # "At its limit" means the cores the kernel COULD use are busy: a kernel on 1 of 48 vector cores at 100 %
         # is not at a limit (issue #12: layer_norm sessions ended after one round). Both figures must hold.
-        if (util is not None and bubble is not None and platform is not None and util > rules.GLOBAL_UTIL_PCT
-                and platform > rules.GLOBAL_UTIL_PCT and bubble < rules.GLOBAL_BUBBLE_PCT):
+        if (util is not None and bubble is not None and platform is not None and util > tuning_loop.GLOBAL_UTIL_PCT
+                and platform > tuning_loop.GLOBAL_UTIL_PCT and bubble < tuning_loop.GLOBAL_BUBBLE_PCT):
             return (f"theoretical limit: utilisation {platform:.1f} % of the platform's cores of the types the kernel "
-                    f"uses and {util:.1f} % of its active cores (> {rules.GLOBAL_UTIL_PCT:g} %), bubble {bubble:.1f} % "
-                    f"< {rules.GLOBAL_BUBBLE_PCT:g} %")
+                    f"uses and {util:.1f} % of its active cores (> {tuning_loop.GLOBAL_UTIL_PCT:g} %), bubble {bubble:.1f} % "
+                    f"< {tuning_loop.GLOBAL_BUBBLE_PCT:g} %")
     if time_limit_exceeded(st):
         return f"time limit of {st.session['time_limit_h']} h reached"
     return ""
@@ -406,7 +406,7 @@ def allowed_actions(st: SessionState) -> list[str]:
         return ["collect_swimlane", "get_status"]
     if not st.stage_analyzed:
         return ["analyze_bubbles", "get_status"]
-    if st.stage == rules.ALGORITHM_STAGE.name:
+    if st.stage == tuning_loop.ALGORITHM_STAGE.name:
         return ["apply_tuning_patch(algorithm=true)", "list_knobs", "analyze_bubbles", "stop_session", "get_status"]
     return ["propose_candidates", "run_candidates", "apply_tuning_patch", "list_knobs", "analyze_bubbles",
             "mark_checklist", "advance_stage", "stop_session", "get_status"]

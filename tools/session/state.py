@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from pypto_tune.tools.session import rules
+from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.running.chips import chip_health
 from pypto_tune.tools.running.verdict import COMMAND_PROBLEM
 from pypto_tune.tools.code.codestate import FileEntry, entries_for_sources
@@ -127,12 +127,12 @@ def derive_state(rows: dict[str, list[Row]]) -> SessionState:
     """The session's state from its ledger rows, one named step per part of it; pure (see the module docstring)."""
     session = rows["sessions"][0]
     level1, stage, finish_reason, stage_entry_id = _levels(rows["transitions"])
-    outer = rules.STAGES_BY_NAME[stage].outer_round if stage in rules.STAGES_BY_NAME else 1  # ALGORITHM: 3
+    outer = tuning_loop.STAGES_BY_NAME[stage].outer_round if stage in tuning_loop.STAGES_BY_NAME else 1  # ALGORITHM: 3
     current_hash, raw_hash, sources, debug_enabled, debug_baseline = _expected_code(session, rows["patches"])
     env_ok, env_batches = _environment(rows["env_checks"])
     passed = {r["code_hash"] for r in rows["precision_records"] if r["verdict"] == "passed"}
     failures = _baseline_failures(rows)
-    awaiting = failures >= rules.BASELINE_ATTEMPTS and level1 == "S1_SETUP"
+    awaiting = failures >= tuning_loop.BASELINE_ATTEMPTS and level1 == "S1_SETUP"
     baseline = next((m for m in rows["measurements"] if m["round"] == 0 and m["valid"]), None)
     baseline_us = float(baseline["operator_time_us"]) if baseline else None
     decisions = {int(d["number"]): d for d in rows["round_decisions"]}
@@ -306,7 +306,7 @@ def _stage_entry_done(rows: dict[str, list[Row]], stage: str | None, stage_entry
         return False, False
     # A stage name is entered once, so "measured in this stage" needs no clock comparison.
     stage_ms = [m for m in rows["measurements"] if m["stage"] == stage and m["valid"] and m["round"] == -1]
-    if rules.STAGES_BY_NAME[stage].group in ("frontend", "algorithm"):
+    if tuning_loop.STAGES_BY_NAME[stage].group in ("frontend", "algorithm"):
         # FRONTEND reuses the S2/S3 baseline data (R15): the S3 analysis is its entry analysis.
         return has_baseline, any(a for a in rows["analyses"])
     if not stage_ms:
@@ -318,7 +318,7 @@ def _stage_entry_done(rows: dict[str, list[Row]], stage: str | None, stage_entry
 def _checklist(marks: list[Row], stage: str | None) -> dict[tuple[str, str], Row]:
     """(stage group, catalogue id) → the latest mark the current stage sees."""
     checklist: dict[tuple[str, str], Row] = {}
-    current_group = rules.STAGES_BY_NAME[stage].group if stage in rules.STAGES_BY_NAME else None
+    current_group = tuning_loop.STAGES_BY_NAME[stage].group if stage in tuning_loop.STAGES_BY_NAME else None
     for mark in marks:
         # the current stage sees only its own marks (and marks of ledgers from before marks named their stage);
         # SWIMLANE_2 does not inherit SWIMLANE_1's "not applicable" (issue #10, attack 6)

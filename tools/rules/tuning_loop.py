@@ -275,6 +275,67 @@ def judge_measurement(before_us: float, samples_us: list[float], run_mode: str,
                      note=note)
 
 
+_JUDGED = {"gain": "gain", "no-gain": "no gain", "regression": "slower"}
+
+
+@dataclass(frozen=True)
+class BatchTrial:
+    """A trial of a batch as the keep-the-best rule sees it: its samples (empty: it failed), the kept state's samples
+    measured beside it (NPU; empty: the kept state's own), whether the server discarded it, its round and place."""
+    round_no: int
+    index: int
+    samples: tuple[float, ...]
+    kept_pool: tuple[float, ...] = ()
+    invalid: bool = False
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    decision: Literal["kept", "reverted", "failed", "invalid"]
+    result_type: str  # "" for a failed trial: its failure kind stands
+    reason: str = ""  # "" for a failed or invalid trial: its own reason stands
+    delta_pct: float | None = None
+    margin_pct: float | None = None
+
+
+def judge_batch(kept_us: float, kept_samples: list[float], run_mode: str,
+                trials: list[BatchTrial]) -> list[BatchOutcome]:
+    """Keep the best of a batch: every measured trial is judged against the kept state (``judge_measurement``); of the
+    gains, the fastest is kept (a tie goes to the one listed first) and the others are "not-chosen" — one change
+    point is kept per round. A trial without samples failed; an invalid one says nothing of its code."""
+    out: list[BatchOutcome] = []
+    for t in trials:
+        if t.invalid:
+            out.append(BatchOutcome("invalid", "invalid"))
+            continue
+        if not t.samples:
+            out.append(BatchOutcome("failed", ""))
+            continue
+        pool = list(t.kept_pool or kept_samples)
+        j = judge_measurement(statistics.median(pool) if t.kept_pool else kept_us, list(t.samples), run_mode, pool)
+        reason = "; ".join(x for x in (f"{_JUDGED[j.result_type]}: {j.delta_pct:+.2f} % against the kept state",
+                                       j.note) if x)
+        out.append(BatchOutcome("reverted", j.result_type, reason, j.delta_pct, j.margin_pct))
+    gains = [i for i, o in enumerate(out) if o.result_type == "gain"]
+    if not gains:
+        return out
+    best = min(gains, key=lambda i: (statistics.median(trials[i].samples), trials[i].index))
+    win, win_us = trials[best], statistics.median(trials[best].samples)
+    for i in gains:
+        o = out[i]
+        if i == best:
+            out[i] = BatchOutcome("kept", o.result_type, o.reason, o.delta_pct, o.margin_pct)
+        elif statistics.median(trials[i].samples) == win_us:
+            out[i] = BatchOutcome("reverted", "not-chosen", f"a gain ({o.delta_pct:+.2f} %) equal to round "
+                                  f"{win.round_no}'s: one change is kept per batch, and a tie goes to the one listed "
+                                  "first", o.delta_pct, o.margin_pct)
+        else:
+            out[i] = BatchOutcome("reverted", "not-chosen", f"a gain ({o.delta_pct:+.2f} %), smaller than round "
+                                  f"{win.round_no}'s ({out[best].delta_pct:+.2f} %), which was kept", o.delta_pct,
+                                  o.margin_pct)
+    return out
+
+
 def classify_failure(verdict: str, key_output: str) -> Literal[
     "compile-failure", "runtime-error", "precision-failure", "timeout"
 ]:
