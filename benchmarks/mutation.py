@@ -94,8 +94,8 @@ RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admissi
 MODULES: dict[str, Target] = {  # in the order a run takes them
     "stages": Target("tools/operations/stages.py",
                      ("judge", "leave", "mark_checklist", "advance_stage"), OPERATIONS_SUITE),
-    "r19": Target("tools/operations/base.py", ("admit", "_tried", "_failed_code", "_value_key", "norm", "_fold",
-                                               "ev"), OPERATIONS_SUITE),
+    "r19": Target("tools/rules/retry.py", ("served_and_corrected", "already_tried", "_why_tried", "failed_code",
+                                           "value_key", "norm", "_fold", "ev"), OPERATIONS_SUITE),
     "state": Target("tools/session/state.py",
                     ("derive_state", "judge_order", "kept_samples_of", "last_valid_measurement", "_levels",
                      "_expected_code", "_environment", "_baseline_failures", "_target_us", "_open_round",
@@ -118,6 +118,7 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
 RULES_SUITES: dict[str, tuple[str, ...]] = {
     "gates": RULES_PACKAGE_SUITE,
     "tuning_loop": RULES_SUITE,
+    "retry": OPERATIONS_SUITE + ("tests/tools/test_refusal_builders.py",),
     "precision": ("tests/rules/test_precision_steps.py", "tests/runner/test_verdict.py",
                   "tests/runner/test_runner_properties.py")}
 #: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message

@@ -348,21 +348,21 @@ def test_going_back_to_an_earlier_kept_code_is_a_new_change_not_a_retry_of_the_r
 def test_a_shift_folds_to_its_number_up_to_64_bits_and_stays_text_past_them() -> None:
     """R19's one spelling of a value: ``1 << n`` is the number 2**n for a shift of at most 64 bits; a larger shift
     is not computed (it keeps its text, so it never equals a number)."""
-    from pypto_tune.tools.operations.base import _value_key
+    from pypto_tune.tools.rules.retry import value_key
 
-    assert _value_key({"$expr": "1 << 64"}) == _value_key(2 ** 64)
-    assert _value_key({"$expr": "1 << 65"}) != _value_key(2 ** 65)
-    assert _value_key({"$expr": "1 << 65"}) == _value_key({"$expr": "1<<65"})
-    assert _value_key({"$expr": "2 *"}) != _value_key(2)  # not an expression at all: its text, never a crash
+    assert value_key({"$expr": "1 << 64"}) == value_key(2 ** 64)
+    assert value_key({"$expr": "1 << 65"}) != value_key(2 ** 65)
+    assert value_key({"$expr": "1 << 65"}) == value_key({"$expr": "1<<65"})
+    assert value_key({"$expr": "2 *"}) != value_key(2)  # not an expression at all: its text, never a crash
 
 
 def test_a_cube_tile_value_is_one_value_whatever_the_order_of_its_named_dimensions() -> None:
-    from pypto_tune.tools.operations.base import _value_key
+    from pypto_tune.tools.rules.retry import value_key
 
-    assert _value_key({"m": [64, 64], "k": [32, 32], "n": [64, 64]}) == \
-        _value_key({"n": (64, 64), "m": (64, 64), "k": (32, 32)})
-    assert _value_key({"m": [64, 64], "k": [32, 32], "n": [64, 64]}) != \
-        _value_key({"m": [64, 64], "k": [64, 64], "n": [32, 32]})
+    assert value_key({"m": [64, 64], "k": [32, 32], "n": [64, 64]}) == \
+        value_key({"n": (64, 64), "m": (64, 64), "k": (32, 32)})
+    assert value_key({"m": [64, 64], "k": [32, 32], "n": [64, 64]}) != \
+        value_key({"m": [64, 64], "k": [64, 64], "n": [32, 32]})
 
 
 # ------------------------------------------------------------------------------------------------ R14b

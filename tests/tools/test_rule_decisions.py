@@ -347,21 +347,21 @@ def test_advance_stage_needs_the_stages_own_collection_and_analysis(tmp_path: Pa
 
 
 def test_a_knob_value_has_one_spelling_for_r19_however_it_arrived() -> None:
-    from pypto_tune.tools.operations.base import _value_key
+    from pypto_tune.tools.rules.retry import value_key
 
     same = [(8, {"$expr": "2 * 4"}), (8, {"$expr": "(8)"}), (2, {"$expr": "+2"}), (-2, {"$expr": "0 - 2"}),
             (16, {"$expr": "1 << 4"}), (1, {"$expr": "7 % 3"}), (3, {"$expr": "7 // 2"}), (5, {"$expr": "2 + 3"}),
             ([1, 8, 256], (1, 8, 256)), ([1, 8], [1, {"$expr": "4 * 2"}]),
             ({-2: 1, -1: 2}, {"-2": 1, "-1": 2}), ({"-1": 2, "-2": 1}, {-2: 1, -1: 2})]
     for a, b in same:
-        assert _value_key(a) == _value_key(b), (a, b)
+        assert value_key(a) == value_key(b), (a, b)
     different = [(8, 9), (8, {"$expr": "2 * 5"}), ([1, 8, 256], [1, 16, 256]), ({-2: 1, -1: 2}, {-2: 1, -1: 4}),
                  (4, {"$expr": "RUN_MODE.value * 4"}), ({"$expr": "X.value * 512"}, {"$expr": "Y.value * 512"}),
                  (1, {"$expr": "1 << 99"}), (2, {"$expr": "1 / 0"})]
     for a, b in different:
-        assert _value_key(a) != _value_key(b), (a, b)
+        assert value_key(a) != value_key(b), (a, b)
     # a value that names something keeps its canonical text (and never recurses)
-    assert _value_key({"$expr": "X.value  *  512"}) == _value_key({"$expr": "X.value * 512"})
+    assert value_key({"$expr": "X.value  *  512"}) == value_key({"$expr": "X.value * 512"})
 
 
 def test_an_invalid_baseline_collection_is_no_failed_change(tmp_path: Path) -> None:

@@ -3,11 +3,9 @@ writes), and the lock every operation that changes a session holds."""
 
 from __future__ import annotations
 
-import ast
 import functools
 import inspect
 import logging
-import operator
 import stat
 import sys
 import threading
@@ -18,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pypto_tune.tools.rules import gates
-from pypto_tune.tools.rules import calls as call_rules, change as change_rules, drift as drift_rules
+from pypto_tune.tools.rules import calls as call_rules, drift as drift_rules, retry
 from pypto_tune.tools.rules.drift import UnrecordedEdit
 from pypto_tune.tools.errors import GateRefusal, InputError, PyptoTuneError
 from pypto_tune.tools.session.ledger import LEDGER_DIR, Ledger
@@ -32,11 +30,10 @@ from pypto_tune.tools.patching.hashes import code_hash, semantic_hash  # noqa: F
 from pypto_tune.tools.code.codestate import FileEntry, diff_trees, entries_for_sources, scan_tree
 from pypto_tune.tools.errors import TreeError
 from pypto_tune.tools.running.interpreter_files import EnvironmentWatch, Fingerprint
-from pypto_tune.tools.session.discarded import VOID_FIELD, charged_discards, discarded_run_ids, voided_rounds
+from pypto_tune.tools.session.discarded import VOID_FIELD, charged_discards
 from pypto_tune.tools.session.state import SessionState, derive_state, load_rows
 from pypto_tune.tools.code import server_files
 from pypto_tune.tools.code.workspace import WorkspaceLock
-from pypto_tune.tools.code import pysource
 
 if TYPE_CHECKING:
     from pypto_tune.tools.code.admission import Admission
@@ -396,22 +393,12 @@ class SessionContext:
             adm = adm_mod.admit(reference, after, context=self.context_files(h, st), algorithm=algorithm,
                                 allow_structural=bool(stage and stage.group == "algorithm" and algorithm),
                                 run=probes.record_for(h.ledger, st.id, reference))
-            moved = [adm.change] if adm.kind == "knob" and adm.change is not None else (
-                list(adm.changes) if adm.kind == "pair" else [])
-            if moved:
-                ids = " + ".join(c.knob_id for c in moved)
-                if same_knob_as is not None and same_knobs is None:
-                    same_knobs = frozenset({same_knob_as})
-                if same_knobs is not None and not {c.knob_id for c in moved} <= same_knobs:
-                    raise change_rules.correction_of_other_knob(same_knobs, ids)
-                served = list(adm.catalog_ids)
-                if stage is not None and stage.group != "algorithm" and not served:
-                    raise change_rules.serves_no_item(ids)
-                if catalog_id and stage is not None and stage.group != "algorithm" and catalog_id not in served:
-                    raise change_rules.serves_other_item(ids, served, catalog_id)
-            tried = self._tried(st, reference, after, adm)
-            if tried:
-                raise change_rules.already_tried(tried)
+            if same_knob_as is not None and same_knobs is None:
+                same_knobs = frozenset({same_knob_as})
+            refusal = (retry.served_and_corrected(adm, stage, catalog_id, same_knobs)
+                       or retry.already_tried(st, semantic_hash(after), adm, self.patch_semantic_hash))
+            if refusal is not None:
+                raise refusal
         except GateRefusal as refusal:
             raise self.refuse(h, st.id, tool, refusal) from None
         h.record(st.id).admission(round=st.open_round.number if st.open_round else None, path=path, verdict=adm.kind,
@@ -419,50 +406,6 @@ class SessionContext:
                                                                                  else None),
                                   info=adm.model_dump(mode="json"))
         return adm
-
-    def _tried(self, st: SessionState, reference: dict[str, str], after: dict[str, str], adm: Any) -> str:
-        """'' or why this change was already tried (R19), keyed on the code state:
-
-        * the same code (by meaning) failed — a failed precision check or an invalid measurement of that code, in any
-          round, whatever became of the round (rolled back, abandoned after a correction, cut off) and whatever
-          rounds lay between (issue #16: a failed change retried after one "correction" round that was reverted
-          before verification);
-        * the same code was judged and not kept (no gain, regression, failed);
-        * the same knob and value was tried from the same kept state and not kept;
-        * a linked pair (rule linked-pair): the same two knobs and values tried together from the same kept state
-          and not kept, or either half at its value failed on its own from this kept state (a pair does not retry a
-          value that did not compile or verify; a half that ran without gain alone is what a pair is for)."""
-        new_sem = semantic_hash(after)
-        failed = _failed_code(st)
-        key = (adm.change.knob_id, _value_key(adm.change.after)) if adm.change else None
-        pair = {(c.knob_id, _value_key(c.after)) for c in adm.changes} if adm.kind == "pair" else set()
-        rounds = {int(r["number"]): r for r in st.rounds}
-        voided = voided_rounds(st.rows)  # decided on discarded runs: nothing was learnt of their code
-        for p in st.rows["patches"]:
-            if p["round"] is None or p["kind"] not in CHANGE_PATCHES or int(p["round"]) in voided:
-                continue
-            n = int(p["round"])
-            r, d = rounds.get(n), st.decisions.get(n)
-            what = f"round {n}" + (f" ({r['change']})" if r is not None else "")
-            if p["after_hash"] in failed and self.patch_semantic_hash(p) == new_sem:
-                return f"this exact code failed in {what}: {failed[p['after_hash']]}"
-            if r is None or d is None or d["decision"] == "kept" or d["result_type"] == "abandoned":
-                continue
-            if self.patch_semantic_hash(p) == new_sem:
-                return f"this exact change was tried in {what} and ended {d['decision']} ({d['result_type']})"
-            if key and r["before_hash"] == st.kept_hash and any(
-                    (c["knob_id"], _value_key(c["after"])) == key for c in p["knob_changes"]):
-                return (f"{key[0]} = {adm.change.after!r} was tried from this same kept state in round {n} and "
-                        f"ended {d['decision']} ({d['result_type']})")
-            if pair and r["before_hash"] == st.kept_hash:
-                tried = {(c["knob_id"], _value_key(c["after"])) for c in p["knob_changes"]}
-                if tried == pair:
-                    return (f"this linked pair was tried from this same kept state in round {n} and ended "
-                            f"{d['decision']} ({d['result_type']})")
-                if len(tried) == 1 and tried <= pair and d["decision"] == "failed":
-                    return (f"{next(iter(tried))[0]} at this value failed on its own from this same kept state in "
-                            f"round {n} ({d['result_type']}); a pair does not retry it")
-        return ""
 
     def patch_semantic_hash(self, patch: Any) -> str:
         cached = self._sem_cache.get(patch["after_raw_hash"])
@@ -608,28 +551,6 @@ class SessionContext:
 
 
 
-#: patch kinds that carry a round's change (a trial's code is in its "trial" patch; "trial-apply" writes the same bytes
-#: to the workspace for the winner and is not a second change)
-CHANGE_PATCHES = ("tuning", "correction", "manual-adopt", "trial")
-
-
-def _failed_code(st: SessionState) -> dict[str, str]:
-    """Code hash → how it failed, for every change that failed in a round: a failed precision check of its code,
-    or an invalid measurement of it (R19 keys on the code, not on how its round was closed)."""
-    out: dict[str, str] = {}
-    # a run the server discarded (its copy or the interpreter's files changed) says nothing about its code
-    discarded = discarded_run_ids(st.rows)
-    for r in st.rows["precision_records"]:
-        if r["round"] is not None and int(r["round"]) > 0 and r["verdict"] != "passed":
-            if r["run_id"] is not None and int(r["run_id"]) in discarded:
-                continue
-            out.setdefault(r["code_hash"], f"precision {r['verdict']} ({r['result_type'] or 'failure'})")
-    for m in st.rows["measurements"]:
-        if m["round"] is not None and int(m["round"]) > 0 and not m["valid"]:
-            if any(int(i) in discarded for i in m["run_ids"] or []):
-                continue
-            out.setdefault(m["code_hash"], "invalid measurement (" + "; ".join(m["invalid_reasons"])[:120] + ")")
-    return out
 
 
 def goal_text(row: Any) -> str:
@@ -658,64 +579,6 @@ def _operator_entries(workspace: Path, st: SessionState) -> dict[str, FileEntry]
     except (FileNotFoundError, InputError) as exc:
         raise TreeError(f"an operator file cannot be read: {exc}") from None
     return entries_for_sources(disk, {})
-
-
-_FOLDABLE = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-             ast.Mod: operator.mod, ast.LShift: operator.lshift}
-
-
-def _fold(expr: str) -> Any:
-    """The value of an expression made of number literals and + - * // % << (what a knob may be spelled as), or
-    its canonical text (``ast.unparse``) when it names anything else."""
-    try:
-        tree = pysource.parse(expr.strip(), mode="eval").body
-    except SyntaxError:
-        return {"$expr": expr.strip()}
-
-    def ev(n: ast.AST) -> Any:
-        if isinstance(n, ast.Constant) and type(n.value) in (int, float):
-            return n.value
-        if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.UAdd, ast.USub)):
-            x = ev(n.operand)
-            return x if isinstance(n.op, ast.UAdd) else -x
-        if isinstance(n, ast.BinOp) and type(n.op) in _FOLDABLE:
-            a, b = ev(n.left), ev(n.right)
-            if isinstance(n.op, ast.LShift) and (not isinstance(b, int) or b > 64):
-                raise ValueError("shift too large")
-            return _FOLDABLE[type(n.op)](a, b)
-        if isinstance(n, (ast.Tuple, ast.List)):
-            return [ev(x) for x in n.elts]
-        raise ValueError("not a number expression")
-
-    try:
-        return ev(tree)
-    except (ValueError, ZeroDivisionError, TypeError, OverflowError):
-        return {"$expr": ast.unparse(tree)}
-
-
-def _value_key(value: Any) -> str:
-    """One spelling of a knob value, however it arrived: the ledger's JSON (string dict keys, lists) and the source
-    (int keys, tuples) must compare equal, or a failed change could be retried as "new"."""
-    def norm(v: Any) -> Any:
-        if isinstance(v, (list, tuple)):
-            return [norm(x) for x in v]
-        if isinstance(v, dict) and set(v) == {"$expr"}:
-            folded = _fold(str(v["$expr"]))  # +2, 2 * 4, (8) are the value 2 and 8, not new values
-            if isinstance(folded, dict):  # names something (X.value * 512): its canonical text is the value
-                return ("$expr", folded["$expr"])
-            return norm(folded)
-        if isinstance(v, dict):
-            out = {}
-            for k, x in v.items():
-                try:
-                    k = int(k) if isinstance(k, str) else k
-                except ValueError:
-                    pass
-                out[repr(k)] = norm(x)
-            return sorted(out.items())
-        return v
-
-    return repr(norm(value))
 
 
 def _report_names(st: SessionState) -> set[str]:

@@ -34,7 +34,7 @@ from pypto_tune.tools.snapshot import (
     TypeBalance,
 )
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState, kept_samples_of
-from pypto_tune.tools.operations.base import CHANGE_PATCHES
+from pypto_tune.tools.rules.retry import CHANGE_PATCHES
 
 # record_round writes "noise margin 2.31 %" into the decision's notes on the NPU (tools/operations/rounds.py).
 _MARGIN = re.compile(r"noise margin (\d+(?:\.\d+)?) %")
