@@ -82,7 +82,7 @@ RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_st
                "tests/tools/test_gate_decisions.py", "tests/tools/test_gate_refusals.py",
                "tests/tools/test_derived_state.py", "tests/tools/test_state_steps.py",
                "tests/prompts/test_prompt_texts.py",  # the prompts state the rules' numbers: a changed one disagrees
-               "tests/rules/test_keep_the_best_of_a_batch.py")
+               "tests/rules/test_keep_the_best_of_a_batch.py", "tests/rules/test_stage_order.py")
 OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
 # tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
 RULES_PACKAGE_SUITE = ("tests/tools/test_gate_refusals.py", "tests/tools/test_rules_and_state.py",
@@ -102,7 +102,7 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
                      "_kept_code", "_stage_counters", "_stage_entry_done", "_checklist", "_tree", "_test_command",
                      "_pending_question"), RULES_SUITE),
     "rules": Target("tools/rules/tuning_loop.py",
-                    ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "judge_batch",
+                    ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "judge_batch", "after_stage",
                      "<module>"), RULES_SUITE),
     "admission": Target("tools/code/admission.py",
                         ("admit", "_changed_paths", "_check_parses", "_syntax_differences", "_not_a_knob_change",

@@ -73,28 +73,16 @@ class StageControl:
         return self.leave(h, st, why) if why else ""
 
     def leave(self, h: Handle, st: SessionState, reason: str, *, converged: bool = True) -> str:
-        """Move to the next stage. ``converged`` is False for an early exit by a complete checklist: the last
-        configuration stage then ends the session instead of opening ALGORITHM, which needs convergence shown by
-        measurement (R23; issue #10, attack 6: marks alone walked a session into ALGORITHM in a second)."""
+        """Move to where ``tuning_loop.after_stage`` says the stage leads (the next stage, ALGORITHM or the report).
+        ``converged`` is False for an early exit by a complete checklist."""
         assert st.stage is not None
-        nxt = tuning_loop.next_stage(st.stage)
+        step = tuning_loop.after_stage(st.stage, reason, converged=converged)
         summary = gates.stage_summary(st)
-        if nxt is None and st.stage != tuning_loop.ALGORITHM_STAGE.name and not converged:
-            self.ctx.finish(h, st, f"{st.stage} left early ({reason}); the configuration stages did not converge by "
-                         "measurement, so no algorithm stage (R23)", summary)
-            return "last configuration stage left early: reporting only (ALGORITHM needs measured convergence)"
-        if nxt is None and st.stage != tuning_loop.ALGORITHM_STAGE.name:
-            # R23: the configuration stages converged without reaching the target; algorithm-level changes may
-            # follow (stop_session ends the session instead).
-            self.ctx.transition(h, st, "stage", tuning_loop.ALGORITHM_STAGE.name,
-                             f"{st.stage} left: {reason}; configuration stages converged (R23)", summary)
-            return ("configuration stages converged without reaching the target: stage ALGORITHM (declared "
-                    "algorithm-level changes, algorithm=true), or stop_session + render_report")
-        if nxt is None:
-            self.ctx.finish(h, st, f"algorithm stage done ({reason})", summary)
-            return "all stages done: reporting only"
-        self.ctx.transition(h, st, "stage", nxt.name, f"{st.stage} left: {reason}", summary)
-        return f"stage {st.stage} left ({reason}); now {nxt.name}: collect_swimlane + analyze_bubbles first (R15)"
+        if step.to is None:
+            self.ctx.finish(h, st, step.why, summary)
+        else:
+            self.ctx.transition(h, st, "stage", step.to, step.why, summary)
+        return step.next_step
 
     def knobs_serving(self, h: Handle, st: SessionState, catalog_id: str) -> list:
         from pypto_tune.tools.patching import extract_knobs

@@ -196,6 +196,34 @@ def stage_exit_reason(stage: str, consecutive_no_gain: int) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class StageStep:
+    to: str | None  # the stage entered; None: the session finishes (reporting only)
+    why: str  # the transition's reason, as the ledger records it
+    next_step: str  # what the agent does next
+
+
+def after_stage(stage: str, reason: str, *, converged: bool = True) -> StageStep:
+    """Where leaving ``stage`` leads (R23): the next configuration stage; after the last one, ALGORITHM when the
+    configuration stages converged by measurement, else the report — an early exit by a complete checklist
+    (``converged`` False) never opens ALGORITHM, whose declared changes need convergence shown by measurement (marks
+    alone must not walk a session there); after ALGORITHM, the report."""
+    nxt = next_stage(stage)
+    if nxt is not None:
+        return StageStep(nxt.name, f"{stage} left: {reason}",
+                         f"stage {stage} left ({reason}); now {nxt.name}: collect_swimlane + analyze_bubbles first "
+                         "(R15)")
+    if stage == ALGORITHM_STAGE.name:
+        return StageStep(None, f"algorithm stage done ({reason})", "all stages done: reporting only")
+    if not converged:
+        return StageStep(None, f"{stage} left early ({reason}); the configuration stages did not converge by "
+                         "measurement, so no algorithm stage (R23)",
+                         "last configuration stage left early: reporting only (ALGORITHM needs measured convergence)")
+    return StageStep(ALGORITHM_STAGE.name, f"{stage} left: {reason}; configuration stages converged (R23)",
+                     "configuration stages converged without reaching the target: stage ALGORITHM (declared "
+                     "algorithm-level changes, algorithm=true), or stop_session + render_report")
+
+
 class Judgement(BaseModel):
     result_type: Literal["gain", "no-gain", "regression"]
     after_us: float
