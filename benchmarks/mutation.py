@@ -75,20 +75,20 @@ class Target:
 
 # (tests/admission/test_redteam_findings.py runs stand-in operators in child processes whose interpreter fingerprint
 # takes in the shim's folders: it fails in the copy without any mutation, so it is not part of the kill suite)
-ADMISSION_SUITE = ("tests/tools/test_rule_decisions.py", "tests/admission/test_admission_decisions.py",
+ADMISSION_SUITE = ("tests/rules/test_rule_decisions.py", "tests/admission/test_admission_decisions.py",
                    "tests/admission/test_admission_properties.py", "tests/patching/test_runmap.py")
-RULES_SUITE = ("tests/tools/test_rules_and_state.py", "tests/tools/test_limit_stop.py",
-               "tests/tools/test_regression_flags.py", "tests/tools/test_rule_decisions.py",
-               "tests/tools/test_gate_decisions.py", "tests/tools/test_gate_refusals.py",
-               "tests/tools/test_derived_state.py", "tests/tools/test_state_steps.py",
+RULES_SUITE = ("tests/rules/test_rules_and_state.py", "tests/rules/test_limit_stop.py",
+               "tests/rules/test_regression_flags.py", "tests/rules/test_rule_decisions.py",
+               "tests/rules/test_gate_decisions.py", "tests/rules/test_gate_refusals.py",
+               "tests/session/test_derived_state.py", "tests/session/test_state_steps.py",
                "tests/prompts/test_prompt_texts.py",  # the prompts state the rules' numbers: a changed one disagrees
                "tests/rules/test_keep_the_best_of_a_batch.py", "tests/rules/test_stage_order.py")
-OPERATIONS_SUITE = ("tests/tools/test_rule_decisions.py", "tests/tools/test_gate_decisions.py")
+OPERATIONS_SUITE = ("tests/rules/test_rule_decisions.py", "tests/rules/test_gate_decisions.py")
 # tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
-RULES_PACKAGE_SUITE = ("tests/tools/test_gate_refusals.py", "tests/tools/test_rules_and_state.py",
-                       "tests/tools/test_limit_stop.py", "tests/tools/test_gate_decisions.py",
-                       "tests/tools/test_refusal_builders.py", "tests/test_rules_contract.py")
-REFUSAL_BUILDERS_SUITE = ("tests/tools/test_refusal_builders.py", "tests/test_rules_contract.py")
+RULES_PACKAGE_SUITE = ("tests/rules/test_gate_refusals.py", "tests/rules/test_rules_and_state.py",
+                       "tests/rules/test_limit_stop.py", "tests/rules/test_gate_decisions.py",
+                       "tests/rules/test_refusal_builders.py", "tests/test_rules_contract.py")
+REFUSAL_BUILDERS_SUITE = ("tests/rules/test_refusal_builders.py", "tests/test_rules_contract.py")
 RUNCHECK_SUITE = ("tests/patching/test_runmap.py", "tests/admission/test_admission_decisions.py",
                   "tests/patching/test_runcheck_decisions.py")
 MODULES: dict[str, Target] = {  # in the order a run takes them
@@ -118,9 +118,9 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
 RULES_SUITES: dict[str, tuple[str, ...]] = {
     "gates": RULES_PACKAGE_SUITE,
     "tuning_loop": RULES_SUITE,
-    "retry": OPERATIONS_SUITE + ("tests/tools/test_refusal_builders.py",),
-    "precision": ("tests/rules/test_precision_steps.py", "tests/runner/test_verdict.py",
-                  "tests/runner/test_runner_properties.py")}
+    "retry": OPERATIONS_SUITE + ("tests/rules/test_refusal_builders.py",),
+    "precision": ("tests/rules/test_precision_steps.py", "tests/running/test_verdict.py",
+                  "tests/running/test_runner_properties.py")}
 #: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message
 RULES_PACKAGE = tuple(f"rules/{p.stem}" for p in sorted((ROOT / "tools" / "rules").glob("*.py"))
                       if p.name != "__init__.py")

@@ -17,7 +17,7 @@ The operations live in ``tools/operations/`` by group, one object each, built he
     └── SearchOps          ← runs, stages                            operations/search.py
 
 This class is the one entry point of the MCP adapter and the CLI: each public method hands the call to the object
-that owns it, with the same signature (``tests/tools/test_service_facade.py`` holds them equal).
+that owns it, with the same signature (``tests/operations/test_service_facade.py`` holds them equal).
 """
 
 from __future__ import annotations

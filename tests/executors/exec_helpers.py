@@ -5,7 +5,7 @@ progress, sleeps, and writes one ``output/output_<ts>_<pid>/`` run folder (a nes
 ``program.json`` a PyPTO run folder holds, naming the script it compiled — without it the folder would not count)
 that records what it saw (its label, the data file, ``TILE_FWK_DEVICE_ID``, its start/end times), so a test can check
 concurrency, chips and artifacts from the outputs alone. With a pid file it also forks a grandchild that ignores
-SIGTERM, and both record their pids: the liveness probes of ``tests/runner/runner_helpers.py`` then tell whether
+SIGTERM, and both record their pids: the liveness probes of ``tests/running/runner_helpers.py`` then tell whether
 the whole group died.
 """
 
@@ -18,12 +18,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runner"))
-
 from pypto_tune.tools.code.codestate import ExecFile
 from pypto_tune.tools.running.executors import RunSpec
 from pypto_tune.tools.running.runner import build_child_env
-from runner_helpers import is_alive, kill_leftovers, processes_mentioning, wait_dead  # noqa: F401 - re-exported
+from tests.running.runner_helpers import is_alive, kill_leftovers, processes_mentioning, wait_dead  # noqa: F401 - re-exported
 
 PY = sys.executable
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 
 from tests.conftest import make_workspace, sim_command
-from tests.runner.runner_helpers import is_alive
+from tests.running.runner_helpers import is_alive
 from tests.server.mcp_client import connect
 
 import pytest

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from tests.reliability import crash_harness as ch
-from tests.runner.runner_helpers import kill_leftovers, wait_dead
+from tests.running.runner_helpers import kill_leftovers, wait_dead
 
 pytestmark = pytest.mark.sim
 

@@ -1,6 +1,6 @@
 """The precision verdict's steps (tools/rules/precision.py), one at a time: each decides its own case and answers None
 outside it, and the first step that applies decides. The whole verdict on recorded and written outputs is specified in
-tests/runner/test_verdict.py; here each step is held to its own part of the decision order. Pure: no process.
+tests/running/test_verdict.py; here each step is held to its own part of the decision order. Pure: no process.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (``tools/operations/runs.check_run``): the test's verdict, amended by what the server saw of the run, and the
 result type a failure is recorded as — read from what the run printed, never from the server's own SIM note.
 
-Outputs are real SIM runs recorded in ``tests/runner/data`` (the probe operator passing, and failing to compile).
+Outputs are real SIM runs recorded in ``tests/running/data`` (the probe operator passing, and failing to compile).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from pypto_tune.tools.operations.runs import CheckedRun, RunOutcome, check_run
 from pypto_tune.tools.running.runner import RunResult
 
-DATA = Path(__file__).resolve().parents[1] / "runner" / "data"
+DATA = Path(__file__).resolve().parent / "data"
 FOLDER = Path("/ws/output/output_20261205_010203_1_2_x")
 
 

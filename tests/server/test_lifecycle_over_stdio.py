@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from tests.conftest import sim_command
-from tests.runner.runner_helpers import is_alive, processes_mentioning
+from tests.running.runner_helpers import is_alive, processes_mentioning
 from tests.server.mcp_client import connect
 
 pytestmark = pytest.mark.process

@@ -14,7 +14,7 @@ from pathlib import Path
 from pypto_tune.tools.session.recorder import patch_row
 from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import VEC, Writer, analysis, code_hash, with_tile_b, with_vec_tile
-from tests.tools.test_rule_decisions import BASE_US, state, tuning
+from tests.rules.test_rule_decisions import BASE_US, state, tuning
 
 
 def _tile_b(n: int) -> KnobChange:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from pypto_tune.tools.running.runner import _Capture
 from pypto_tune.tools.rules.precision import judge_precision
-from test_verdict import MATPLOTLIB_NOISE, PASSED, run
+from tests.running.test_verdict import MATPLOTLIB_NOISE, PASSED, run
 
 
 @settings(max_examples=200, deadline=None)

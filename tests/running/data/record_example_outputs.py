@@ -1,6 +1,6 @@
 """Re-record the real outputs of pypto_style_example.py that the verdict tests judge (pypto 0.2.0 SIM).
 
-    /work/main/.venv/bin/python tests/runner/data/record_example_outputs.py
+    /work/main/.venv/bin/python tests/running/data/record_example_outputs.py
 
 Each file starts with "# exit <code>"; the scratch folder is normalised to /tmp/SCRATCH so the files are stable.
 """

@@ -1,4 +1,4 @@
-"""The named steps of ``derive_state`` (tools/session/state.py) that tests/tools/test_derived_state.py does not pin
+"""The named steps of ``derive_state`` (tools/session/state.py) that tests/session/test_derived_state.py does not pin
 through a whole ledger: the environment's answer, the code the workspace must hold (and the debug toggle), R5's count
 of baseline failures, the open round and the kept code. Rows are written as the ledger returns them (dicts); each
 expected value follows from the rule as the README states it. Pure: no ledger file, no process.

@@ -20,7 +20,7 @@ from pypto_tune.tools.service import TuningService
 from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.snapshot import KnobChange
 from tests.report.ledger_rows import VEC, Writer, analysis, with_tile_b, with_vec_tile
-from tests.tools.test_rule_decisions import BASE_US, state, tuning
+from tests.rules.test_rule_decisions import BASE_US, state, tuning
 
 # ------------------------------------------------------------------------------------------------ D.1 stage order
 

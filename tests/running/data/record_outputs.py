@@ -1,6 +1,6 @@
 """Re-record the real SIM outputs the verdict tests judge. Run from anywhere; works in a scratch dir under /tmp.
 
-    /work/main/.venv/bin/python tests/runner/data/record_outputs.py
+    /work/main/.venv/bin/python tests/running/data/record_outputs.py
 
 Writes sim_probe_passed.out (probe + PRECISION line) and sim_probe_no_verdict.out (the probe as given, which
 prints only "done"), sim_probe_compile_failure.out (a vec_nbuffer setting 0.2.0 cannot compile), each with a first line "# exit <code>"."""

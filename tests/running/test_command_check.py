@@ -16,7 +16,7 @@ import pytest
 from pypto_tune.tools.running.command_check import CommandProblem, check_command
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.running.runner import build_child_env
-from runner_helpers import DATA
+from tests.running.runner_helpers import DATA
 
 FIXTURE_SOFTMAX = Path(__file__).resolve().parents[2] / "fixtures" / "operators" / "softmax" / "softmax.py"
 

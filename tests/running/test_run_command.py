@@ -15,7 +15,7 @@ import pytest
 
 from pypto_tune.tools.errors import InputError, RunError
 from pypto_tune.tools.running.runner import build_child_env, run_command, split_command
-from runner_helpers import kill_leftovers, processes_mentioning, wait_dead, wait_for_pids
+from tests.running.runner_helpers import kill_leftovers, processes_mentioning, wait_dead, wait_for_pids
 
 pytestmark = [pytest.mark.process, pytest.mark.anyio]
 

@@ -17,7 +17,7 @@ from pypto_tune.tools.running.runner import RunResult
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.rules.precision import judge_precision
 from pypto_tune.tools.running.verdict import KEY_OUTPUT_MAX_CHARS, compile_verdict_patterns
-from runner_helpers import DATA
+from tests.running.runner_helpers import DATA
 
 MATPLOTLIB_NOISE = """Traceback (most recent call last):
   File "/venv/lib/python3.11/site-packages/pypto/lib/scripts/draw_pipe_swim_lane.py", line 17, in <module>
@@ -193,7 +193,7 @@ def lines_of(v) -> list[tuple[int, str, str]]:
 
 
 # ----------------------------------------------------------------- real outputs of a PyPTO-style example (SIM)
-# tests/runner/data/pypto_style_example.py is shaped like PyPTO's own examples (domain F.3); the .out files are its
+# tests/running/data/pypto_style_example.py is shaped like PyPTO's own examples (domain F.3); the .out files are its
 # real output under the 0.2.0 simulator (record_example_outputs.py).
 def test_pypto_example_one_test_passes_on_its_check_mark_line_but_sim_checks_no_numerics() -> None:
     v = judge_precision(recorded("example_sim_one_passed.out"), "sim")

@@ -11,7 +11,7 @@ import pytest
 from pypto_tune.tools.running.artifacts import archive_run_dirs, extract_member, list_members
 from pypto_tune.tools.running.runner import build_child_env, run_command
 from pypto_tune.tools.rules.precision import judge_precision
-from runner_helpers import DATA
+from tests.running.runner_helpers import DATA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.sim]
 
