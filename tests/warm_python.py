@@ -5,8 +5,8 @@ A helper process imports torch and pypto once and then, for each script, forks a
 from that point on: it takes the script's working folder, environment and ``sys.argv``, puts the script's folder
 first on ``sys.path``, sends its output to files of its own and runs the script as ``__main__`` (``runpy``). It
 exits as the interpreter would: ``sys.exit``'s code, or 1 after printing the traceback of an uncaught exception;
-the child's normal exit runs the atexit handlers pypto registered at import, as a fresh interpreter's does. Nothing
-the scripts do is changed: the simulator runs and writes its folders as in a process of its own. What a fresh
+its normal exit runs the atexit handlers (those registered at import are inherited), as a fresh interpreter's does.
+Nothing the scripts do is changed: the simulator runs and writes its folders as in a process of its own. What a fresh
 interpreter does differently (it imports torch and pypto after reading the environment the script gets, and prints
 an uncaught exception's traceback itself) is left to tests that start one.
 
