@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,17 +82,26 @@ async def _wait(s: Session, job: dict[str, Any]) -> dict[str, Any]:
             return done
 
 
-async def _interrupted(ws: Path, start: dict[str, Any], tool: str, args: dict[str, Any]) -> tuple[float, str]:
+async def _interrupted(ws: Path, start: dict[str, Any], tool: str, args: dict[str, Any],
+                       before: Callable[[Session], Awaitable[dict[str, Any]]] | None = None) -> tuple[float, str]:
     """Resume, call ``tool``, SIGINT the server once a run of it executes. Returns the seconds from the signal to
-    the call's end (an answer or the closed connection) and what the call got."""
+    the call's end (an answer or the closed connection) and what the call got. ``before``, when given, acts on the
+    resumed session first and returns more arguments for ``tool``."""
     ended: list[float] = []
     got: list[str] = []
     sent: list[float] = []
+    failed: list[Exception] = []
     pid = 0
     try:
         async with connect(ws) as s:
             assert (await s.ok("start_session", **start))["resumed"]
             (pid,) = server_pids(ws)
+            if before is not None:
+                try:
+                    args = {**args, **await before(s)}
+                except Exception as exc:  # noqa: BLE001 - raised below, not taken for the closed connection
+                    failed.append(exc)
+                    raise
 
             async def call() -> None:
                 try:
@@ -108,7 +118,8 @@ async def _interrupted(ws: Path, start: dict[str, Any], tool: str, args: dict[st
                     os.kill(pid, signal.SIGINT)
                     sent.append(time.monotonic())
     except Exception:  # noqa: BLE001 - closing a client whose server is gone may fail; the checks follow
-        pass
+        if failed:
+            raise failed[0] from None
     assert sent and ended, f"the call never ended after SIGINT: {got}"
     deadline = time.monotonic() + 5
     while _alive(pid) and time.monotonic() < deadline:
@@ -168,16 +179,18 @@ def test_signals_edits_and_a_full_disk_during_runs(tmpfs: Path) -> None:
     took, got = anyio.run(_interrupted, ws, start, "run_precision_check", {"session_id": sid})
     assert took < 5, (took, got)
 
-    async def after_the_run() -> list[str]:
-        async with connect(ws) as s:
-            await s.ok("start_session", **start)
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            await s.ok("revert_patch", session_id=sid, notes="the person wanted the batch instead")
-            return [c["id"] for c in (await s.ok("propose_candidates", session_id=sid, limit=4))["candidates"][:2]]
+    ids: list[str] = []
 
-    ids = anyio.run(after_the_run)
-    took, got = anyio.run(_interrupted, ws, start, "run_candidates", {"session_id": sid, "candidates": ids})
+    async def after_the_run(s: Session) -> dict[str, Any]:
+        """The resumed session carries on after the interrupted run (on the server the batch below interrupts)."""
+        assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+        await s.ok("revert_patch", session_id=sid, notes="the person wanted the batch instead")
+        ids.extend(c["id"] for c in (await s.ok("propose_candidates", session_id=sid, limit=4))["candidates"][:2])
+        return {"candidates": ids}
+
+    took, got = anyio.run(_interrupted, ws, start, "run_candidates", {"session_id": sid}, after_the_run)
     assert took < 5, (took, got)
+    assert len(ids) == 2, ids
 
     async def resumed() -> None:
         async with connect(ws) as s:
