@@ -284,12 +284,18 @@ def _reduced_axes(knob: dict[str, Any], files: dict[str, str]) -> dict[int, int]
 
 
 def _legal_at_run_shapes(knob: dict[str, Any], value: Any, files: dict[str, str]) -> bool:
-    """The server's vector-tile check on the shapes that ran (the edit planner alone sees no run: a factory-built
-    kernel's dims are run-time values to it)."""
+    """The server's tile checks on what ran: a vector tile on the shapes that ran, a cube tile on the dtypes that ran
+    (the edit planner alone sees no run: a factory-built kernel's dims and dtypes are run-time values to it)."""
     from pypto_tune.tools.errors import PyptoTuneError
-    from pypto_tune.tools.patching import roles
+    from pypto_tune.tools.patching import legality, roles
     from pypto_tune.tools.patching.effective import SiteValue, check_vec_tile
 
+    if knob["kind"] == "cube_tile" and knob.get("dtypes"):
+        try:
+            legality.validate("cube_tile", None, None, value, {"dtypes": knob["dtypes"], "current": knob["value"]})
+        except PyptoTuneError:
+            return False
+        return True
     if knob["kind"] != "vec_tile" or not isinstance(value, list):
         return True
     shapes = _ran_shapes(knob, len(value))

@@ -136,6 +136,12 @@ def test_detune_keeps_an_axis_the_kernel_reduces_over_whole_at_the_length_that_r
     legal = lambda v: su._legal_at_run_shapes(knob, v, files)  # noqa: E731
     assert su.detune_value(("vec", 2), legal, keep=su._reduced_axes(knob, files)) == [8, 128]
     assert su.detune_value(("vec", 2), legal) is None  # the same power in every dimension never keeps it whole
+    # a cube tile is judged on the dtypes that ran: bf16 operands need L0 multiples of 16, so 8 cannot compile
+    cube = {"id": "norm.py:norm_kernel.set_cube_tile_shapes#1", "kind": "cube_tile", "line": 9,
+            "value": {"m": [64, 64], "k": [64, 64], "n": [64, 64]}, "dtypes": ["DT_BF16", "DT_FP32"]}
+    legal = lambda v: su._legal_at_run_shapes(cube, v, files)  # noqa: E731
+    assert su.detune_value(("cube", 0), legal) == {"m": [16, 16], "k": [16, 16], "n": [16, 16]}
+    assert su._legal_at_run_shapes(dict(cube, dtypes=[]), {"m": [8, 8], "k": [8, 8], "n": [8, 8]}, files)
     # without shapes from a run nothing is known, and the rule stays the plain one
     assert su._reduced_axes(dict(knob, shapes=[]), files) == {} and su._legal_at_run_shapes(dict(knob, shapes=[]), [8, 8], files)
 

@@ -176,6 +176,10 @@ def test_a_cube_tile_from_a_config_tuple_is_checked_with_the_dtypes_that_ran(ffn
     # x and the weights ran as FP16: an L0 of 24 is not a multiple of 16
     r = _refusal(sources, _change(sources, "cube_tile_shape=(16, 32, 32)", "cube_tile_shape=(16, 24, 32)"), run)
     assert r.rule == "legality" and "multiple of 16" in r.message
+    # the knob map says so too: the dtypes the kernel ran on, and what its cast produces (list_knobs' ``dtypes``)
+    rm = knob_map(sources, {}, run)
+    cube = next(s for s in rm.sites if s.knob.kind == "cube_tile" and rm.of(s).live)
+    assert set(rm.of(cube).dtypes) == {"DT_FP16", "DT_FP32"}
 
 
 def test_a_tiling_source_needs_the_record_but_a_pin_does_not(activation):

@@ -164,7 +164,7 @@ class ReportOps:
                 not_tunable_because="; ".join(k.context.get("problem_uses", [])[:3]) if not k.tunable else "",
                 kernel=kernel, kernel_ran=kernel_ran, live=info.live, effective=info.effective,
                 ran_in=[f"kernel {n}" for n in info.kernels] + [f"test {t}" for t in info.tests],
-                shapes=info.shapes, shared_with=info.shared_with,
+                shapes=info.shapes, dtypes=info.dtypes, shared_with=info.shared_with,
                 tune_by=([k.id] + feeders.get(k.id, [])) if _is_expression(k.value) and k.tunable else [],
                 feeds=list(k.context.get("feeds", [])), why=info.why, unroll=info.unroll)
             (dead_out if info.live is False else live_out).append(out)

@@ -334,6 +334,8 @@ class KnobOut(BaseModel):
     ran_in: list[str] = Field(default_factory=list, description="kernels and tests that ran it")
     shapes: list[JsonValue] = Field(default_factory=list, description="shapes of the tensors and views of the "
                                     "kernels that ran it (what its tile tiles)")
+    dtypes: list[str] = Field(default_factory=list, description="the dtypes of those kernels as they ran, with what "
+                              "their casts produce (a tile's legality is judged on them)")
     shared_with: list[str] = Field(default_factory=list, description="other kernels and tests whose code reaches "
                                    "this site: a change here changes them too")
     tune_by: list[str] = Field(default_factory=list, description="for a site whose value is an expression: the "

@@ -65,6 +65,8 @@ class KnobRun(BaseModel):
                                    "this site (a change here changes them too)")
     shapes: list[list[Any]] = Field(default_factory=list, description="tensor and view shapes of the kernels that "
                                     "ran it")
+    dtypes: list[str] = Field(default_factory=list, description="the dtypes those kernels ran on, with what their "
+                              "pypto.cast calls produce (what a tile's buffer must hold)")
     why: str = ""
     unroll: str = Field("", description="for a site inside a pypto.loop_unroll body, or the loop itself: which unroll "
                         "variants executed at the test's shapes and which were only traced (compiled, never run)")
@@ -420,12 +422,13 @@ class RunMap:
                     effective.append(v)
             kernels = sorted({self.kernel_name(c.get("kernel")) for c in hits if c.get("kernel")})
             shapes: list[list[Any]] = []
+            dtypes: list[str] = []
             for c in hits:
-                for s in self.kernel_context(c.get("kernel"))[0]:
-                    if s not in shapes:
-                        shapes.append(s)
-            return KnobRun(live=True, effective=effective, kernels=kernels, shapes=shapes, unroll=variants,
-                           tests=self.tests_of([c.get("stack", []) for c in hits]))
+                ran_shapes, ran_dtypes, _ = self.kernel_context(c.get("kernel"))
+                shapes += [s for s in ran_shapes if s not in shapes]
+                dtypes += [d for d in ran_dtypes + self.cast_dtypes(c.get("kernel")) if d not in dtypes]
+            return KnobRun(live=True, effective=effective, kernels=kernels, shapes=shapes, dtypes=dtypes,
+                           unroll=variants, tests=self.tests_of([c.get("stack", []) for c in hits]))
         if k.kind in ("jit_option", "debug_option"):
             kernel = self._kernel_of(site)
             if kernel is None:
