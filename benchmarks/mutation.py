@@ -82,7 +82,8 @@ RULES_SUITE = ("tests/rules/test_rules_and_state.py", "tests/rules/test_limit_st
                "tests/rules/test_gate_decisions.py", "tests/rules/test_gate_refusals.py",
                "tests/session/test_derived_state.py", "tests/session/test_state_steps.py",
                "tests/prompts/test_prompt_texts.py",  # the prompts state the rules' numbers: a changed one disagrees
-               "tests/rules/test_keep_the_best_of_a_batch.py", "tests/rules/test_stage_order.py")
+               "tests/rules/test_keep_the_best_of_a_batch.py", "tests/rules/test_stage_order.py",
+               "tests/rules/test_measurement.py")
 OPERATIONS_SUITE = ("tests/rules/test_rule_decisions.py", "tests/rules/test_gate_decisions.py")
 # tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
 RULES_PACKAGE_SUITE = ("tests/rules/test_gate_refusals.py", "tests/rules/test_rules_and_state.py",
@@ -103,6 +104,7 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
                      "_pending_question"), RULES_SUITE),
     "rules": Target("tools/rules/tuning_loop.py",
                     ("judge_measurement", "_rel_se_pct", "next_stage", "stage_exit_reason", "judge_batch", "after_stage",
+                     "repeats_for",
                      "<module>"), RULES_SUITE),
     "admission": Target("tools/code/admission.py",
                         ("admit", "_changed_paths", "_check_parses", "_syntax_differences", "_not_a_knob_change",

@@ -91,13 +91,7 @@ class SetupOps:
             raise InputError(f"timeout_s must be between 1 and 86400, got {timeout_s}", hint="default is 300")
         if not 0 < float(time_limit_h) <= 24 * 7:
             raise InputError(f"time_limit_h must be in (0, 168], got {time_limit_h}", hint="default is 12")
-        if repeats is not None and run_mode == "npu" and int(repeats) < tuning_loop.NPU_MIN_REPEATS:
-            raise InputError(f"repeats on the NPU must be at least {tuning_loop.NPU_MIN_REPEATS}, got {repeats}",
-                             hint="NPU times are noisy: the server measures at least 3 times and more when a "
-                             "difference is not decisive; omit repeats for the default")
-        reps = repeats if repeats is not None else (1 if run_mode == "sim" else tuning_loop.NPU_MIN_REPEATS)
-        if not 1 <= int(reps) <= 20:
-            raise InputError(f"repeats must be 1..20, got {reps}", hint="NPU default 3, SIM 1 (deterministic)")
+        reps = tuning_loop.repeats_for(run_mode, repeats)
         files = relative_operator_files(ws, list(operator_files))
         if shell:
             if not isinstance(test_command, str):

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from pypto_tune.tools.errors import InputError
+
 
 class Rule(BaseModel):
     id: str
@@ -238,6 +240,20 @@ NPU_MAX_SAMPLES_FACTOR = 6  # an ambiguous NPU round takes more repeats (of both
 NPU_Z = 2.5  # confidence multiplier; simulated at σ = 2 %, 3 repeats: a true 5 % gain kept in 99.1 % of rounds, a true
 # 0.5 % one in 1.0 % (z = 2 gave 99.9 % / 3.1 %: too many noise wins; z = 3 lost real 5 % gains)
 MEDIAN_SE_FACTOR = 1.2533  # standard error of a median ≈ 1.2533 σ/√n for normal noise
+
+
+def repeats_for(run_mode: str, repeats: int | None) -> int:
+    """How many samples of each state a measurement takes: SIM one (deterministic), the NPU at least
+    ``NPU_MIN_REPEATS`` — a floor the agent cannot lower — and never more than 20."""
+    if repeats is not None and run_mode == "npu" and int(repeats) < NPU_MIN_REPEATS:
+        raise InputError(f"repeats on the NPU must be at least {NPU_MIN_REPEATS}, got {repeats}",
+                         hint=f"NPU times are noisy: the server measures at least {NPU_MIN_REPEATS} times and more "
+                         "when a difference is not decisive; omit repeats for the default")
+    reps = int(repeats) if repeats is not None else (1 if run_mode == "sim" else NPU_MIN_REPEATS)
+    if not 1 <= reps <= 20:
+        raise InputError(f"repeats must be 1..20, got {reps}", hint=f"NPU default {NPU_MIN_REPEATS}, SIM 1 "
+                         "(deterministic)")
+    return reps
 
 
 def _rel_se_pct(before: list[float], after: list[float]) -> float:
