@@ -329,8 +329,8 @@ class BatchTrial:
     round_no: int
     index: int
     samples: tuple[float, ...]
-    kept_pool: tuple[float, ...] = ()
-    invalid: bool = False
+    kept_pool: tuple[float, ...]
+    invalid: bool
 
 
 @dataclass(frozen=True)
