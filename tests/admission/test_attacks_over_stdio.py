@@ -19,9 +19,9 @@ Second red-team pass (tests/admission/test_redteam_findings.py has each at libra
 12 rows written into the ledger with sqlite3 .... tools/session/ledger_seal.py (seals) + the ledger-integrity gate
 13 code in a knob change (a jit option twice) .. tools/code/admission.py (the red team's end-to-end case)
 
-The softmax attacks (1, 3, 4, 5b, 9, 13, 6, 7, then 10-12) follow one another on one session, and attack 8 with its
-legitimate path on another: each module fixture plays its session once, in chapters that each test checks
-(tests/sessions.Chapters). The split harness (2, 5a) is an operator of its own.
+The softmax attacks (9, 1, 3, 4, 5b, 13, 6, 7 — also for a round without data —, then 10-12) follow one another on
+one session, and attack 8 with its legitimate path on another: each module fixture plays its session once, in chapters
+that each test checks (tests/sessions.Chapters). The split harness (2, 5a) is an operator of its own.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ pytestmark = pytest.mark.sim
 
 VEC = "softmax.py:softmax_kernel.set_vec_tile_shapes#1"
 TILE_B = "softmax.py:TILE_B"
+STITCH = "softmax.py:softmax_kernel.runtime_options.stitch_function_max_num"
 
 
 def _diff(path: str, old: str, new: str) -> str:
@@ -304,6 +305,29 @@ def softmax_story(tmp_path_factory: pytest.TempPathFactory) -> Chapters:
                                       catalog_id="S-5", rationale="reformatted")
                 assert "GATE no-retry:" in msg
 
+            async def a_round_without_data() -> None:
+                # 7, a round that produced no usable data: stitch_function_max_num = 1 is a legal value (1–1024), but
+                # in SIM the simulator then merges the stitches into fake tasks (B.9.3): the measurement is invalid and
+                # the round fails; the same change is refused afterwards in either form
+                kept = (await s.ok("get_status", session_id=sid))["best_us"]
+                await s.ok("apply_tuning_patch", session_id=sid, knob=STITCH, value=1, catalog_id="S-9",
+                           rationale="one stitch")
+                assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
+                m = await s.ok("collect_swimlane", session_id=sid)
+                assert m["valid"] is False and m["invalid_reasons"], m
+                r = await s.ok("record_round", session_id=sid)
+                assert r["decision"] == "failed" and r["best_us"] == kept, r
+                src = op.read_text()
+                assert '"stitch_function_max_num": 128' in src  # rolled back
+                msg = await s.refused("apply_tuning_patch", session_id=sid, knob=STITCH, value=1, catalog_id="S-9",
+                                      rationale="again")
+                assert "GATE no-retry:" in msg and f"round {r['round']}" in msg, msg
+                msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="S-9", rationale="as a diff",
+                                      diff=_diff("softmax.py", src, src.replace('"stitch_function_max_num": 128',
+                                                                                '"stitch_function_max_num": 0x1')))
+                assert "GATE no-retry:" in msg and f"round {r['round']}" in msg, msg
+                assert op.read_text() == src
+
             async def forgeries() -> None:
                 kept = (await s.ok("get_status", session_id=sid))["best_us"]
 
@@ -353,6 +377,7 @@ def softmax_story(tmp_path_factory: pytest.TempPathFactory) -> Chapters:
             await story.play("attacks 1, 3, 4, 5b", attacks_1_3_4_5b)
             await story.play("code in a knob change", code_in_a_knob_change)
             await story.play("attacks 6 and 7", attacks_6_and_7)
+            await story.play("a round without data", a_round_without_data)
             await story.play("forgeries", forgeries)
 
     anyio.run(scenario)
@@ -376,6 +401,12 @@ def test_code_in_a_knob_change_never_forges_the_number(softmax_story: Chapters) 
 
 def test_stage_marks_and_failed_change_retries_attacks_6_and_7(softmax_story: Chapters) -> None:
     softmax_story.check("attacks 6 and 7")
+
+
+def test_a_round_without_usable_data_is_never_retried_attack_7(softmax_story: Chapters) -> None:
+    """Attack 7 for a round that failed for want of data (an invalid measurement) rather than by its code: the same
+    change is refused afterwards, as a structured edit and as a diff spelled otherwise."""
+    softmax_story.check("a round without data")
 
 
 def test_forgeries_outside_the_tool_calls_never_become_a_kept_number(softmax_story: Chapters) -> None:
