@@ -1,5 +1,5 @@
 """Steps many session tests share: reach the FRONTEND stage, leave a stage with a checklist the server accepts, wait
-for a campaign to reach a state."""
+for a campaign to reach a state, tell one long session in chapters that tests of their own check."""
 
 from __future__ import annotations
 
@@ -7,11 +7,12 @@ import os
 import pty
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from tests.server.mcp_client import Session
 
@@ -52,6 +53,41 @@ async def campaign_until(s: Session, folder: str, done: Callable[[dict[str, Any]
             return last
         await anyio.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}: {last.get('board')}")
+
+
+class Chapters:
+    """One long session told in chapters, each checked by a test of its own: a module fixture plays the session once,
+    where tests that each started from the same point paid for the server and the runs that reach it every time.
+
+    A chapter that fails keeps its exception, and its test raises it (the same traceback and message). The chapters
+    after it would start from where it should have left the session, so they are not played: their tests fail
+    naming the chapter that stopped them."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, BaseException | str | None] = {}
+        self.stopped_by: str | None = None
+
+    async def play(self, name: str, chapter: Callable[[], Awaitable[None] | None]) -> None:
+        if self.stopped_by is not None:
+            self.outcomes[name] = f"not played: chapter {self.stopped_by!r} failed before it"
+            return
+        try:
+            done = chapter()
+            if done is not None:
+                await done
+        except Exception as exc:  # noqa: BLE001 - kept for the chapter's test, which raises it
+            self.outcomes[name] = exc
+            self.stopped_by = name
+        else:
+            self.outcomes[name] = None
+
+    def check(self, name: str) -> None:
+        """In the calling test: pass if the chapter passed, else raise what it raised."""
+        outcome = self.outcomes.get(name, f"chapter {name!r} was never played")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if outcome is not None:
+            pytest.fail(outcome)
 
 
 def run_in_pty(argv: list[str], typed: str, prompt: bytes = b"Type RETRY") -> str:

@@ -4,10 +4,14 @@ over MCP stdio against the real server and the real simulator:
 2  a block size held in a local variable of a factory-built kernel (upstream_softmax ``tile_b``) is tunable with one
    structured edit and with one diff; a value that drops rows or blocks nothing is refused on both paths (the
    server follows the factory's one call, ``build_softmax(shape)`` with a literal shape, to the axis length)
-7  a change whose round produced no usable data (an invalid measurement) is never retried, in either form
 3  a cube tile with L1 % L0 != 0 is refused with the same legality reason as a structured edit and as a diff
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
-are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches)
+are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
+7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
+softmax session that reaches SWIMLANE_1 anyway)
+
+Both operators' sessions run on one server (its sessions each name their workspace); each is played once by a module
+fixture and checked by its test (tests/sessions.Chapters).
 """
 
 from __future__ import annotations
@@ -21,14 +25,13 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
-from tests.server.mcp_client import connect
-from tests.sessions import leave_stage_by_checklist
+from tests.server.mcp_client import Session, connect
+from tests.sessions import Chapters
 
 pytestmark = pytest.mark.sim
 
 TILE_B = "softmax_op.py:build_softmax.softmax_kernel.tile_b"
 CUBE = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
-STITCH = "softmax_op.py:build_softmax.softmax_kernel.runtime_options.stitch_function_max_num"
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -37,100 +40,87 @@ def _copy(tmp_path: Path, name: str) -> Path:
     return ws
 
 
-def test_a_kernel_local_block_size_is_tunable_and_a_round_without_data_is_never_retried_attacks_2_and_7(
-        tmp_path: Path) -> None:
-    ws = _copy(tmp_path, "upstream_softmax")
+async def _kernel_local_block_size(s: Session, ws: Path) -> None:
     op = ws / "softmax_op.py"
     cmd = [sys.executable, "softmax_op.py", "softmax_op.py::test_softmax", "--run_mode", "sim"]
+    sid = await _to_frontend(s, ws, ["softmax_op.py"], cmd)
+    knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+    tb = knobs[TILE_B]
+    assert tb["kind"] == "local_constant" and tb["tunable"] and tb["value"] == 4 and "F-3" in tb["catalog_ids"]
+    assert not knobs["softmax_op.py:test_softmax.shape"]["tunable"]  # the problem size is never a knob
+
+    src = op.read_text()
+    # 3-on-this-form: batch reaches the kernel only through build_softmax(shape, ...), called once with
+    # shape = (32, 32, 256): the server follows that call, so a block that drops rows (32 % 3 = 2) or
+    # blocks nothing (64 > 32 rows: zero iterations) is refused on both paths, not measured
+    for value, why in ((3, "the last 2 rows would never be computed"), (64, "exceeds the axis length 32")):
+        ways = ({"knob": TILE_B, "value": value},
+                {"diff": _diff("softmax_op.py", src, src.replace("tile_b = 4 ", f"tile_b = {value} "))})
+        for way in ways:
+            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3",
+                                  rationale="drops rows", **way)
+            assert "GATE legality:" in msg and why in msg and "batch // tile_b" in msg, msg
+    assert op.read_text() == src
+
+    # 2: a legal local block size is admitted as one structured edit, measured and recorded ...
+    r1 = await _round(s, sid, knob=TILE_B, value=8, catalog_id="F-3")
+    assert r1["round"] == 1 and r1["decision"] in ("kept", "reverted") and r1["after_us"] is not None
+    # ... and as one diff
+    src = op.read_text()
+    r2 = await _round(s, sid, catalog_id="F-3",
+                      diff=_diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 2 ").replace(
+                          "tile_b = 8 ", "tile_b = 2 ")))
+    assert r2["round"] == 2 and r2["decision"] in ("kept", "reverted") and r2["after_us"] is not None
+    ledger = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
+    assert ledger.count(TILE_B) >= 2  # each round recorded under the local's knob id
+
+
+async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
+    op = ws / "matmul_act.py"
+    sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
+    knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+    assert knobs[CUBE]["value"] == {"m": [32, 32], "k": [64, 64], "n": [64, 64]}
+    src = op.read_text()
+    shipped = "set_cube_tile_shapes([32, 32], [64, 64], [64, 64])"
+    assert shipped in src
+    # each L0 a multiple of 16 and each L1 >= L0 (so no other rule applies): only L1 % L0 != 0 is wrong
+    for axis, (m, k, n) in (("m", ([32, 48], [64, 64], [64, 64])), ("n", ([32, 32], [64, 64], [64, 96]))):
+        structured = await s.refused("apply_tuning_patch", session_id=sid, knob=CUBE,
+                                     value={"m": m, "k": k, "n": n}, catalog_id="F-9", rationale="illegal")
+        as_diff = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-9", rationale="illegal",
+                                  diff=_diff("matmul_act.py", src, src.replace(
+                                      shipped, f"set_cube_tile_shapes({m}, {k}, {n})")))
+        for msg in (structured, as_diff):
+            assert "GATE legality:" in msg and "L1 % L0" in msg, msg
+        assert _reason(structured, axis) == _reason(as_diff, axis), (structured, as_diff)
+    assert op.read_text() == src, "a refused change must not touch the file"
+    assert (await s.ok("get_status", session_id=sid))["rounds"] == 0
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
+    """Each operator's session, played once on one server (a failure in one leaves the other played)."""
+    tmp = tmp_path_factory.mktemp("attack-gaps")
+    softmax, matmul = _copy(tmp, "upstream_softmax"), _copy(tmp, "matmul_act")
+    played = {"upstream_softmax": Chapters(), "matmul_act": Chapters()}
 
     async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = await _to_frontend(s, ws, ["softmax_op.py"], cmd)
-            knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
-            tb = knobs[TILE_B]
-            assert tb["kind"] == "local_constant" and tb["tunable"] and tb["value"] == 4 and "F-3" in tb["catalog_ids"]
-            assert not knobs["softmax_op.py:test_softmax.shape"]["tunable"]  # the problem size is never a knob
-
-            src = op.read_text()
-            # 3-on-this-form: batch reaches the kernel only through build_softmax(shape, ...), called once with
-            # shape = (32, 32, 256): the server follows that call, so a block that drops rows (32 % 3 = 2) or
-            # blocks nothing (64 > 32 rows: zero iterations) is refused on both paths, not measured
-            for value, why in ((3, "the last 2 rows would never be computed"), (64, "exceeds the axis length 32")):
-                ways = ({"knob": TILE_B, "value": value},
-                        {"diff": _diff("softmax_op.py", src, src.replace("tile_b = 4 ", f"tile_b = {value} "))})
-                for way in ways:
-                    msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3",
-                                          rationale="drops rows", **way)
-                    assert "GATE legality:" in msg and why in msg and "batch // tile_b" in msg, msg
-            assert op.read_text() == src
-
-            # 2: a legal local block size is admitted as one structured edit, measured and recorded ...
-            r1 = await _round(s, sid, knob=TILE_B, value=8, catalog_id="F-3")
-            assert r1["round"] == 1 and r1["decision"] in ("kept", "reverted") and r1["after_us"] is not None
-            # ... and as one diff
-            src = op.read_text()
-            r2 = await _round(s, sid, catalog_id="F-3",
-                              diff=_diff("softmax_op.py", src, src.replace("tile_b = 4 ", "tile_b = 2 ").replace(
-                                  "tile_b = 8 ", "tile_b = 2 ")))
-            assert r2["round"] == 2 and r2["decision"] in ("kept", "reverted") and r2["after_us"] is not None
-            ledger = (await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text
-            assert ledger.count(TILE_B) >= 2  # each round recorded under the local's knob id
-
-            # 7: a round that produced no usable data is never retried. stitch_function_max_num = 1 is a legal
-            # value (1–1024), but in SIM the simulator then merges the stitches into fake tasks (B.9.3): the
-            # measurement is invalid and the round fails; the same change is refused afterwards in either form
-            assert (await leave_stage_by_checklist(s, sid))["stage"] == "SWIMLANE_1"
-            await s.ok("collect_swimlane", session_id=sid)
-            await s.ok("analyze_bubbles", session_id=sid, lang="en")
-            kept = (await s.ok("get_status", session_id=sid))["best_us"]
-            await s.ok("apply_tuning_patch", session_id=sid, knob=STITCH, value=1, catalog_id="S-9",
-                       rationale="one stitch")
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            m = await s.ok("collect_swimlane", session_id=sid)
-            assert m["valid"] is False and m["invalid_reasons"], m
-            r3 = await s.ok("record_round", session_id=sid)
-            assert r3["decision"] == "failed" and r3["best_us"] == kept, r3
-            src = op.read_text()
-            assert '"stitch_function_max_num": 128' in src  # rolled back
-            msg = await s.refused("apply_tuning_patch", session_id=sid, knob=STITCH, value=1, catalog_id="S-9",
-                                  rationale="again")
-            assert "GATE no-retry:" in msg and f"round {r3['round']}" in msg, msg
-            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="S-9", rationale="as a diff",
-                                  diff=_diff("softmax_op.py", src, src.replace('"stitch_function_max_num": 128',
-                                                                               '"stitch_function_max_num": 0x1')))
-            assert "GATE no-retry:" in msg and f"round {r3['round']}" in msg, msg
-            assert op.read_text() == src
+        async with connect(softmax) as s:
+            await played["upstream_softmax"].play("session", lambda: _kernel_local_block_size(s, softmax))
+            await played["matmul_act"].play("session", lambda: _cube_tile_l1_l0(s, matmul))
 
     anyio.run(scenario)
+    return played
+
+
+def test_a_kernel_local_block_size_is_tunable_as_an_edit_and_as_a_diff_attack_2(
+        sessions: dict[str, Chapters]) -> None:
+    sessions["upstream_softmax"].check("session")
 
 
 def test_a_cube_tile_with_l1_not_a_multiple_of_l0_is_refused_alike_as_an_edit_and_as_a_diff_attack_3(
-        tmp_path: Path) -> None:
-    ws = _copy(tmp_path, "matmul_act")
-    op = ws / "matmul_act.py"
-
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
-            knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
-            assert knobs[CUBE]["value"] == {"m": [32, 32], "k": [64, 64], "n": [64, 64]}
-            src = op.read_text()
-            shipped = "set_cube_tile_shapes([32, 32], [64, 64], [64, 64])"
-            assert shipped in src
-            # each L0 a multiple of 16 and each L1 >= L0 (so no other rule applies): only L1 % L0 != 0 is wrong
-            for axis, (m, k, n) in (("m", ([32, 48], [64, 64], [64, 64])), ("n", ([32, 32], [64, 64], [64, 96]))):
-                structured = await s.refused("apply_tuning_patch", session_id=sid, knob=CUBE,
-                                             value={"m": m, "k": k, "n": n}, catalog_id="F-9", rationale="illegal")
-                as_diff = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-9", rationale="illegal",
-                                          diff=_diff("matmul_act.py", src, src.replace(
-                                              shipped, f"set_cube_tile_shapes({m}, {k}, {n})")))
-                for msg in (structured, as_diff):
-                    assert "GATE legality:" in msg and "L1 % L0" in msg, msg
-                assert _reason(structured, axis) == _reason(as_diff, axis), (structured, as_diff)
-            assert op.read_text() == src, "a refused change must not touch the file"
-            assert (await s.ok("get_status", session_id=sid))["rounds"] == 0
-
-    anyio.run(scenario)
+        sessions: dict[str, Chapters]) -> None:
+    sessions["matmul_act"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:

@@ -6,7 +6,8 @@ Most tests work at the library level (``tools/code/admission.admit``, ``TuningSe
 tests use a stand-in operator (``_FAKEOP``): a file with a real-looking PyPTO kernel that the role analysis and the
 editor read like any operator, whose ``main()`` never runs the simulator but copies a recorded SIM run of the softmax
 fixture into ``output/`` (a run takes ~0.1 s). It fails its "precision" for a few configurations, so failed rounds can
-be produced at will. One test drives the real server and the real simulator over MCP stdio (marked ``sim``).
+be produced at will. The end-to-end case over MCP stdio with the real simulator (code in a knob change forges the
+measurement) is a chapter of the softmax session in test_attacks_over_stdio.py.
 """
 
 from __future__ import annotations
@@ -627,52 +628,5 @@ def test_a_deleted_or_rewritten_ledger_row_is_found(at_frontend: Callable[[], tu
         assert svc2.get_status(sid).baseline_us is None  # the rewritten baseline measurement is not evidence
         with pytest.raises(GateRefusal, match="ledger-integrity"):  # nor is the round, reopened by the deletion
             svc.apply_tuning_patch(sid, knob=TILE_B, value=2, catalog_id="F-3", rationale="again")
-
-    anyio.run(scenario)
-
-
-# ============================================================================================================
-# End to end over MCP stdio with the real simulator: code in a knob change forges the measurement
-# ============================================================================================================
-
-FORGE = ('(__import__("atexit").register(lambda: [f.write_text(__import__("re").sub(r"(Time: )([0-9.]+)", '
-         'lambda m: m.group(1) + repr(float(m.group(2)) / 100), f.read_text())) '
-         'for f in __import__("pathlib").Path("output").rglob("bubble_analysis.log")]), 128)[1]')
-
-
-@pytest.mark.sim
-def test_over_stdio_code_in_a_knob_change_forges_the_number(tmp_path: Path) -> None:
-    from tests.conftest import sim_command
-    from tests.server.mcp_client import connect
-
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    shutil.copy2(OPS / "softmax" / "softmax.py", ws / "softmax.py")
-
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
-                              test_command=sim_command(), run_mode="sim", goal_speedup=20.0))["session_id"]
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            await s.ok("enable_runtime_debug", session_id=sid)
-            baseline = (await s.ok("collect_swimlane", session_id=sid))["operator_time_us"]
-            await s.ok("analyze_bubbles", session_id=sid, lang="en")
-            src = (ws / "softmax.py").read_text()
-            dup = f'"stitch_function_max_num": 128, "stitch_function_max_num": {FORGE}}}'
-            bad = src.replace("\nTILE_B = 4\n", "\nTILE_B = 8\n").replace(
-                SOFTMAX_JIT, SOFTMAX_JIT.replace('"stitch_function_max_num": 128}', dup))
-            res = await s.client.call_tool("apply_tuning_patch", {
-                "session_id": sid, "diff": _diff("softmax.py", src, bad), "catalog_id": "F-3",
-                "rationale": "bigger row block"})
-            if res.is_error:
-                return  # refused: closed
-            # admitted as "TILE_B: 4 → 8"; the round is verified, measured and judged like any other
-            assert (await s.ok("run_precision_check", session_id=sid))["verdict"] == "passed"
-            await s.ok("collect_swimlane", session_id=sid)
-            rec = await s.ok("record_round", session_id=sid)
-            # honest TILE_B 8 is within a few µs of the baseline; the hook divides every log time by 100 (or more)
-            assert not (rec["decision"] == "kept" and rec["after_us"] < baseline / 4), (
-                f"forged number kept: {rec['before_us']} → {rec['after_us']} µs, finished={rec['finished']}: "
-                f"{rec['message'][:200]}")
 
     anyio.run(scenario)
