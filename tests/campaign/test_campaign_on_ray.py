@@ -1,7 +1,7 @@
-"""A campaign over four fixture operators on a three-node Ray cluster survives the loss of a worker node
+"""A campaign over three fixture operators on a three-node Ray cluster survives the loss of a worker node
 and a kill of its driver, and ends with every operator's ledger equal to the same campaign on the local pool.
 
-Two campaigns run at the same time over copies of the same four operators (the same manifest but for the workspaces):
+Two campaigns run at the same time over copies of the same three operators (the same manifest but for the workspaces):
 
 * on the local pool (``pypto-tune campaign MANIFEST --slots 2``), undisturbed — the reference;
 * on a Ray cluster of three raylets on loopback inside a network namespace the test creates (``ray_campaign.py``:
@@ -10,8 +10,10 @@ Two campaigns run at the same time over copies of the same four operators (the s
 
 Both use one HOME (one seal key, one recorded environment). Each operator's ledger is then compared table by table
 after the masks of ``parity.py`` (ids, times, paths, seals; the undecided rows the killed driver left, and the round
-numbers they used). The four operators include an upstream-style one (``upstream_softmax``: a factory-built jit, a
-``--run_mode`` flag, a ``✓ … passed`` line) and a cube one (``matmul_act``).
+numbers they used). The three operators include an upstream-style one (``upstream_softmax``: a factory-built jit, a
+``--run_mode`` flag, a ``✓ … passed`` line), a cube one (``matmul_act``) and a vector one on a grid of cores
+(``rmsnorm_grid``). Three are enough for every phase: all three run at once on the cluster's three CPUs (one of them
+on node A when it dies), and when the first is done the other two are still running (the driver's kill).
 
 Budgets are small (two trials each, one batch) so that both campaigns take a few minutes on the 2-core machine;
 marked slow.
@@ -40,11 +42,12 @@ from exec_helpers import kill_leftovers, processes_mentioning, ray_unavailable  
 pytestmark = [pytest.mark.slow, pytest.mark.sim]
 
 HERE = Path(__file__).resolve().parent
+#: the campaign's name (its folder under .pypto-tune-campaign/)
+NAME = "three"
 #: name -> (operator file, test command after the interpreter, trial budget)
 # Two trials each, one batch of two: a batch decides when both have run, so from the first trial's record to the
 # decision a session holds undecided work for a run's length — where the driver's kill is meant to land
-OPS = {"softmax": ("softmax.py", ["softmax.py", "--run-mode", "sim"], 2),
-       "matmul_act": ("matmul_act.py", ["matmul_act.py", "--run-mode", "sim"], 2),
+OPS = {"matmul_act": ("matmul_act.py", ["matmul_act.py", "--run-mode", "sim"], 2),
        "rmsnorm_grid": ("rmsnorm_grid.py", ["rmsnorm_grid.py", "--run-mode", "sim"], 2),
        "upstream_softmax": ("softmax_op.py", ["softmax_op.py", "--run_mode", "sim"], 2)}
 TIMEOUT_S = 1800
@@ -52,7 +55,7 @@ TIMEOUT_S = 1800
 
 def write_manifest(root: Path) -> Path:
     root.mkdir(parents=True)
-    lines = ['name = "four"', "batch = 2", "", "[defaults]", 'run_mode = "sim"', "goal_speedup = 50", ""]
+    lines = [f'name = "{NAME}"', "batch = 2", "", "[defaults]", 'run_mode = "sim"', "goal_speedup = 50", ""]
     for name, (f, cmd, trials) in OPS.items():
         lines += ["[[operator]]", f'name = "{name}"', f'workspace = "ws/{name}"',
                   f'source = "{OPERATORS / name}"', f'operator_files = ["{f}"]',
@@ -63,7 +66,7 @@ def write_manifest(root: Path) -> Path:
 
 
 def journal_of(root: Path) -> Path:
-    return root / ".pypto-tune-campaign" / "four" / "journal.jsonl"
+    return root / ".pypto-tune-campaign" / NAME / "journal.jsonl"
 
 
 def events(root: Path) -> list[dict[str, Any]]:
@@ -149,7 +152,7 @@ def test_the_ray_campaign_lost_a_node_and_its_driver_and_still_finished(runs: di
     assert any("6611" in n for n in drivers[0]["nodes"]) and not any("6611" in n for n in drivers[1]["nodes"])
     assert phases["resumed"]["rc"] == 0 and runs["local_rc"] == 0, runs["local_log"][-2000:]
     for side in ("local", "ray"):
-        board = json.loads((base / side / ".pypto-tune-campaign" / "four" / "board.json").read_text())
+        board = json.loads((base / side / ".pypto-tune-campaign" / NAME / "board.json").read_text())
         assert board["state"] == "finished" and board["counts"]["done"] == len(OPS), board["counts"]
     # nothing the campaigns started is still running (test commands, run helpers), and the cluster stopped cleanly
     assert phases["resumed"]["runs_alive"] == [] and facts["leftovers"] == [], facts
@@ -190,7 +193,7 @@ def test_the_killed_driver_left_undecided_work_the_resume_did_again(ledgers: dic
 
 def test_the_board_and_the_report_say_what_the_ledgers_say(runs: dict[str, Any],
                                                            ledgers: dict[str, dict[str, Any]]) -> None:
-    folder = runs["base"] / "local" / ".pypto-tune-campaign" / "four"
+    folder = runs["base"] / "local" / ".pypto-tune-campaign" / NAME
     board = json.loads((folder / "board.json").read_text())
     rows = {r["name"]: r for r in board["operators"]}
     for name, sides in ledgers.items():
@@ -216,8 +219,8 @@ def test_the_boards_render_in_chromium_and_refresh_only_while_running(runs: dict
 
     require_real(Path(CHROMIUM).exists(), "chromium is not installed: scripts/install_chromium.sh installs it")
     running = runs["base"] / "ray" / "board-at-kill.html"  # the board as the killed driver left it
-    final = runs["base"] / "ray" / ".pypto-tune-campaign" / "four" / "board.html"
-    report = runs["base"] / "ray" / ".pypto-tune-campaign" / "four" / "campaign_report_en.html"
+    final = runs["base"] / "ray" / ".pypto-tune-campaign" / NAME / "board.html"
+    report = runs["base"] / "ray" / ".pypto-tune-campaign" / NAME / "campaign_report_en.html"
     for page in (running, final, report):
         text = page.read_text()
         assert "http://" not in text and "https://" not in text and "<script" not in text  # self-contained
