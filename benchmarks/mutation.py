@@ -83,7 +83,7 @@ RULES_SUITE = ("tests/rules/test_rules_and_state.py", "tests/rules/test_limit_st
                "tests/session/test_derived_state.py", "tests/session/test_state_steps.py",
                "tests/prompts/test_prompt_texts.py",  # the prompts state the rules' numbers: a changed one disagrees
                "tests/rules/test_keep_the_best_of_a_batch.py", "tests/rules/test_stage_order.py",
-               "tests/rules/test_measurement.py")
+               "tests/rules/test_measurement.py", "tests/rules/test_same_work_rule.py")
 OPERATIONS_SUITE = ("tests/rules/test_rule_decisions.py", "tests/rules/test_gate_decisions.py")
 # tools/rules/: the unit-tier tests (no process, no simulator) that specify the gate table and the refusal builders
 RULES_PACKAGE_SUITE = ("tests/rules/test_gate_refusals.py", "tests/rules/test_rules_and_state.py",

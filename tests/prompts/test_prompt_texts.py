@@ -136,6 +136,8 @@ def test_perf_tune_thresholds_match_rules(lang: str) -> None:
     assert f"n ≤ {outer}" in text
     for pct in (tuning_loop.SIM_TRANSFER_WARN_PCT, tuning_loop.NPU_MIN_MARGIN_PCT, tuning_loop.NPU_SINGLE_SHOT_MARGIN_PCT):
         assert f"{pct:g} %" in text
+    cap = tuning_loop.NPU_MAX_SAMPLES_FACTOR  # how far an undecided NPU round measures both states
+    assert (f"up to {cap} × `repeats`" if lang == "en" else f"最多到 {cap} 倍 `repeats`") in text
 
 
 @pytest.mark.parametrize("lang", LANGS)
