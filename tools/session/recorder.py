@@ -26,9 +26,10 @@ class RowWriter(Protocol):
 
 def patch_row(session_id: str, *, kind: str, round_no: int | None, before: dict[str, str], after: dict[str, str],
               note: str, catalog_id: str | None = None, diff: str | None = None,
-              changes: list[Any] | None = None) -> dict[str, Any]:
-    """One ``patches`` row: both source states, their functional and raw hashes, the diff and the knob delta."""
-    return dict(session_id=session_id, at=now_iso(), round=round_no, kind=kind, catalog_id=catalog_id,
+              changes: list[Any] | None = None, at: str | None = None) -> dict[str, Any]:
+    """One ``patches`` row: both source states, their functional and raw hashes, the diff and the knob delta;
+    stamped ``at`` (now when not given)."""
+    return dict(session_id=session_id, at=at or now_iso(), round=round_no, kind=kind, catalog_id=catalog_id,
                 diff=unified_diff(before, after) if diff is None else diff, before_hash=code_hash(before),
                 after_hash=code_hash(after), before_raw_hash=hash_sources(before),
                 after_raw_hash=hash_sources(after), before_sources=before, after_sources=after,
@@ -156,10 +157,9 @@ class Recorder:
     def patch(self, *, kind: str, round_no: int | None, before: dict[str, str], after: dict[str, str], note: str,
               catalog_id: str | None = None, diff: str | None = None, changes: list[Any] | None = None) -> int:
         """A change of the operator files (see :func:`patch_row`)."""
-        row = patch_row(self._sid, kind=kind, round_no=round_no, before=before, after=after, note=note,
-                        catalog_id=catalog_id, diff=diff, changes=changes)
-        row["at"] = self._clock()
-        return self._w.insert("patches", **row)
+        return self._w.insert("patches", **patch_row(self._sid, kind=kind, round_no=round_no, before=before,
+                                                      after=after, note=note, catalog_id=catalog_id, diff=diff,
+                                                      changes=changes, at=self._clock()))
 
     def round_opened(self, *, number: int, stage: str, outer_round: int, kind: str, catalog_id: str, change: str,
                      rationale: str, before_hash: str, before_raw_hash: str, before_us: float | None) -> int:
