@@ -42,6 +42,7 @@ def test_the_standard_error_pools_both_states_relative_spreads() -> None:
 def test_without_a_kept_time_nothing_is_a_gain_and_a_flat_npu_round_has_the_1_percent_floor() -> None:
     assert judge_measurement(0.0, [5.0], "sim").result_type == "no-gain"
     assert judge_measurement(0.0, [5.0, 5.0, 5.0], "npu").delta_pct == 0.0
+    assert judge_measurement(0.0, [0.0, 0.0, 0.0], "npu").result_type == "no-gain"
     # no spread in the round's own samples (no kept samples to pool): its margin is the floor, not more
     j = judge_measurement(100.0, [0.0, 0.0, 0.0], "npu")
     assert (j.result_type, j.margin_pct) == ("gain", 1.0)

@@ -28,6 +28,7 @@ def test_a_name_ending_in_digits_is_not_mistaken_for_a_call_number() -> None:
     # only "#<n>" numbers a call: scale_by_2 is a kernel's own name
     assert work_changed(["scale_by_2"], 1, ["scale_by_2"], 1) is None
     assert work_changed(["scale_by_2"], 1, ["scale_by_4"], 1) is not None
+    assert work_changed(["pool#"], 1, ["pool"], 1) is not None  # "#" without a number is part of the name
 
 
 def test_without_names_the_folder_count_decides_and_without_a_kept_run_nothing_does() -> None:

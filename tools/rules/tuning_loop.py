@@ -399,7 +399,8 @@ def _per_kernel(calls: list[str]) -> dict[str, int]:
     """How often each kernel was called: ``pool#1``, ``pool#2`` → {pool: 2} (the numbering is per run)."""
     out: dict[str, int] = {}
     for c in calls:
-        name = c.rsplit("#", 1)[0] if c.rsplit("#", 1)[-1].isdigit() else c
+        head, sep, number = c.rpartition("#")
+        name = head if sep and number.isdigit() else c
         out[name] = out.get(name, 0) + 1
     return out
 
@@ -417,7 +418,7 @@ def work_changed(kept_calls: list[str] | None, kept_folders: int | None, calls: 
         if before == now:
             return None
         diffs = [f"{k} {now.get(k, 0)} time(s) now, {before.get(k, 0)} in the kept state's runs"
-                 for k in sorted(set(before) | set(now)) if before.get(k, 0) != now.get(k, 0)]
+                 for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
         return (f"the run called other kernels than the kept state's runs ({'; '.join(diffs)}): with this change "
                 "the test runs other work (a guard, a caught exception or a branch on the tiling decides what runs), "
                 "so its time is not comparable with the kept time (rule same-work)")
