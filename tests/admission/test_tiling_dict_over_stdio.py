@@ -2,7 +2,11 @@
 and simulator: each entry is one knob, moved and measured like any other; two entries in one diff are two knobs
 (one change only as a pair the run links, rule linked-pair: the block and the tile rows it caps); and
 the same dict used another way in the agent's own code — here iterated in the test — is no knob at all, whatever
-the agent claims. Expected times: the fixture's measured grid (``benchmarks/grids/upstream_rope.json``)."""
+the agent claims. Expected times: the fixture's measured grid (``benchmarks/grids/upstream_rope.json``).
+
+That last one is the admission gate's decision on the two sources alone (``admit``, no run needed), checked on the gate
+itself: the stdio path of a refused non-knob change (``GATE one-change: … not a tuning knob``, the file untouched) is
+the same for any such change and is shown over stdio above and in ``test_attacks_over_stdio.py``."""
 
 from __future__ import annotations
 
@@ -15,11 +19,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from pypto_tune.tools.code.admission import admit
+from pypto_tune.tools.errors import GateRefusal
 from tests.conftest import OPERATORS
 from tests.server.mcp_client import connect
 from tests.sessions import to_frontend
-
-pytestmark = pytest.mark.sim
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 'rope_op.py:ROPE_TILING["block_tokens"]'
@@ -47,6 +51,7 @@ def _ws(tmp_path: Path, extra: str = "") -> Path:
     return ws
 
 
+@pytest.mark.sim
 def test_each_entry_of_a_tiling_dict_is_one_knob_and_two_are_two(tmp_path: Path) -> None:
     ws = _ws(tmp_path)
     op = ws / "rope_op.py"
@@ -74,18 +79,21 @@ def test_each_entry_of_a_tiling_dict_is_one_knob_and_two_are_two(tmp_path: Path)
 
 
 def test_a_dict_the_agents_code_also_iterates_is_no_knob(tmp_path: Path) -> None:
-    ws = _ws(tmp_path, extra="\n\nfor _key in ROPE_TILING:  # the agent's own code reads the dict whole\n"
-                            "    print(_key)\n")
-    op = ws / "rope_op.py"
+    iterated = (_ws(tmp_path, extra="\n\nfor _key in ROPE_TILING:  # the agent's own code reads the dict whole\n"
+                                   "    print(_key)\n") / "rope_op.py").read_text()
+    shipped = (OPERATORS / "upstream_rope" / "rope_op.py").read_text()
 
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = await to_frontend(s, ws, ["rope_op.py"], CMD)
-            src = op.read_text()
-            moved = src.replace(SHIPPED, '{"block_tokens": 4, "vec_tile": (2, 64)}')
-            msg = await s.refused("apply_tuning_patch", session_id=sid, diff=_diff(src, moved), catalog_id="F-3",
-                                  rationale="a larger block")
-            assert "GATE one-change:" in msg and "not a tuning knob" in msg and "ROPE_TILING" in msg, msg
-            assert op.read_text() == src
+    def decision(src: str) -> GateRefusal | None:
+        try:
+            admit({"rope_op.py": src}, {"rope_op.py": src.replace(SHIPPED, '{"block_tokens": 4, "vec_tile": (2, 64)}')})
+        except GateRefusal as refusal:
+            return refusal
+        return None
 
-    anyio.run(scenario)
+    refused = decision(iterated)
+    assert refused is not None and refused.rule == "one-change", refused
+    assert "not a tuning knob" in refused.message and "ROPE_TILING" in refused.message, refused.message
+    # the iteration is what makes it no knob: in the shipped operator the same edit is a knob change (here refused at
+    # most for its legality, which waits for a run record this gate-level check has none of)
+    shipped_decision = decision(shipped)
+    assert shipped_decision is None or shipped_decision.rule != "one-change", shipped_decision.message

@@ -247,6 +247,24 @@ async def _recover(ws: Path, info: dict[str, Any], trial: Trial) -> None:
                 trial.problems.append(f"after recovery the session is at {final['state']}")
 
 
+def check_and_recover(ws: Path, trial: Trial) -> None:
+    """After the kill (its processes gone): check the ledger and the operator file, let a fresh server resume and
+    finish the session, and check them again; every problem goes into ``trial.problems``."""
+    info = check_after_kill(ws, trial)
+    t0 = time.monotonic()
+    try:
+        anyio.run(_recover, ws, info, trial)
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        inner = exc
+        while isinstance(inner, BaseExceptionGroup):
+            inner = inner.exceptions[0]
+        trial.problems.append(f"{type(inner).__name__}: {inner}"[:500])
+    trial.recovery_s = round(time.monotonic() - t0, 2)
+    check_after_kill(ws, trial)
+
+
 def run_trial(seed: int, base: Path) -> Trial:
     rng = random.Random(seed)
     trial = Trial(seed=seed)
@@ -278,19 +296,7 @@ def run_trial(seed: int, base: Path) -> Trial:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        info = check_after_kill(ws, trial)
-        t0 = time.monotonic()
-        try:
-            anyio.run(_recover, ws, info, trial)
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            inner = exc
-            while isinstance(inner, BaseExceptionGroup):
-                inner = inner.exceptions[0]
-            trial.problems.append(f"{type(inner).__name__}: {inner}"[:500])
-        trial.recovery_s = round(time.monotonic() - t0, 2)
-        check_after_kill(ws, trial)
+        check_and_recover(ws, trial)
     finally:
         for pid in processes_in(ws):
             try:

@@ -107,18 +107,19 @@ def test_a_package_installed_during_a_batch_charges_no_value(tmp_path: Path) -> 
     async def scenario() -> tuple[str, str, list[tuple[str, str]]]:
         async with connect(ws) as s:
             sid = await to_frontend(s, ws, ["softmax.py"], cmd, goal_speedup=100.0)
-            cands = (await s.ok("propose_candidates", session_id=sid, limit=4))["candidates"][:2]
+            # a batch of one: what the server does with a discarded trial does not depend on how many ran beside it
+            cands = (await s.ok("propose_candidates", session_id=sid, limit=4))["candidates"][:1]
             tried = [_key(c["knob"], c["value"]) for c in cands]
             job = await s.ok("run_candidates", session_id=sid, candidates=[c["id"] for c in cands], wait=False)
             await anyio.sleep(1.0)
             _pip_install_unrelated(site)
             res = (await _wait(s, job))["result"]
-            assert res["winner_round"] is None and len(res["trials"]) == 2, res
+            assert res["winner_round"] is None and len(res["trials"]) == 1, res
             for t in res["trials"]:
                 assert t["decision"] == "invalid" and "interpreter's files changed" in t["reason"], t
             assert "INVALID" in res["message"] and "start a new session" in res["message"], res["message"]
             status = await s.ok("get_status", session_id=sid)
-            assert status["rounds"] == 0 and "INVALID: 2 trial(s)" in status["message"], status["message"]
+            assert status["rounds"] == 0 and "INVALID: 1 trial(s)" in status["message"], status["message"]
             assert set(tried) <= await _proposed(s, sid)  # nothing excluded in the same session
 
             # a manual round meets the same: its run is discarded, the round cannot be judged failed, and rolling

@@ -7,8 +7,13 @@ operator file holds and how to go on; a second demo on the folder is refused whi
 start; `pypto-tune demo --resume` then reaches the same result as a demo nobody interrupted (the same kept operator
 source, the same best time).
 
-One uninterrupted demo serves both: it is the main job whose output and ledger are checked, and the run the
-interrupted one is compared with (it runs alongside the interrupted one)."""
+`scripts/setup.sh` and `scripts/demo.sh` run again while the demo's session measures from the same checkout: they
+change no file of .venv (a session fingerprints the interpreter's files and would discard its next run), say so in one
+line, and the session goes on measuring with every run kept and every trial judged on its measurement; a set-up that
+must change .venv names the running session and stops.
+
+One uninterrupted demo serves all three: it is the main job whose output and ledger are checked, the session the
+set-up runs beside, and the run the interrupted one is compared with (it runs alongside the interrupted one)."""
 
 from __future__ import annotations
 
@@ -17,13 +22,16 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pypto_tune.tools.campaign.facts import latest_session
+from pypto_tune.tools.campaign.facts import latest_session, ledger_tables
+from pypto_tune.tools.session.discarded import discarded_run_ids
 from tests.conftest import require_real
+from tests.scripts.test_setup_over_stdio import VENV, run_script, stamped_extras, venv_state
 from tests.terminal import Tmux
 
 pytestmark = pytest.mark.sim
@@ -39,6 +47,7 @@ class Demo:
         self.proc = subprocess.Popen([str(CLI), "demo", "--workspace", str(ws)], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self._out: tuple[str, str] | None = None
+        self.setups_done_at: float | None = None  # when the set-up scripts beside it had finished (epoch seconds)
 
     def result(self) -> subprocess.CompletedProcess[str]:
         if self._out is None:
@@ -57,13 +66,64 @@ def plain_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             demo.proc.communicate()
 
 
+def _runs_recorded(ws: Path) -> int:
+    """How many runs the demo's ledger holds now (read-only, beside the server writing it)."""
+    db = ws / ".pypto-tune" / "ledger.sqlite3"
+    if not db.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:  # the server has not created its tables yet
+        return 0
+
+
+# First in the file: the set-up scripts run while the plain demo measures.
+def test_setup_and_demo_run_again_beside_the_demo_change_nothing_it_measures(plain_demo: Demo) -> None:
+    require_real(Path(sys.executable).parent.parent == VENV, f"the tests run from {VENV}")
+    require_real({"sim", "operator-tests"} <= stamped_extras(), "a .venv made by scripts/setup.sh (its stamp)")
+    ws = plain_demo.ws
+    # the baseline's precision run is recorded: the session has fingerprinted the interpreter's files, and from here
+    # on a change of .venv voids its runs
+    deadline = time.monotonic() + 600
+    while _runs_recorded(ws) < 1:
+        assert plain_demo.proc.poll() is None, plain_demo.result().stderr[-3000:]
+        assert time.monotonic() < deadline, "the demo recorded no run in 600 s"
+        time.sleep(0.5)
+    before = venv_state()
+    # the checkout's main command and its set-up, run twice while the session holds its workspace
+    for _ in range(2):
+        setup = run_script("setup.sh")
+        assert setup.returncode == 0, setup.stderr
+        assert setup.stdout.strip().splitlines()[-1].startswith("setup: .venv is up to date"), setup.stdout
+        demo = run_script("demo.sh", "--help")
+        assert demo.returncode == 0 and "usage: pypto-tune demo" in demo.stdout, demo.stderr
+    assert venv_state() == before
+    # a set-up that must change .venv (an extra not installed) names the session and stops
+    refused = run_script("setup.sh", extra="mutation")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "processes run from it" in refused.stderr
+    # each process is listed with every session it (or a child) holds: the test runner holds others too
+    holders = [ln for ln in refused.stderr.splitlines() if "holds the session of" in ln]
+    assert any(str(ws) in [w.strip() for w in ln.split("holds the session of", 1)[1].split(", ")]
+               for ln in holders), holders
+    assert "--force" in refused.stderr
+    assert venv_state() == before
+    # the set-ups ran beside a session still measuring (what it measured next is checked when the demo has ended)
+    assert plain_demo.proc.poll() is None, "the demo ended before the set-ups did: nothing ran beside them"
+    plain_demo.setups_done_at = time.time()
+
+
 def _result(ws: Path) -> tuple[str, float | None, str]:
     facts = latest_session(ws)
     assert facts is not None
     return facts.level1, facts.best_us, (ws / "softmax.py").read_text()
 
 
-# First in the file: the interrupted demo runs while the plain one does.
+# Next: the interrupted demo runs while the plain one does.
 @pytest.mark.slow
 def test_ctrl_c_prints_the_state_a_second_demo_is_refused_and_resume_reaches_the_same_result(
         tmp_path: Path, plain_demo: Demo) -> None:
@@ -129,3 +189,12 @@ def test_the_demo_session_searches_reaches_its_goal_and_reports_the_batches(plai
                 path = ws / f"{stem}{suffix}.{fmt}"
                 assert path.is_file() and f"report: {path}" in proc.stdout, path
     assert "性能调优报告" in (ws / "softmax_tuning_report.html").read_text()
+
+    # every run kept (none discarded for a changed interpreter), every trial judged on its measurement — also the
+    # runs that started after the set-up scripts ran beside the session (the first test): it went on measuring
+    rows = ledger_tables(ws, sid)
+    assert rows["runs"] and not any(r.get("tampered") for r in rows["runs"]), [r["tampered"] for r in rows["runs"]]
+    assert not discarded_run_ids(rows)
+    if plain_demo.setups_done_at is not None:
+        assert any(r["started_epoch"] > plain_demo.setups_done_at for r in rows["runs"]), \
+            "no run started after the set-up scripts: the session did not measure beside them"

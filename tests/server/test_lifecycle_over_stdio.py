@@ -175,30 +175,47 @@ def test_a_background_job_reports_progress_and_a_cancelled_job_leaves_no_process
     anyio.run(scenario)
 
 
-@pytest.mark.parametrize(("operator", "expected"), [
-    ("softmax", {"softmax.py:TILE_B": 4, "softmax.py:softmax_kernel.set_vec_tile_shapes#1": [1, 4, 256]}),
-    ("rmsnorm", {"rmsnorm.py:TILE_B": 1}),
-    ("matmul", {"matmul.py:TILE_N": 256}),
-])
-def test_list_knobs_shows_each_fixture_operators_knobs_with_locations(tmp_path: Path, operator: str,
-                                                                      expected: dict) -> None:
+KNOBS_EXPECTED = {
+    "softmax": {"softmax.py:TILE_B": 4, "softmax.py:softmax_kernel.set_vec_tile_shapes#1": [1, 4, 256]},
+    "rmsnorm": {"rmsnorm.py:TILE_B": 1},
+    "matmul": {"matmul.py:TILE_N": 256},
+}
+
+
+@pytest.fixture(scope="module")
+def listed_knobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, dict]]:
+    """Each fixture operator's session started on one server (a server holds sessions of several workspaces): the
+    summary and the full list of its knobs, by operator."""
     from tests.conftest import make_workspace
 
-    ws = make_workspace(tmp_path, operator)
+    root = tmp_path_factory.mktemp("knobs")
+    spaces = {op: make_workspace(root, op) for op in KNOBS_EXPECTED}
 
-    async def scenario() -> None:
-        async with connect(ws) as s:
-            sid = (await s.ok("start_session", workspace=str(ws), operator_files=[f"{operator}.py"],
-                              test_command=sim_command(operator), run_mode="sim", goal_speedup=2.0))["session_id"]
-            listed = await s.ok("list_knobs", session_id=sid)
-            knobs = {k["id"]: k for k in listed["knobs"]}
-            for kid, value in expected.items():  # the summary says each kind's legal values once
-                assert knobs[kid]["value"] == value and knobs[kid]["line"] > 0
-                assert knobs[kid].get("legal") or listed["legal_by_kind"][knobs[kid]["kind"]]
-            full = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid, detail="full"))["knobs"]}
-            assert all(full[kid]["legal"] and full[kid]["file"] for kid in expected)
-            kinds = {k["kind"] for k in knobs.values()}
-            assert "jit_option" in kinds
-            assert ("cube_tile" in kinds) == (operator == "matmul")
+    async def scenario() -> dict[str, tuple[dict, dict]]:
+        out = {}
+        async with connect(spaces["softmax"]) as s:
+            for operator, ws in spaces.items():
+                sid = (await s.ok("start_session", workspace=str(ws), operator_files=[f"{operator}.py"],
+                                  test_command=sim_command(operator), run_mode="sim",
+                                  goal_speedup=2.0))["session_id"]
+                out[operator] = (await s.ok("list_knobs", session_id=sid),
+                                 await s.ok("list_knobs", session_id=sid, detail="full"))
+        return out
 
-    anyio.run(scenario)
+    return anyio.run(scenario)
+
+
+@pytest.mark.parametrize("operator", list(KNOBS_EXPECTED))
+def test_list_knobs_shows_each_fixture_operators_knobs_with_locations(
+        listed_knobs: dict[str, tuple[dict, dict]], operator: str) -> None:
+    expected = KNOBS_EXPECTED[operator]
+    listed, full_list = listed_knobs[operator]
+    knobs = {k["id"]: k for k in listed["knobs"]}
+    for kid, value in expected.items():  # the summary says each kind's legal values once
+        assert knobs[kid]["value"] == value and knobs[kid]["line"] > 0
+        assert knobs[kid].get("legal") or listed["legal_by_kind"][knobs[kid]["kind"]]
+    full = {k["id"]: k for k in full_list["knobs"]}
+    assert all(full[kid]["legal"] and full[kid]["file"] for kid in expected)
+    kinds = {k["kind"] for k in knobs.values()}
+    assert "jit_option" in kinds
+    assert ("cube_tile" in kinds) == (operator == "matmul")

@@ -83,20 +83,31 @@ async def _bad_arguments(client: Client) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def eras(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """One server per era (and one over HTTP) asked how it presents itself; the legacy one also gets bad arguments."""
-    ws = tmp_path_factory.mktemp("eras")
+def http_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """One server over HTTP for the module: each request is stateless, so the clients of several tests can share it
+    (a session's workspace is named in its own start_session)."""
+    with running_http(tmp_path_factory.mktemp("http")) as port:
+        yield port
 
-    async def scenario() -> dict[str, dict[str, Any]]:
-        seen = {}
+
+@pytest.fixture(scope="module")
+def eras(tmp_path_factory: pytest.TempPathFactory, http_port: int) -> dict[str, Any]:
+    """One server per era (and one over HTTP) asked how it presents itself; the legacy one also gets bad arguments,
+    then runs a softmax session's baseline with a progress recorder on each call (one server start fewer than a
+    server of its own)."""
+    ws = tmp_path_factory.mktemp("eras")
+    softmax = make_workspace(tmp_path_factory.mktemp("progress"))
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
         for mode in ("legacy", "auto"):
             async with Client(server_params(ws), mode=mode) as client:  # type: ignore[arg-type]
                 seen[mode] = await _presentation(client)
                 if mode == "legacy":
                     seen["bad_arguments"] = await _bad_arguments(client)
-        with running_http(ws) as port:
-            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
-                seen["http"] = await _presentation(client)
+                    seen["progress"] = await _baseline_with_progress(client, softmax)
+        async with Client(f"http://127.0.0.1:{http_port}/mcp") as client:
+            seen["http"] = await _presentation(client)
         return seen
 
     return anyio.run(scenario)
@@ -168,24 +179,23 @@ def _check_drawable(rec: Recorder, tool: str) -> None:
     assert rec.seen[0][0] < 5.0, rec.seen[:2]
 
 
-def test_progress_says_where_the_call_is_with_a_total_from_the_first_seconds(tmp_path: Path) -> None:
-    ws = make_workspace(tmp_path)
+async def _baseline_with_progress(client: Client, ws: Path) -> tuple[Recorder, Recorder]:
+    """A softmax session's baseline precision check and collection, each call's progress notifications recorded."""
+    s = Session(client)
+    sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
+                      test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
+    precision, collect = Recorder(), Recorder()
+    res = await client.call_tool("run_precision_check", {"session_id": sid}, progress_callback=precision)
+    assert not res.is_error and res.structured_content["verdict"] == "passed"
+    await s.ok("enable_runtime_debug", session_id=sid)
+    collect.t0 = time.monotonic()
+    res = await client.call_tool("collect_swimlane", {"session_id": sid}, progress_callback=collect)
+    assert not res.is_error, res.content
+    return precision, collect
 
-    async def scenario() -> tuple[Recorder, Recorder]:
-        async with Client(server_params(ws), mode="legacy") as client:
-            s = Session(client)
-            sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
-                              test_command=sim_command(), run_mode="sim", goal_speedup=2.0))["session_id"]
-            precision, collect = Recorder(), Recorder()
-            res = await client.call_tool("run_precision_check", {"session_id": sid}, progress_callback=precision)
-            assert not res.is_error and res.structured_content["verdict"] == "passed"
-            await s.ok("enable_runtime_debug", session_id=sid)
-            collect.t0 = time.monotonic()
-            res = await client.call_tool("collect_swimlane", {"session_id": sid}, progress_callback=collect)
-            assert not res.is_error, res.content
-            return precision, collect
 
-    precision, collect = anyio.run(scenario)
+def test_progress_says_where_the_call_is_with_a_total_from_the_first_seconds(eras: dict[str, Any]) -> None:
+    precision, collect = eras["progress"]
     _check_drawable(precision, "run_precision_check")
     phases = " | ".join(m for _, _, _, m in precision.seen)
     # the first call of a session checks the environment before the run: a client can say so
@@ -206,7 +216,7 @@ def failing_ws(tmp_path: Path) -> Iterator[Path]:
     yield ws
 
 
-def test_a_person_answers_r5_through_input_required_on_a_2026_connection(failing_ws: Path) -> None:
+def test_a_person_answers_r5_through_input_required_on_a_2026_connection(failing_ws: Path, http_port: int) -> None:
     """The 2026-07-28 wire has no server-to-client requests: the call answers InputRequiredResult with the question,
     the client shows it and calls again with the answer; it is recorded as the person's, and only an accepted retry
     runs the baseline again — over stdio and over HTTP. A client that cannot show a form is told the terminal
@@ -251,19 +261,18 @@ def test_a_person_answers_r5_through_input_required_on_a_2026_connection(failing
             confirmations = [(c["kind"], c["source"]) for c in ledger["tables"]["confirmations"]]
             assert confirmations == [("declined", "elicitation"), ("baseline-retry", "elicitation")], confirmations
         # over HTTP (stateless 2026-07-28 requests: the sealed state must survive between two POSTs)
-        with running_http(failing_ws) as port:
-            async with Client(f"http://127.0.0.1:{port}/mcp", elicitation_callback=person_http) as client:
-                s = Session(client)
-                await s.ok("start_session", workspace=str(failing_ws), operator_files=["bad_op.py"],
-                           test_command=[sys.executable, "bad_op.py"], run_mode="sim", goal_speedup=2.0)
-                before = len(asked)
-                for _ in range(4):  # the attempts the last answer allowed, then the question again
-                    await s.ok("run_precision_check", session_id=sid)
-                    if len(asked) > before:
-                        break
-                assert len(asked) == before + 1, "the question was not asked over HTTP"
-                ledger = json.loads((await client.read_resource(f"pypto-tune://sessions/{sid}/ledger"))
-                                    .contents[0].text)
-                assert [c["source"] for c in ledger["tables"]["confirmations"]] == ["elicitation"] * 3
+        async with Client(f"http://127.0.0.1:{http_port}/mcp", elicitation_callback=person_http) as client:
+            s = Session(client)
+            await s.ok("start_session", workspace=str(failing_ws), operator_files=["bad_op.py"],
+                       test_command=[sys.executable, "bad_op.py"], run_mode="sim", goal_speedup=2.0)
+            before = len(asked)
+            for _ in range(4):  # the attempts the last answer allowed, then the question again
+                await s.ok("run_precision_check", session_id=sid)
+                if len(asked) > before:
+                    break
+            assert len(asked) == before + 1, "the question was not asked over HTTP"
+            ledger = json.loads((await client.read_resource(f"pypto-tune://sessions/{sid}/ledger"))
+                                .contents[0].text)
+            assert [c["source"] for c in ledger["tables"]["confirmations"]] == ["elicitation"] * 3
 
     anyio.run(scenario)
