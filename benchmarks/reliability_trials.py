@@ -6,7 +6,8 @@ Each trial: fresh workspace with the softmax fixture, a scripted session (precis
 precision, collect, record, stop, report); the server's process group is killed inside a random step after a random
 delay; then PRAGMA integrity_check, no round_decisions without rounds, operator file whole and known to the ledger,
 and a new server resumes (start_session → resumed=true) and finishes (revert_patch if needed, stop, report).
-The harness lives in tests/reliability/crash_harness.py (the CI test runs one random trial of it, plus a kill during the baseline's simulator run; CRASH_SEEDS adds trials).
+The harness lives in tests/reliability/crash_harness.py (the CI test runs one random trial of it, plus a kill during
+the baseline's simulator run; CRASH_SEEDS adds trials).
 """
 
 from __future__ import annotations
