@@ -21,7 +21,10 @@ from pathlib import Path
 from pypto_tune.tools.code.codestate import ExecFile
 from pypto_tune.tools.running.executors import RunSpec
 from pypto_tune.tools.running.runner import build_child_env
-from tests.running.runner_helpers import is_alive, kill_leftovers, processes_mentioning, wait_dead  # noqa: F401 - re-exported
+# the Ray scenarios import this module in processes of their own, with only this folder on the path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "running"))
+
+from runner_helpers import is_alive, kill_leftovers, processes_mentioning, wait_dead  # noqa: E402,F401 - re-exported
 
 PY = sys.executable
 
