@@ -120,7 +120,7 @@ MODULES: dict[str, Target] = {  # in the order a run takes them
 RULES_SUITES: dict[str, tuple[str, ...]] = {
     "gates": RULES_PACKAGE_SUITE,
     "tuning_loop": RULES_SUITE,
-    "retry": OPERATIONS_SUITE + ("tests/rules/test_refusal_builders.py",),
+    "retry": OPERATIONS_SUITE + ("tests/rules/test_refusal_builders.py", "tests/rules/test_retry.py"),
     "precision": ("tests/rules/test_precision_steps.py", "tests/running/test_verdict.py",
                   "tests/running/test_runner_properties.py")}
 #: every module of tools/rules/, as found on disk (scripts/mutation.sh): every definition and table row, no message
