@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import pty
 import shutil
+import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -143,3 +146,15 @@ def put_back(copy: Path, ws: Path) -> None:
         shutil.copy2(copy / "ledger-history.json", history)
     else:
         history.unlink(missing_ok=True)
+
+
+def own_interpreter(at: Path) -> tuple[str, Path]:
+    """A virtual environment of the test's own at ``at/venv`` whose site-packages reaches the project's (so pypto
+    imports) and may be attacked or changed — the real .venv is never touched: its python and site-packages folder."""
+    venv = at / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python, site

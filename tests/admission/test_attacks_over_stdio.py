@@ -40,7 +40,7 @@ from tests.admission.test_redteam_findings import SOFTMAX_JIT
 from tests.attacker import host_copies, sandboxed_copies, write
 from tests.conftest import OPERATORS
 from tests.server.mcp_client import Session, connect
-from tests.sessions import Chapters, run_in_pty
+from tests.sessions import Chapters, own_interpreter, run_in_pty
 
 pytestmark = pytest.mark.sim
 
@@ -106,20 +106,6 @@ FORGE = ('(__import__("atexit").register(lambda: [f.write_text(__import__("re").
          'for f in __import__("pathlib").Path("output").rglob("bubble_analysis.log")]), 128)[1]')
 
 
-def _own_interpreter(at: Path) -> tuple[str, Path]:
-    """An interpreter of its own whose site-packages reaches the project's (so pypto imports) and can be attacked:
-    returns its python and its site-packages folder."""
-    import sysconfig
-
-    venv = at / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python, site
-
-
 @pytest.fixture(scope="module")
 def softmax_story(tmp_path_factory: pytest.TempPathFactory) -> Chapters:
     """The softmax operator on one server, brought to FRONTEND once; its test command runs an interpreter of its own
@@ -131,7 +117,7 @@ def softmax_story(tmp_path_factory: pytest.TempPathFactory) -> Chapters:
     ws.mkdir()
     shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
     op = ws / "softmax.py"
-    python, site = _own_interpreter(tmp)
+    python, site = own_interpreter(tmp)
     cmd = [python, "softmax.py", "--run-mode", "sim"]
     story = Chapters()
 

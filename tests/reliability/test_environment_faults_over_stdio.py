@@ -10,9 +10,7 @@ to their values (``failed / runtime-error``); it is repaired on resume by one co
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +23,9 @@ from pypto_tune.tools.session.ledger import Ledger, now_iso
 from pypto_tune.tools.session.state import derive_state, load_rows
 from tests.conftest import OPERATORS
 from tests.server.mcp_client import Session, connect
-from tests.sessions import to_frontend
+from tests.sessions import own_interpreter, to_frontend
 
 pytestmark = pytest.mark.sim
-
-
-def _venv(tmp_path: Path) -> tuple[str, Path]:
-    """An interpreter of the test's own whose site-packages reaches the project's (so pypto imports): the real
-    .venv is never touched."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    (site / "project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python, site
 
 
 def _pip_install_unrelated(site: Path) -> None:
@@ -99,7 +85,7 @@ def test_a_package_installed_during_a_batch_charges_no_value(tmp_path: Path) -> 
     ws = tmp_path / "ws"
     ws.mkdir()
     shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
-    python, site = _venv(tmp_path)
+    python, site = own_interpreter(tmp_path)
     cmd = [python, "softmax.py", "--run-mode", "sim"]
     start = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=cmd, run_mode="sim",
                  goal_speedup=100.0)
