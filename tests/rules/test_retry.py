@@ -126,3 +126,36 @@ def test_only_patches_that_carry_a_rounds_change_count() -> None:
     for kind in retry.CHANGE_PATCHES:
         st.rows["patches"][0]["kind"] = kind
         assert tried(st, one()) != "", kind
+
+
+def failures(precision: list[dict[str, Any]] = (), measurements: list[dict[str, Any]] = (),
+             runs: list[dict[str, Any]] = ()) -> dict[str, str]:
+    return retry.failed_code(SimpleNamespace(rows={"precision_records": list(precision),
+                                                   "measurements": list(measurements), "runs": list(runs)}))
+
+
+def prec(round_no: int | None, code: str, verdict: str = "error", run_id: int | None = None) -> dict[str, Any]:
+    return dict(round=round_no, code_hash=code, verdict=verdict, result_type="compile-failure", run_id=run_id)
+
+
+def meas(round_no: int | None, code: str, valid: bool = False, run_ids: list[int] | None = None,
+         why: str = "fake tasks (B.9.3)") -> dict[str, Any]:
+    return dict(round=round_no, code_hash=code, valid=valid, run_ids=run_ids, invalid_reasons=[why])
+
+
+def test_the_failed_code_of_rounds_is_what_r19_keys_on_never_the_baseline_or_a_reference_run() -> None:
+    got = failures([prec(1, "c1"), prec(2, "c2", "passed"), prec(0, "c0"), prec(None, "cb"), prec(-2, "cr")])
+    assert got == {"c1": "precision error (compile-failure)"}
+    got = failures(measurements=[meas(1, "m1"), meas(2, "m2", valid=True), meas(0, "m0"), meas(None, "mb"),
+                                 meas(-2, "mr")])
+    assert got == {"m1": "invalid measurement (fake tasks (B.9.3))"}
+    long = failures(measurements=[meas(3, "m3", why="x" * 200)])
+    assert long == {"m3": "invalid measurement (" + "x" * 120 + ")"}  # a reason is cut at 120 characters
+
+
+def test_a_run_the_server_discarded_for_the_environments_sake_says_nothing_of_its_code() -> None:
+    env = [dict(id=5, tampered=["interpreter files changed"]), dict(id=6, tampered=["op.py"])]
+    got = failures([prec(1, "c5", run_id=5), prec(2, "c6", run_id=6), prec(3, "cn", run_id=None)],
+                   [meas(4, "m5", run_ids=[5]), meas(5, "m6", run_ids=[6]), meas(6, "mn", run_ids=None)], env)
+    # run 6's copy was rewritten while it ran: an attack on the run, still charged to the change
+    assert set(got) == {"c6", "cn", "m6", "mn"}
