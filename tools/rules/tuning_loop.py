@@ -205,7 +205,7 @@ class StageStep:
     next_step: str  # what the agent does next
 
 
-def after_stage(stage: str, reason: str, *, converged: bool = True) -> StageStep:
+def after_stage(stage: str, reason: str, *, converged: bool) -> StageStep:
     """Where leaving ``stage`` leads (R23): the next configuration stage; after the last one, ALGORITHM when the
     configuration stages converged by measurement, else the report — an early exit by a complete checklist
     (``converged`` False) never opens ALGORITHM, whose declared changes need convergence shown by measurement (marks
