@@ -423,10 +423,10 @@ class RunMap:
             kernels = sorted({self.kernel_name(c.get("kernel")) for c in hits if c.get("kernel")})
             shapes: list[list[Any]] = []
             dtypes: list[str] = []
-            for c in hits:
-                ran_shapes, ran_dtypes, _ = self.kernel_context(c.get("kernel"))
+            for key in dict.fromkeys(c.get("kernel") for c in hits):  # each kernel that ran it, once
+                ran_shapes, ran_dtypes, _ = self.kernel_context(key)
                 shapes += [s for s in ran_shapes if s not in shapes]
-                dtypes += [d for d in ran_dtypes + self.cast_dtypes(c.get("kernel")) if d not in dtypes]
+                dtypes = list(dict.fromkeys(dtypes + ran_dtypes + self.cast_dtypes(key)))
             return KnobRun(live=True, effective=effective, kernels=kernels, shapes=shapes, dtypes=dtypes,
                            unroll=variants, tests=self.tests_of([c.get("stack", []) for c in hits]))
         if k.kind in ("jit_option", "debug_option"):
