@@ -550,9 +550,6 @@ class SessionContext:
         self.transition(h, st, "state", "S5_REPORT", reason, summary or gates.stage_summary(st))
 
 
-
-
-
 def goal_text(row: Any) -> str:
     return (f"{row['goal_value']:g}x faster" if row["goal_kind"] == "speedup" else f"≤ {row['goal_value']:g} µs")
 
