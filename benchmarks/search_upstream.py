@@ -272,15 +272,15 @@ def _ran_shapes(knob: dict[str, Any], rank: int) -> list[list[int]]:
 def _reduced_axes(knob: dict[str, Any], files: dict[str, str]) -> dict[int, int]:
     """The vector tile's reduced axes and the length each ran with (the knob map's shapes; the server's program)."""
     from pypto_tune.tools.patching import roles
+    from pypto_tune.tools.patching.effective import reduced_axes
 
     value = knob["value"] if isinstance(knob["value"], list) else (knob.get("effective") or [None])[0]
     if knob["kind"] != "vec_tile" or not isinstance(value, list):
         return {}
     rank, file = len(value), knob["id"].split(":", 1)[0]
     shapes = _ran_shapes(knob, rank)
-    axes = {a + rank if a < 0 else a for r in roles.analyze(files).reductions.get(file, []) for a in r.axes
-            if -rank <= a < rank}
-    return {a: max(s[a] for s in shapes) for a in sorted(axes)} if shapes else {}
+    axes = reduced_axes(roles.analyze(files).reductions.get(file, []), rank)
+    return {a: max(s[a] for s in shapes) for a in axes} if shapes else {}
 
 
 def _legal_at_run_shapes(knob: dict[str, Any], value: Any, files: dict[str, str]) -> bool:

@@ -489,6 +489,12 @@ def _check_loops(before_loops: dict[str, SiteValue], after_loops: dict[str, Site
     return report
 
 
+def reduced_axes(reductions: list[roles.Reduction], rank: int) -> list[int]:
+    """The axes of a rank-``rank`` tile that the file's reductions sum over, counted from 0 (a vector tile keeps
+    them whole)."""
+    return sorted({a + rank if a < 0 else a for r in reductions for a in r.axes if -rank <= a < rank})
+
+
 def describe_legal(knob: Any, program: roles.Program, sources: dict[str, str]) -> str:
     """The legal values of ``knob`` for THIS operator's shapes and dtypes, in words (list_knobs).
 
@@ -514,8 +520,7 @@ def describe_legal(knob: Any, program: roles.Program, sources: dict[str, str]) -
         if same:
             dims = [max(s[i] for s in same) for i in range(rank)]
             parts.append(f"dim i ≤ {dims}")
-            reduced = sorted({(a + rank if a < 0 else a) for r in program.reductions.get(knob.file, [])
-                              for a in r.axes if -rank <= a < rank})
+            reduced = reduced_axes(program.reductions.get(knob.file, []), rank)
             if reduced:
                 parts.append("whole along the reduced axis " + ", ".join(f"{a} (= {dims[a]})" for a in reduced))
         elem = max((DTYPE_BYTES.get(d, 0) for d in knob.context.get("dtypes", [])), default=0)
