@@ -1,0 +1,94 @@
+"""A server forked from the warm interpreter (tests/warm_server.py) behaves, for the client that started it, as the
+fresh ``python -m`` it stands in for: the module runs as ``__main__`` with the arguments, folder, environment and
+``sys.path`` a fresh interpreter would give it, on the client's own pipes; its exit status, a signal the client sends
+and a launcher killed outright reach the child."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.warm_server import module_command
+
+pytestmark = pytest.mark.process
+
+REPORT = """
+import json, os, sys
+print(json.dumps({"name": __name__, "argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0],
+                  "path": sys.path, "env": os.environ.get("WARM_PROBE"), "line": sys.stdin.readline()}))
+sys.exit(int(sys.argv[1]))
+"""
+
+SLEEPER = """
+import os, sys, time
+print(os.getpid(), flush=True)
+time.sleep(120)
+"""
+
+
+def _launch(tmp_path: Path, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    command, argv = module_command(module, args, env)
+    assert argv[:3] == ["-I", "-S", "-c"], "the warm interpreter did not start: this test would test nothing"
+    return subprocess.Popen([command, *argv], cwd=tmp_path, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+
+
+def test_the_module_runs_as_main_with_the_arguments_folder_environment_and_path_of_a_fresh_interpreter(
+        tmp_path: Path) -> None:
+    (tmp_path / "report_mod.py").write_text(REPORT)
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "WARM_PROBE": "seen", "PYTHONPATH": str(extra)}
+    proc = _launch(tmp_path, "report_mod", ["3", "--flag"], env)
+    out, _ = proc.communicate("typed on stdin\n", timeout=60)
+    assert proc.returncode == 3  # sys.exit's code is the launcher's
+    got = json.loads(out)
+    fresh = subprocess.run([sys.executable, "-m", "report_mod", "3", "--flag"], cwd=tmp_path, env=env, text=True,
+                           input="typed on stdin\n", capture_output=True, timeout=60)
+    want = json.loads(fresh.stdout)
+    assert got == want  # name, argv, folder, sys.path (the folder, then PYTHONPATH), environment, stdin
+    assert got["name"] == "__main__" and got["path"][1] == str(extra) and got["env"] == "seen"
+
+
+def test_a_signal_to_the_launcher_reaches_the_child_and_its_status_comes_back(tmp_path: Path) -> None:
+    (tmp_path / "sleeper_mod.py").write_text(SLEEPER)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    proc = _launch(tmp_path, "sleeper_mod", [], env)
+    child = int(proc.stdout.readline())  # type: ignore[union-attr]
+    assert child != proc.pid
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    assert not _alive(child)
+
+
+def test_a_launcher_killed_outright_takes_its_child_with_it(tmp_path: Path) -> None:
+    (tmp_path / "sleeper_mod.py").write_text(SLEEPER)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    proc = _launch(tmp_path, "sleeper_mod", [], env)
+    child = int(proc.stdout.readline())  # type: ignore[union-attr]
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def test_an_interpreter_option_in_the_environment_gets_a_fresh_interpreter() -> None:
+    command, argv = module_command("pypto_tune.server.cli", ["serve"], {"PYTHONHASHSEED": "0"})
+    assert (command, argv) == (sys.executable, ["-m", "pypto_tune.server.cli", "serve"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
