@@ -24,9 +24,10 @@ if ! cmp -s tools-npm/package-lock.json tools-npm/node_modules/.package-lock-ins
   cp tools-npm/package-lock.json tools-npm/node_modules/.package-lock-installed.json
 fi
 # pytest exits 5 when it collected nothing: that must fail loudly, never pass as "no test ran".
-# Two workers, one test file each at a time (module fixtures such as the Ray ledger comparison stay whole): most
-# tests wait on a server or a simulator child, so the suite runs ~1.9x faster on 2 cores (measured: 1645 s serial,
-# 847 s with -n 2). PYTEST_WORKERS=0 runs it serially. Files are handed out longest first (tests/schedule.py), so
-# xdist's own re-sorting by test count is off.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+# Three workers on two cores, one test file each at a time (module fixtures such as the Ray ledger comparison stay
+# whole): a test spends part of its time waiting on a server or a simulator child, and two workers left 16 % of two
+# cores idle; a third fills most of it (benchmarks/README.md, "Test suite", has both figures). PYTEST_WORKERS=N sets
+# the number, 0 runs serially. Files are handed out longest first (tests/schedule.py), so xdist's own re-sorting by
+# test count is off.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
   --durations=30 "$@"
