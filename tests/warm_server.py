@@ -24,9 +24,7 @@ interpreter, another account, a Ray worker) build their commands themselves and 
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
