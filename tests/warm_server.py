@@ -89,6 +89,11 @@ def main():
         if listener in ready:
             conn, _ = listener.accept()
             msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            if not msg or len(fds) != 3:  # a launcher that died before it asked
+                for fd in fds:
+                    os.close(fd)
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 serve_child(json.loads(msg), fds, listener, clients)
