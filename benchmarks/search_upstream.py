@@ -488,12 +488,12 @@ def load_operator(checkout: Path, test: ExampleTest) -> Operator:
 
 def measure(cache: Cache, op: Operator, sources: dict[str, str], timeout_s: float) -> dict[str, Any]:
     """One SIM run of ``sources`` (cached by content): the row measure_grid.py writes for a configuration."""
-    from measure_grid import run_folder
+    from measure_grid import judge_complete, run_folder
 
     key = op.key(sources)
     hit = cache.get("runs", key)
     if hit is not None:
-        return hit
+        return judge_complete(hit)
     with op.workspace(sources, prefix="upstream-run-") as (tmp, ws):
         home = tmp / "home"
         home.mkdir()
@@ -723,7 +723,7 @@ def measure_grid_rows(cache: Cache, op: Operator, grid: dict[str, Any], timeout_
         r = measure(cache, op, c["sources"], timeout_s)
         t = r.get("operator_time_us") if r.get("compiled") and r.get("valid", True) else None
         rows.append({"config": c["config"], "time_us": t, "run_s": r.get("wall_s"), "error": None if t is not None else
-                     (r.get("log_errors") or [r.get("error") or "invalid run"])[0]})
+                     (r.get("log_errors") or r.get("invalid_reasons") or [r.get("error") or "invalid run"])[0]})
         if not cached:
             print(f"    [{i + 1}/{len(grid['configs'])}] "
                   + ", ".join(f"{k.split(':')[-1]}={json.dumps(v)}" for k, v in c["config"].items())

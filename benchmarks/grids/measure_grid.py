@@ -197,10 +197,25 @@ def run_folder(dst: Path, argv: list[str], *, home: Path, timeout_s: float) -> d
     row["task_count"] = a.task_count
     row["per_folder_operator_time_us"] = [round(d.operator_time_us, 6) for d in a.per_dir]
     reasons = [r for p in logged for r in validate_run(p, "sim")]
-    row["valid"] = not reasons
-    if reasons:
-        row["invalid_reasons"] = reasons
-    return row
+    return judge_complete({**row, "valid": not reasons, **({"invalid_reasons": reasons} if reasons else {})})
+
+
+def missing_kernels(row: dict) -> int:
+    """Kernel run folders of a row that left no time (no ``bubble_analysis.log``: a kernel past the simulator's
+    swimlane limit writes none). The row's operator time then sums only the kernels that were timed: it is no
+    measurement of the operator, and the server refuses such a run too."""
+    return (row.get("output_folders") or 0) - len(row.get("per_folder_operator_time_us") or [])
+
+
+def judge_complete(row: dict) -> dict:
+    """``row`` made invalid when a kernel left no time (:func:`missing_kernels`); rows cached before this check
+    are judged again the same way."""
+    missing = missing_kernels(row) if row.get("compiled") else 0
+    if missing <= 0 or not row.get("valid", True):
+        return row
+    why = (f"{missing} of {row['output_folders']} kernel run folders left no bubble_analysis.log: the operator time "
+           "would leave those kernels out")
+    return {**row, "valid": False, "invalid_reasons": [*row.get("invalid_reasons", []), why]}
 
 
 def run_config(op_dir: Path, spec: dict, config: dict, *, timeout_s: float, keep: bool = False) -> dict:

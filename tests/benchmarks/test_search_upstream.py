@@ -155,6 +155,22 @@ def test_random_expectation_counts_failures_in_n_and_good_configurations_in_k():
     assert r90 == (7 + 1) / (3 + 1) and r99 == (7 + 1) / (2 + 1)
 
 
+def test_a_grid_row_whose_kernel_left_no_time_is_no_measurement():
+    # PyPTO's sequential_functions with a GELU tile of 1: the GELU kernel ran past the simulator's swimlane limit and
+    # wrote no bubble_analysis.log, so the "operator time" was the layer norm's alone — 3.25x that never happened
+    sys.path.insert(0, str(ROOT / "benchmarks" / "grids"))
+    from measure_grid import judge_complete, missing_kernels
+
+    cut = {"compiled": True, "valid": True, "output_folders": 2, "operator_time_us": 2.827,
+           "per_folder_operator_time_us": [2.827]}
+    whole = {**cut, "operator_time_us": 9.194, "per_folder_operator_time_us": [2.827, 6.367]}
+    assert missing_kernels(cut) == 1 and missing_kernels(whole) == 0
+    judged = judge_complete(cut)
+    assert judged["valid"] is False and "1 of 2 kernel run folders left no bubble_analysis.log" in \
+        judged["invalid_reasons"][0]
+    assert judge_complete(whole) == whole and cut["valid"] is True  # the cached row itself is not changed
+
+
 def test_search_curve_reach_and_remeasured_trials():
     trials = [{"time_us": 80.0, "decision": "kept"}, {"time_us": 80.0, "decision": "reverted"},
               {"time_us": None, "decision": "reverted"}, {"time_us": 100.0, "decision": "reverted"},
