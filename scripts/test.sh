@@ -23,6 +23,10 @@ if ! cmp -s tools-npm/package-lock.json tools-npm/node_modules/.package-lock-ins
   (cd tools-npm && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
   cp tools-npm/package-lock.json tools-npm/node_modules/.package-lock-installed.json
 fi
+# The virtual environment first on PATH, as an activated one would be: PyPTO's simulator starts `python3` three times
+# per run (its swimlane writers), and a version manager's shim (pyenv's is a shell script that forks a dozen
+# processes) in front of the interpreter costs ~0.26 CPU s of a ~3.7 s SIM run (benchmarks/README.md, "Test suite").
+export PATH="$PWD/.venv/bin:$PATH"
 # pytest exits 5 when it collected nothing: that must fail loudly, never pass as "no test ran".
 # Three workers on two cores, one test file each at a time (module fixtures such as the Ray ledger comparison stay
 # whole): a test spends part of its time waiting on a server or a simulator child, and two workers left 16 % of two
