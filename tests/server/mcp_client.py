@@ -9,13 +9,13 @@ from typing import Any
 
 from mcp import Client, StdioServerParameters
 
-from tests.warm_server import server_command
+from tests.warm_interpreter import server_command
 
 
 def server_params(workspace: Path, env: dict[str, str] | None = None) -> StdioServerParameters:
     """``env``: the server's environment (e.g. an emulated NPU box); the stdio client otherwise passes only HOME,
     PATH and a few basics (mcp2.md). The server is forked from a warm interpreter where that behaves as a fresh one
-    (``tests/warm_server.py``)."""
+    (``tests/warm_interpreter.py``)."""
     command, args = server_command(["serve", "--workspace", str(workspace), "--log-level", "WARNING"], env)
     return StdioServerParameters(command=command, args=args, cwd=str(workspace), env=env)
 

@@ -1,7 +1,7 @@
-"""A server forked from the warm interpreter (tests/warm_server.py) behaves, for the client that started it, as the
-fresh ``python -m`` it stands in for: the module runs as ``__main__`` with the arguments, folder, environment and
-``sys.path`` a fresh interpreter would give it, on the client's own pipes; its exit status, a signal the client sends
-and a launcher killed outright reach the child."""
+"""A process forked from a warm interpreter (tests/warm_interpreter.py) behaves, for whoever started it, as the fresh
+``python -m MODULE`` or ``python SCRIPT`` it stands in for: the module or script runs as ``__main__`` with the
+arguments, folder, environment and ``sys.path`` a fresh interpreter would give it, on the caller's own pipes; its
+exit status, a signal the caller sends and a launcher killed outright reach the child."""
 
 from __future__ import annotations
 
@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.warm_server import module_command
+from tests.warm_interpreter import module_command, script_command
 
 pytestmark = pytest.mark.process
 
 REPORT = """
 import json, os, sys
 print(json.dumps({"name": __name__, "argv": sys.argv[1:], "cwd": os.getcwd(), "path0": sys.path[0],
-                  "path": sys.path, "env": os.environ.get("WARM_PROBE"), "line": sys.stdin.readline()}))
+                  "path": sys.path, "env": os.environ.get("WARM_PROBE"), "line": sys.stdin.readline(),
+                  "file": __file__}))
 sys.exit(int(sys.argv[1]))
 """
 
@@ -55,6 +56,37 @@ def test_the_module_runs_as_main_with_the_arguments_folder_environment_and_path_
     want = json.loads(fresh.stdout)
     assert got == want  # name, argv, folder, sys.path (the folder, then PYTHONPATH), environment, stdin
     assert got["name"] == "__main__" and got["path"][1] == str(extra) and got["env"] == "seen"
+
+
+def test_a_script_runs_as_main_with_the_arguments_folder_environment_and_path_of_a_fresh_interpreter(
+        tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    tool.mkdir()
+    (tool / "helper_mod.py").write_text("VALUE = 7\n")  # importable because the script's folder is first on the path
+    (tool / "report_script.py").write_text(REPORT.replace("import json, os, sys", "import json, os, sys, helper_mod"))
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "WARM_PROBE": "seen", "PYTHONPATH": str(extra)}
+    argv = ["tool/report_script.py", "4", "--flag"]
+    command, args = script_command(argv, env, preload=("json",))
+    assert args[:3] == ["-I", "-S", "-c"], "the warm interpreter did not start: this test would test nothing"
+    warm = subprocess.run([command, *args], cwd=tmp_path, env=env, text=True, input="typed on stdin\n",
+                          capture_output=True, timeout=60)
+    fresh = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, text=True, input="typed on stdin\n",
+                           capture_output=True, timeout=60)
+    assert warm.returncode == fresh.returncode == 4, warm.stderr
+    got, want = json.loads(warm.stdout), json.loads(fresh.stdout)
+    assert got == want  # name, argv, folder, sys.path (the script's folder, then PYTHONPATH), __file__, environment
+    assert got["path0"] == str(tool) and got["file"] == str(tool / "report_script.py")
+
+
+def test_an_uncaught_exception_in_a_script_exits_1_with_its_traceback(tmp_path: Path) -> None:
+    (tmp_path / "boom.py").write_text("raise ValueError('boom')\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    command, args = script_command(["boom.py"], env, preload=("json",))
+    proc = subprocess.run([command, *args], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
+    assert proc.returncode == 1
+    assert "Traceback (most recent call last):" in proc.stderr and "ValueError: boom" in proc.stderr
 
 
 def test_a_signal_to_the_launcher_reaches_the_child_and_its_status_comes_back(tmp_path: Path) -> None:
