@@ -13,12 +13,15 @@ Why a stamp: `pip install -e .` rewrites the package's dist-info and editable fi
 changed, and a running session fingerprints the interpreter's files — so a second set-up made every session running
 from the checkout discard its next measurement ("the interpreter's files changed since the session scanned them").
 An editable install reads the sources from the checkout, so only the inputs of the install itself decide whether
-it must run again: pyproject.toml (dependencies, extras, package list), the set-up scripts and the interpreter.
+it must run again: pyproject.toml's install tables (build system, project — dependencies, extras, scripts — and
+setuptools' package list), the set-up scripts and the interpreter. Its other tables (pytest's options, the import
+contract) configure the checks, not the install: editing them must not rewrite .venv under running sessions.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -26,14 +29,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: what the install is made of; a change of any of them makes set-up run pip again
 INPUTS = ("pyproject.toml", "scripts/setup.sh", "scripts/install_bubblewrap.sh")
+#: pyproject.toml's tables that the install reads (``tool`` only for setuptools)
+INSTALL_TABLES = ("build-system", "project")
 STAMP_NAME = ".pypto-tune-setup"
 LOCK_SUFFIX = "/.pypto-tune/server.lock"
+
+
+def install_part(pyproject: bytes) -> bytes:
+    """What of pyproject.toml the install depends on, canonically; the whole file where it cannot be parsed here (no
+    ``tomllib`` before Python 3.11, or a syntax error pip will name)."""
+    try:
+        import tomllib
+        data = tomllib.loads(pyproject.decode())
+    except (ImportError, ValueError):
+        return pyproject
+    part = {k: data[k] for k in INSTALL_TABLES if k in data}
+    part["tool.setuptools"] = data.get("tool", {}).get("setuptools")
+    return json.dumps(part, sort_keys=True).encode()
 
 
 def inputs_digest(venv: Path) -> str:
     h = hashlib.sha256()
     for rel in INPUTS:
-        h.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")
+        body = (ROOT / rel).read_bytes()
+        if rel == "pyproject.toml":
+            body = install_part(body)
+        h.update(rel.encode() + b"\0" + body + b"\0")
     cfg = venv / "pyvenv.cfg"
     h.update(cfg.read_bytes() if cfg.is_file() else b"")  # the base interpreter the venv was made from
     return h.hexdigest()
