@@ -11,6 +11,9 @@ of one run of them in SIM, taken the way the server takes it.
   the factor-1 variant is traced and compiled but never executed. Inside the body, a branch-local list read by
   subscripts sets the tile (``tiles[0], tiles[1]``), and a tile call under ``if n == 1:`` only the never-executed
   variant reaches.
+
+``SHADOW_OP`` (``shadow_op.py``, test ``test_shadow``): a matmul whose result a helper activates; the kernel's vector
+tile (fed by the module constant ``VEC_TILE``) is replaced by the helper's before any vector operation is built.
 """
 
 from __future__ import annotations
@@ -101,14 +104,72 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
+SHADOW_FILE = "shadow_op.py"
+SHADOW_CMD = [SHADOW_FILE, f"{SHADOW_FILE}::test_shadow", "--run_mode", "sim"]
+
+# PyPTO's FFN example in small: the kernel's vector tile is replaced by the helper's before any vector operation, so
+# its value (and the constant feeding it) changes nothing; the cube tile shapes the matmul.
+SHADOW_OP = '''#!/usr/bin/env python3
+"""A matmul whose result a helper activates: the kernel sets a vector tile before the matmul, and the helper sets
+its own before its first vector operation (the pattern of PyPTO's FFN example)."""
+import argparse
+import sys
+
+import pypto
+import torch
+
+M, K, N = 32, 64, 64
+VEC_TILE = [8, 32]
+
+
+def activate(x: pypto.tensor) -> pypto.tensor:
+    pypto.set_vec_tile_shapes(16, 64)
+    return pypto.mul(pypto.exp(x), 0.5)
+
+
+def build(run_mode: str):
+    mode = {"npu": pypto.RunMode.NPU, "sim": pypto.RunMode.SIM}[run_mode]
+
+    @pypto.frontend.jit(runtime_options={"run_mode": mode})
+    def mm_act_kernel(a: pypto.Tensor((M, K), pypto.DT_FP16), b: pypto.Tensor((K, N), pypto.DT_FP16),
+                      out: pypto.Tensor((M, N), pypto.DT_FP16)):
+        pypto.set_cube_tile_shapes([16, 16], [64, 64], [64, 64])
+        pypto.set_vec_tile_shapes(*VEC_TILE)
+        c = pypto.matmul(a, b, pypto.DT_FP16)
+        out[:] = activate(c)
+
+    return mm_act_kernel
+
+
+def test_shadow(run_mode: str = "npu") -> None:
+    torch.manual_seed(0)
+    a = torch.randn(M, K, dtype=torch.float16)
+    b = torch.randn(K, N, dtype=torch.float16)
+    out = torch.zeros(M, N, dtype=torch.float16)
+    build(run_mode)(a, b, out)
+    print("\\u2713 shadow passed" + (" (SIM: simulated only; numerics not checked)" if run_mode == "sim" else ""))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("example_id", nargs="?")
+    parser.add_argument("--run_mode", choices=["npu", "sim"], default="npu")
+    test_shadow(parser.parse_args().run_mode)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
+
 
 def line_of(text: str, needle: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
 
-def write_rows_op(folder: Path, text: str = ROWS_OP) -> Path:
+def write_rows_op(folder: Path, text: str = ROWS_OP, name: str = ROWS_FILE) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / ROWS_FILE).write_text(text, encoding="utf-8")
+    (folder / name).write_text(text, encoding="utf-8")
     return folder
 
 

@@ -86,6 +86,27 @@ def test_a_static_test_leaves_the_dynamic_branch_dead_and_its_own_config_live(la
                                             "this test)"}
 
 
+def test_a_tile_replaced_before_any_operation_used_it_is_dead_and_so_is_what_feeds_only_it(layernorm):
+    """A record that counted the operations under each tile (``ops``) and found none under the static branch's tile:
+    that call and the config field feeding it are dead, each saying why; a record that did not count says nothing."""
+    sources, run = layernorm
+    counted = json.loads(json.dumps(run))
+    for c in counted["calls"]:
+        if c["api"] == "set_vec_tile_shapes":
+            c["ops"] = 0
+    rm = knob_map(sources, {}, counted)
+    tile = _info(rm, LN_KERNEL + "set_vec_tile_shapes#2")
+    assert tile.live is False and "no vector operation was built while its tile was in force" in tile.why
+    field = _info(rm, LN + "test_layer_norm.LayerNormConfig(vec_tile_shape)")
+    assert field.live is False and "ran, but a later tile call replaced it" in field.why, field.why
+    assert _info(rm, LN + "test_layer_norm.LayerNormConfig(block_rows)").live is True  # the loop still takes it
+    for c in counted["calls"]:
+        if c["api"] == "set_vec_tile_shapes":
+            c["ops"] = 3
+    assert _info(knob_map(sources, {}, counted), LN_KERNEL + "set_vec_tile_shapes#2").live is True
+    assert _info(knob_map(sources, {}, run), LN_KERNEL + "set_vec_tile_shapes#2").live is True  # not counted
+
+
 def test_a_helper_shared_by_four_kernels_names_them_and_the_tests(activation):
     sources, run = activation
     rm = knob_map(sources, {}, run)

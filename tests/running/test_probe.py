@@ -181,3 +181,41 @@ def test_the_hook_folder_holds_only_the_hook() -> None:
     """It goes first on the run's PYTHONPATH: anything else in it would shadow a module of the test."""
     names = sorted(p.name for p in HOOK_DIR.iterdir() if p.name != "__pycache__")
     assert names == ["pypto_tune_probe.py", "sitecustomize.py"]
+
+
+@pytest.mark.sim
+def test_a_tile_replaced_before_any_operation_used_it_counts_none(tmp_path: Path) -> None:
+    """Each tile call carries the operations built while its tile was in force: the kernel's vector tile none (the
+    helper's replaced it before the first vector operation), the helper's its two, the cube tile the matmul."""
+    from tests.knob_operators import SHADOW_CMD, SHADOW_FILE, SHADOW_OP, line_of, probe_run, write_rows_op
+
+    ws = write_rows_op(tmp_path / "ws", SHADOW_OP, SHADOW_FILE)
+    record, probed = probe_run(ws, SHADOW_CMD)
+    assert record is not None and record["faults"] == [], record
+    # counting hooks the call that records each operation's source line: the lines pypto writes stay the user's
+    _, plain = probe_run(ws, SHADOW_CMD, probed=False)
+    assert _locations(probed) == _locations(plain) and (str(ws / SHADOW_FILE), line_of(SHADOW_OP, "exp(x)")) in \
+        _locations(probed)
+    ops = {(c["api"], c["line"]): c["ops"] for c in record["calls"] if c["api"].endswith("_tile_shapes")}
+    assert ops == {("set_cube_tile_shapes", line_of(SHADOW_OP, "set_cube_tile_shapes")): 1,
+                   ("set_vec_tile_shapes", line_of(SHADOW_OP, "set_vec_tile_shapes(*VEC_TILE)")): 0,
+                   ("set_vec_tile_shapes", line_of(SHADOW_OP, "set_vec_tile_shapes(16, 64)")): 2}
+
+
+def _locations(dirs: list[Path]) -> list[tuple[str, int]]:
+    """Every (file, line) an output folder's program.json names."""
+    out: list[tuple[str, int]] = []
+
+    def walk(o: object) -> None:
+        if isinstance(o, dict):
+            if isinstance(o.get("file"), str) and isinstance(o.get("line"), int):
+                out.append((o["file"], o["line"]))
+            for v in o.values():
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    for d in dirs:
+        walk(json.loads((d / "program.json").read_text()))
+    return sorted(out)

@@ -92,3 +92,34 @@ def test_a_config_unroll_list_is_proposed_and_run_and_no_tile_past_the_buffer_is
             assert "128 KB" in refused["refused"][0] and "DT_FP32" in refused["refused"][0]
 
     anyio.run(scenario)
+
+
+def test_a_tile_replaced_before_any_operation_used_it_is_dead_and_never_proposed(tmp_path: Path) -> None:
+    """PyPTO's FFN pattern: the kernel sets a vector tile, runs a matmul, and the activation helper sets its own
+    vector tile before its first vector operation. The kernel's tile — and the constant feeding it — change nothing
+    measured (the FFN example's first two search trials measured exactly its baseline time), so list_knobs names
+    them dead and why, and no proposal touches them; the helper's tile and the cube tile stay live."""
+    from tests.knob_operators import SHADOW_CMD, SHADOW_FILE, SHADOW_OP, line_of
+
+    ws = write_rows_op(tmp_path / "ws", SHADOW_OP, SHADOW_FILE)
+    replaced, helper = line_of(SHADOW_OP, "set_vec_tile_shapes(*VEC_TILE)"), line_of(SHADOW_OP, "(16, 64)")
+    cube = line_of(SHADOW_OP, "set_cube_tile_shapes")
+
+    async def scenario() -> None:
+        async with connect(ws) as s:
+            sid = await to_frontend(s, ws, [SHADOW_FILE], [sys.executable, *SHADOW_CMD])
+            knobs = await s.ok("list_knobs", session_id=sid, detail="full")
+            live = {(k["kind"], k["line"]): k for k in knobs["knobs"]}
+            dead = {(k["kind"], k["line"]): k for k in knobs["dead_knobs"]}
+            assert ("vec_tile", helper) in live and ("cube_tile", cube) in live, sorted(live)
+            shadowed = dead[("vec_tile", replaced)]
+            assert "no vector operation was built while its tile was in force" in shadowed["why"], shadowed
+            constant = [k for k in knobs["dead_knobs"] if k["id"].endswith(":VEC_TILE")]
+            assert constant and "replaced" in constant[0]["why"], knobs["dead_knobs"]
+            gone = {shadowed["id"], constant[0]["id"]}
+            answer = await s.ok("propose_candidates", session_id=sid, limit=64)
+            proposed = {c["knob"] for c in answer["candidates"]}
+            assert proposed and not proposed & gone, answer
+            assert live[("vec_tile", helper)]["id"] in proposed or live[("cube_tile", cube)]["id"] in proposed
+
+    anyio.run(scenario)

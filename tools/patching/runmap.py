@@ -79,6 +79,16 @@ def executes(call: dict[str, Any]) -> bool:
     return all(u.get("iterations") != 0 for u in call.get("unroll") or [])
 
 
+def replaced_unused(calls: list[dict[str, Any]]) -> bool:
+    """Did every executed one of these tile calls see no operation built under it (``ops`` 0: a later tile call of
+    its kind replaced it first)? False when the probe did not count (``ops`` absent) or nothing executed."""
+    ran = [c for c in calls if executes(c)]
+    return bool(ran) and all(c.get("ops") == 0 for c in ran)
+
+
+_TILE_WORD = {"vec_tile": ("vector", "set_vec_tile_shapes"), "cube_tile": ("cube", "set_cube_tile_shapes")}
+
+
 def _factors(calls: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """The loop_unroll variants the calls sat in: those that executed (with their trip counts) and those only traced."""
     ran: dict[tuple, str] = {}
@@ -315,9 +325,19 @@ class RunMap:
             return scope is not None and (file, scope) in self.kernels_ran()
         calls = self.calls_at(file, line, apis) if apis else []
         if calls:
-            # a call traced only for loop_unroll variants the test's shapes never execute did not run
-            return any(executes(c) for c in calls)
+            # a call traced only for loop_unroll variants the test's shapes never execute did not run; a tile call
+            # replaced before any operation used it ran, but what it is fed changes nothing
+            return any(executes(c) for c in calls) and not (kind in _TILE_WORD and replaced_unused(calls))
         return self.executed(file, line)
+
+    def _replaced_note(self, consumers: list[tuple[str, str, int]]) -> str:
+        """For a value none of whose consumers took effect: the tile calls among them that ran but were replaced."""
+        replaced = sorted({f"{f}:{line}" for kind, f, line in consumers if kind in _TILE_WORD
+                           and replaced_unused(self.calls_at(f, line, CONSUMER_APIS[kind]))})
+        if not replaced:
+            return ""
+        return (f"; {', '.join(replaced[:3])} ran, but a later tile call replaced "
+                f"{'it' if len(replaced) == 1 else 'each'} before any operation used its tile")
 
     def scope_ran(self, file: str, scope: str) -> bool:
         """Did the run execute the function ``scope`` of ``file``? Module level counts as run; a jit kernel when
@@ -407,6 +427,11 @@ class RunMap:
             if k.kind == "loop_option":
                 variants = "; ".join(x for x in [variants] + [unroll_variants(self.calls, k.file, line)
                                                                for line in lines] if x)
+            if k.kind in _TILE_WORD and replaced_unused(traced):
+                word, api = _TILE_WORD[k.kind]
+                return KnobRun(live=False, unroll=variants, why=f"the call at {k.file}:{lines[0]} ran, but no {word} "
+                               f"operation was built while its tile was in force: a later {api} replaced it first, "
+                               "so its value changes nothing")
             if not hits:
                 if traced:
                     idle = ", ".join(_factors(traced)[1])
@@ -449,7 +474,8 @@ class RunMap:
         ran = [(kind, f, line) for kind, f, line in consumers if self.consumer_ran(kind, f, line)]
         if not ran:
             where = ", ".join(sorted({f"{f}:{line}" for _, f, line in consumers})[:3])
-            return KnobRun(live=False, why=f"none of the tiling calls it feeds ran ({where})")
+            return KnobRun(live=False, why=f"none of the tiling calls it feeds took effect ({where})"
+                           + self._replaced_note(sorted(consumers)))
         hits = [c for _, f, line in ran for c in self.calls_at(f, line, set().union(*CONSUMER_APIS.values()))
                 if executes(c)]
         unroll = "; ".join(x for x in (unroll_variants(self.calls, f, line) for kind, f, line in ran

@@ -137,8 +137,10 @@ class RunPicture:
                         tensors.append((list(a["$tensor"]), dt))
             kern = _Kernel(key, k["file"], runmap._scope_of_qualname(k["qualname"]), tensors)
             for c in rm.calls:
-                if c.get("kernel") != key or not runmap.executes(c):
-                    continue  # a loop_unroll variant the test's shapes never execute is no part of what ran
+                if c.get("kernel") != key or not runmap.executes(c) or c.get("ops") == 0:
+                    # a loop_unroll variant the test's shapes never execute is no part of what ran, nor a tile a
+                    # later tile call replaced before any operation used it
+                    continue
                 api = c["api"]
                 if api in _LOOP_APIS and c.get("origin") == "direct":
                     trips = _trips(list(c.get("args") or []))

@@ -60,6 +60,9 @@ class ProbeCall(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     result_shape: list[Any] | None = None
     count: int = 1
+    ops: int | None = Field(None, description="tile calls: operations built while this tile was in force (cube "
+                            "operations for a cube tile, the others for a vector tile); 0: a later tile call replaced "
+                            "it before any operation used it; null: not counted")
     stack: list[Frame] = Field(default_factory=list)
     unroll: list[UnrollVariant] = Field(default_factory=list, description="the loop_unroll variants (outermost "
                                         "first) whose body was being traced when the call was made")

@@ -127,6 +127,7 @@ def _merge(raws: list[dict[str, Any]], roots: list[str], bad: list[str]) -> Prob
                 kernel=keys.get(str(c["kernel"]), str(c["kernel"])) if c.get("kernel") else None,
                 origin=c.get("origin", "direct"), args=list(c.get("args") or []), kwargs=dict(c.get("kwargs") or {}),
                 result_shape=c.get("result_shape"), count=int(c.get("count", 1)),
+                ops=c["ops"] if type(c.get("ops")) is int else None,
                 stack=[_frame(fr, roots) for fr in c.get("stack") or []],
                 unroll=[UnrollVariant(file=_relative(str(u[0]), roots)[0], line=int(u[1]),
                                       factor=u[2] if isinstance(u[2], int) else None)

@@ -15,6 +15,11 @@ import, domain.md G.2), into ``$PYPTO_TUNE_PROBE_DIR/probe-<pid>.json``:
   option dicts as pypto holds them (``runtime_options`` after pypto normalised ``run_mode``), whether it compiled
   and whether the call returned;
 * the statements of kernel bodies that pypto's parser traced (which branches the test entered);
+* for each tile call, how many operations were built while its tile was in force (``ops``: cube operations for a
+  cube tile, every other operation for a vector tile) — a tile replaced by a later call before any operation used it
+  changes nothing, whatever its value. pypto 0.2.0 builds every operation through ``_op_wrapper``, which calls
+  ``set_source_location`` first (``assemble`` builds its copy directly and is counted where it is recorded); where
+  that hook is missing the count is absent and nothing is concluded from it;
 * ``sys.path`` and the files of the imported modules (for the sandbox's hermeticity check).
 
 How the jit's options reach pypto (measured, 0.2.0): the decorator keeps the dicts on the ``JitCallableWrapper``;
@@ -53,6 +58,8 @@ _FUNCTIONS = {
     "pypto.experimental": ("set_operation_options",),
 }
 _TENSOR_METHODS = ("view", "reshape", "set_cache_policy")
+_TILE_APIS = {"set_vec_tile_shapes": "vec", "set_cube_tile_shapes": "cube"}
+_CUBE_OPS = frozenset({"matmul", "scaled_mm", "transposed_batchmatmul", "conv"})  # what a cube tile shapes
 _VIEW_APIS = {"view", "reshape", "assemble", "Tensor.view", "Tensor.reshape"}
 
 
@@ -72,6 +79,8 @@ class _Probe:
         self.traced: dict[str, set[int]] = {}  # kernel source file -> statement lines pypto's parser traced
         self.stmt_frames: dict[int, tuple[str, int]] = {}  # id(parser visit frame) -> the statement it visits
         self.depth = 0  # > 0 while a recorded API runs: what it calls internally is not the user's call
+        self.in_force: dict[str, dict] = {}  # "vec" / "cube" -> the record of the tile call last made
+        self.counts_ops = False  # the operation hook is in place (else no record carries "ops")
         self.faults: list[str] = []
         self.pypto_dir = ""
         self.pypto_version = None
@@ -164,9 +173,22 @@ class _Probe:
                 return
             entry["count"] = 0
             entry["stack"] = stack
+            if api in _TILE_APIS and self.counts_ops:
+                entry["ops"] = 0
             rec = self.sites[key] = entry
         rec["count"] += 1
+        if api in _TILE_APIS:
+            self.in_force[_TILE_APIS[api]] = rec
+        elif api == "assemble":
+            self.op("assemble")
         self.dirty = True
+
+    def op(self, name: str) -> None:
+        """An operation was built: it counts for the tile of its kind in force (global state in pypto, like the tile
+        itself: a tile set in a helper stays in force after it returns)."""
+        rec = self.in_force.get("cube" if name in _CUBE_OPS else "vec")
+        if rec is not None and "ops" in rec:
+            rec["ops"] += 1
 
     def kernel_key(self, wrapper) -> str:
         fn = getattr(wrapper, "_original_func", None)
@@ -357,6 +379,33 @@ def _wrap_call(api: str, fn):
     return probe_wrapper
 
 
+def _count_operations(p: "_Probe") -> None:
+    """Every operation pypto builds passes ``_op_wrapper``'s wrapper, which calls ``set_source_location()`` (looked
+    up in that module at call time) with the operation function in its closure as ``func``."""
+    mod = sys.modules.get("pypto._op_wrapper")
+    original = getattr(mod, "set_source_location", None) if mod is not None else None
+    if original is None or getattr(original, "__pypto_tune_probe__", False):
+        return
+
+    @functools.wraps(original)
+    def probe_op(level=1, filename=None, lineno=None):
+        q = _P
+        if q is not None:
+            try:
+                func = sys._getframe(1).f_locals.get("func")
+                q.op(getattr(func, "__name__", ""))
+            except Exception:
+                q.fault("count an operation")
+        # one frame more between the original and the operation's caller: the location pypto records (and writes
+        # into program.json) must stay the user's line
+        return original(level + 1, filename, lineno)
+
+    probe_op.__pypto_tune_probe__ = True
+    mod.set_source_location = probe_op
+    p.counts_ops = True
+    p.instrumented.append("pypto._op_wrapper.set_source_location")
+
+
 def _wrap_jit(cls) -> None:
     call, compile_ = cls.__call__, getattr(cls, "compile", None)
 
@@ -491,6 +540,10 @@ def _instrument(p: "_Probe") -> None:
             p.instrumented.append(f"pypto.Tensor.{attr}")
         except Exception:
             p.fault(f"wrap Tensor.{attr}")
+    try:
+        _count_operations(p)
+    except Exception:
+        p.fault("count operations")
     try:
         from pypto.frontend.parser.entry import JitCallableWrapper
 
