@@ -80,6 +80,33 @@ def test_a_script_runs_as_main_with_the_arguments_folder_environment_and_path_of
     assert got["path0"] == str(tool) and got["file"] == str(tool / "report_script.py")
 
 
+STREAMS = """
+import json, sys
+print("to stderr first", file=sys.stderr)
+print(json.dumps({"no_pyc": sys.dont_write_bytecode, "out": sys.stdout.write_through,
+                  "err": sys.stderr.write_through, "encoding": sys.stdout.encoding}))
+"""
+
+
+def test_a_script_under_the_unbuffered_and_no_bytecode_options_gets_them_as_a_fresh_interpreter_would(
+        tmp_path: Path) -> None:
+    (tmp_path / "streams.py").write_text(STREAMS)
+    for options in ({}, {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}):
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **options}
+        command, args = script_command(["streams.py"], env, preload=("json",))
+        assert args[:3] == ["-I", "-S", "-c"], "these options must not need a fresh interpreter"
+        warm = subprocess.run([command, *args], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
+        fresh = subprocess.run([sys.executable, "streams.py"], cwd=tmp_path, env=env, text=True, capture_output=True,
+                               timeout=60)
+        assert (warm.returncode, warm.stderr, json.loads(warm.stdout)) == \
+            (fresh.returncode, fresh.stderr, json.loads(fresh.stdout)), options
+
+
+def test_another_interpreter_option_gets_a_script_a_fresh_interpreter() -> None:
+    env = {"PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+    assert script_command(["x.py"], env) == (sys.executable, ["x.py"])
+
+
 def test_an_uncaught_exception_in_a_script_exits_1_with_its_traceback(tmp_path: Path) -> None:
     (tmp_path / "boom.py").write_text("raise ValueError('boom')\n")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}

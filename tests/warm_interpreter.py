@@ -19,7 +19,8 @@ modules it pre-imports (``SERVER``, ``SIMULATOR``), and each such process is a c
 
 What runs is the module's or the script's own code, over the real pipes; only the interpreter's start is shared.
 Where a fresh interpreter would differ, the test gets one: an environment that sets another ``PYTHON*`` variable than
-``PYTHONPATH`` (they change how an interpreter starts), ``PYPTO_TUNE_COLD_SERVER=1`` in the test process, or a
+``PYTHONPATH`` (they change how an interpreter starts; a script's child applies ``PYTHONUNBUFFERED`` and
+``PYTHONDONTWRITEBYTECODE`` itself, which pytest-xdist's workers set), ``PYPTO_TUNE_COLD_SERVER=1`` in the test process, or a
 zygote that could not start. What a fresh interpreter still does differently — it imports the pre-imported modules
 after reading the environment the child gets — is left to tests that start one (the server's own runs never use
 this: they are the product's, in its sandbox). Tests that need a fresh process for another reason (another account,
@@ -51,6 +52,24 @@ for name in sys.argv[3].split(","):
 BASE_PATH = list(sys.path[1:])  # after the '' that ``-c`` puts first
 
 
+def fresh_streams(env):
+    # stdout, stderr and the bytecode switch as a fresh interpreter sets them from env (the helper's own were set from
+    # the test process's environment): PYTHONUNBUFFERED writes through, else stdout is block-buffered (line-buffered
+    # on a terminal) and stderr line-buffered; PYTHONDONTWRITEBYTECODE writes no .pyc
+    import io
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+
+    def stream(fd, old, line):
+        raw = io.FileIO(fd, "w", closefd=False)
+        if unbuffered:
+            return io.TextIOWrapper(raw, write_through=True, encoding=old.encoding, errors=old.errors)
+        return io.TextIOWrapper(io.BufferedWriter(raw), encoding=old.encoding, errors=old.errors, line_buffering=line)
+
+    sys.stdout = stream(1, sys.stdout, os.isatty(1))
+    sys.stderr = stream(2, sys.stderr, True)
+
+
 def serve_child(req, fds, listener, clients):
     listener.close()
     for c in clients.values():
@@ -72,6 +91,7 @@ def serve_child(req, fds, listener, clients):
         sys.modules.pop(module, None)  # run as ``__main__``, not as the module some import may have loaded
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
+        fresh_streams(req["env"])
         script = os.path.abspath(req["argv"][0])  # ``__main__.__file__`` is absolute, as a fresh interpreter's
         sys.path[:] = [os.path.dirname(script), *extra, *BASE_PATH]
         sys.argv = list(req["argv"])
@@ -131,6 +151,8 @@ main()
 # The process the test starts: hands over its stdio, forwards signals, exits as the server did.
 _LAUNCHER = r"""
 import json, os, signal, socket, sys
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # one sent before the child's pid is known waits for it
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.connect(sys.argv[1])
 req = {"argv": sys.argv[2:], "cwd": os.getcwd(), "env": dict(os.environ)}
@@ -139,8 +161,9 @@ pid = json.loads(s.recv(1 << 16))["pid"]
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0)
 os.dup2(null, 1)  # the client's EOF on stdout must come from the server alone
-for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+for sig in FORWARDED:
     signal.signal(sig, lambda n, _f: os.kill(pid, n))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 msg = s.recv(1 << 16)
 code = json.loads(msg)["status"] if msg else 1
 if code < 0:
@@ -186,14 +209,19 @@ def _start(preload: tuple[str, ...]) -> str | None:
         return path
 
 
-def _fresh_only(env: dict[str, str] | None) -> bool:
+#: start-up options a forked child takes on itself (pytest-xdist's workers set both, and fixture scripts inherit them)
+HONOURED = frozenset({"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"})
+
+
+def _fresh_only(env: dict[str, str] | None, honoured: frozenset[str]) -> bool:
     if os.environ.get("PYPTO_TUNE_COLD_SERVER") == "1":
         return True
-    return any(k.startswith("PYTHON") and k != "PYTHONPATH" for k in (env or {}))
+    return any(k.startswith("PYTHON") and k not in honoured for k in (env or {}))
 
 
-def _command(argv: list[str], env: dict[str, str] | None, preload: tuple[str, ...]) -> tuple[str, list[str]]:
-    if not _fresh_only(env):
+def _command(argv: list[str], env: dict[str, str] | None, preload: tuple[str, ...],
+             honoured: frozenset[str] = frozenset({"PYTHONPATH"})) -> tuple[str, list[str]]:
+    if not _fresh_only(env, honoured):
         path = _start(preload)
         if path is not None:
             return sys.executable, ["-I", "-S", "-c", _LAUNCHER, path, *argv]
@@ -211,8 +239,9 @@ def module_command(module: str, args: list[str], env: dict[str, str] | None,
 def script_command(argv: list[str], env: dict[str, str] | None,
                    preload: tuple[str, ...] = SIMULATOR) -> tuple[str, list[str]]:
     """``(command, args)`` that run as ``sys.executable SCRIPT *args`` (``argv[0]`` the script), warm as
-    :func:`module_command` is."""
-    return _command(list(argv), env, preload)
+    :func:`module_command` is, also under ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE`` (the child sets
+    its streams and ``sys.dont_write_bytecode`` as those would; ``sys.flags`` still shows the helper's start)."""
+    return _command(list(argv), env, preload, HONOURED)
 
 
 def server_command(args: list[str], env: dict[str, str] | None) -> tuple[str, list[str]]:
