@@ -17,14 +17,14 @@ modules it pre-imports (``SERVER``, ``SIMULATOR``), and each such process is a c
   ``subprocess.run``'s timeout) takes the child with it — so whoever started the launcher sees it behave as the
   process it stands in for.
 
-What runs is the module's or the script's own code, over the real pipes; only the interpreter's start is shared.
-Where a fresh interpreter would differ, the test gets one: an environment that sets another ``PYTHON*`` variable than
+What runs is the module's or the script's own code, over the real pipes; only the interpreter's start is shared. Where
+a fresh interpreter would differ, the test gets one: an environment that sets another ``PYTHON*`` variable than
 ``PYTHONPATH`` (they change how an interpreter starts; a script's child applies ``PYTHONUNBUFFERED`` and
-``PYTHONDONTWRITEBYTECODE`` itself, which pytest-xdist's workers set), ``PYPTO_TUNE_COLD_SERVER=1`` in the test process, or a
-zygote that could not start. What a fresh interpreter still does differently — it imports the pre-imported modules
-after reading the environment the child gets — is left to tests that start one (the server's own runs never use
-this: they are the product's, in its sandbox). Tests that need a fresh process for another reason (another account,
-a Ray worker) build their commands themselves.
+``PYTHONDONTWRITEBYTECODE`` itself, which pytest-xdist's workers set), ``PYPTO_TUNE_COLD_SERVER=1`` in the test
+process, or a zygote that could not start. What a fresh interpreter still does differently — it imports the
+pre-imported modules after reading the environment the child gets — is left to tests that start one (the server's own
+runs never use this: they are the product's, in its sandbox). Tests that need a fresh process for another reason
+(another account, a Ray worker) build their commands themselves.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ import sys
 import tempfile
 import threading
 
-# The helper: imports the modules it is given, then forks one child per request. Single-threaded on purpose (a fork copies one thread; a lock another thread held would stay locked in the child), and it never writes
-# to its own stdout, which every child inherits as a buffer until it takes the client's pipe.
+# The helper: imports the modules it is given, then forks one child per request. Single-threaded on purpose (a fork
+# copies one thread; a lock another thread held would stay locked in the child), and it never writes to its own
+# stdout, which every child inherits as a buffer until it takes the client's pipe.
 _ZYGOTE = r"""
 import ctypes, json, os, random, runpy, select, signal, socket, sys
 
