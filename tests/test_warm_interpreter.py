@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.running.runner_helpers import is_alive
 from tests.warm_interpreter import module_command, script_command
 
 pytestmark = pytest.mark.process
@@ -124,7 +125,7 @@ def test_a_signal_to_the_launcher_reaches_the_child_and_its_status_comes_back(tm
     assert child != proc.pid
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == -signal.SIGTERM
-    assert not _alive(child)
+    assert not is_alive(child)
 
 
 def test_a_launcher_killed_outright_takes_its_child_with_it(tmp_path: Path) -> None:
@@ -135,19 +136,11 @@ def test_a_launcher_killed_outright_takes_its_child_with_it(tmp_path: Path) -> N
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    while is_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not is_alive(child)
 
 
 def test_an_interpreter_option_in_the_environment_gets_a_fresh_interpreter() -> None:
     command, argv = module_command("pypto_tune.server.cli", ["serve"], {"PYTHONHASHSEED": "0"})
     assert (command, argv) == (sys.executable, ["-m", "pypto_tune.server.cli", "serve"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False

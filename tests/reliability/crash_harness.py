@@ -22,6 +22,8 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 
+from tests.running.runner_helpers import is_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "fixtures" / "operators" / "softmax" / "softmax.py"
 VEC = "softmax.py:softmax_kernel.set_vec_tile_shapes#1"
@@ -76,13 +78,6 @@ def _procs() -> list[int]:
     return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def server_pids(ws: Path) -> list[int]:
     out = []
     for pid in _procs():
@@ -90,7 +85,7 @@ def server_pids(ws: Path) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"pypto_tune.server.cli" in cmd and str(ws).encode() in cmd and _alive(pid):
+        if b"pypto_tune.server.cli" in cmd and str(ws).encode() in cmd and is_alive(pid):
             out.append(pid)
     return out
 
@@ -103,7 +98,7 @@ def processes_in(ws: Path) -> list[int]:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if (cwd == str(ws) or cwd.startswith(str(ws) + "/")) and _alive(pid):
+        if (cwd == str(ws) or cwd.startswith(str(ws) + "/")) and is_alive(pid):
             out.append(pid)
     return out
 

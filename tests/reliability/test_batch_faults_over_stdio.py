@@ -26,7 +26,8 @@ import anyio
 import pytest
 
 from tests.conftest import OPERATORS, require_real, sim_command
-from tests.reliability.crash_harness import _alive, processes_in, server_pids
+from tests.reliability.crash_harness import processes_in, server_pids
+from tests.running.runner_helpers import is_alive
 from tests.server.mcp_client import Session, connect
 from tests.sessions import to_frontend
 
@@ -122,9 +123,9 @@ async def _interrupted(ws: Path, start: dict[str, Any], tool: str, args: dict[st
             raise failed[0] from None
     assert sent and ended, f"the call never ended after SIGINT: {got}"
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while is_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid), "the server is still alive 5 s after SIGINT"
+    assert not is_alive(pid), "the server is still alive 5 s after SIGINT"
     deadline = time.monotonic() + 5
     while processes_in(ws / ".pypto-tune" / "exec") and time.monotonic() < deadline:
         time.sleep(0.05)
