@@ -21,7 +21,7 @@ from pypto_tune.tools.rules import setup as setup_rules
 from pypto_tune.tools.errors import InputError
 from pypto_tune.tools.operations.base import INTERPRETER_CHECK, Handle, SessionContext
 from pypto_tune.tools.running import recorded_env, sandbox
-from pypto_tune.tools.running.interpreter_files import python_of
+from pypto_tune.tools.running.interpreter_files import Fingerprint, python_of
 from pypto_tune.tools.running.recorded_env import RunWorld
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 
@@ -112,7 +112,7 @@ class RunWorldOps:
                                        + "; ".join(diffs)[:2000])
             st = self.ctx.state(h, st.id)
             if any(r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
-                self.scan_interpreter_sync(h, st)  # the new roots, fingerprinted from here on
+                self.record_interpreter_scan(h, st, self.scan_interpreter_sync(h, st))  # the new roots, from here on
                 st = self.ctx.state(h, st.id)
             return st, "; the new environment a person accepted is recorded as this session's baseline"
         pending = next((q for q in reversed(questions) if (q["info"] or {}).get("digest") == digest
@@ -166,15 +166,18 @@ class RunWorldOps:
         return "declined: resume the session from a server started in the recorded environment"
 
     # ------------------------------------------------------------------------------------ interpreter fingerprint
-    def scan_interpreter_sync(self, h: Handle, st: SessionState) -> None:
-        """Fingerprint the closure's roots (``tools/running/interpreter_files.py``): from here on a run is judged
-        only while they are as scanned."""
+    def scan_interpreter_sync(self, h: Handle, st: SessionState) -> Fingerprint:
+        """Scan the closure's roots (``tools/running/interpreter_files.py``) as the session's fingerprint would."""
         from pypto_tune.tools.running.interpreter_files import take_sync
 
         world = self.run_world(h, st)
         # what a sandboxed run cannot see cannot move its number: only such a session leaves the hidden folders out
-        fp = take_sync(world.closure.fingerprinted, workspace=Path(h.workspace),
-                       hidden=world.closure.hidden if world.sandboxed else ())
+        return take_sync(world.closure.fingerprinted, workspace=Path(h.workspace),
+                         hidden=world.closure.hidden if world.sandboxed else ())
+
+    def record_interpreter_scan(self, h: Handle, st: SessionState, fp: Fingerprint) -> None:
+        """Keep ``fp`` as the session's fingerprint: from here on a run is judged only while the roots are as
+        scanned."""
         fp.save(self.ctx.fingerprint_path(h, st.id))
         detail = (f"{len(fp.entries)} entries under {len(fp.roots)} folders the run imports or executes from "
                   f"({', '.join(fp.roots[:4])}{', …' if len(fp.roots) > 4 else ''}); digest {fp.digest}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import time
 import uuid
 
@@ -13,9 +15,12 @@ from typing import Any
 
 from pypto_tune.tools.rules import tuning_loop
 from pypto_tune.tools.running.environment import check_environment
+from pypto_tune.tools.running.import_memo import ImportMemo, memo_key
+from pypto_tune.tools.running.interpreter_files import Fingerprint
 from pypto_tune.tools.code.codestate import diff_trees, record_tree, scan_tree, tree_hash
 from pypto_tune.tools.rules import change as change_rules, drift as drift_rules, setup as setup_rules
-from pypto_tune.tools.errors import GateRefusal, InputError, TreeError
+from pypto_tune.tools.errors import GateRefusal, InputError, LedgerError, TreeError
+from pypto_tune.tools.session import ledger_seal
 from pypto_tune.tools.session.ledger import now_iso
 from pypto_tune.tools.patching import (
     hash_sources,
@@ -269,13 +274,20 @@ class SetupOps:
                 st = self.ctx.state(h, session_id)
 
             env_checks: list[EnvCheck] = []
+            scanned: Fingerprint | None = None
             if st.level1 == "S1_SETUP" and st.env_ok is not True:
                 if progress:
                     await progress(0.0, "", phase="environment checklist (first call of the session)")
+                # the fingerprint first: its digest keys the remembered answer of `import pypto` (import_memo.py),
+                # and once the checklist passes it is the one recorded — taken before the checklist, any change
+                # made while the checklist ran shows at the first run
+                scanned = await anyio.to_thread.run_sync(lambda: self.worlds.scan_interpreter_sync(h, st))
+                env = self.worlds.child_env(st, st.device)
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
-                    env=self.worlds.child_env(st, st.device), python=self.ctx.python,
-                    device_ids=list(st.session["device_ids"]), test_command=list(st.session["test_command"]),
+                    env=env, python=self.ctx.python, device_ids=list(st.session["device_ids"]),
+                    test_command=list(st.session["test_command"]),
+                    memo=self._import_memo(h, st, python=self.ctx.python, digest=scanned.digest, env=env),
                 )
                 batch = st.env_batches + 1
                 with h.record(st.id).transaction() as rec:
@@ -290,7 +302,7 @@ class SetupOps:
                     r["name"] == INTERPRETER_CHECK for r in st.rows.get("env_checks", [])):
                 if progress:
                     await progress(0.0, "", phase="recording the interpreter's files (first call of the session)")
-                await self._scan_interpreter(h, st)
+                await self._record_interpreter(h, st, scanned)
                 st = self.ctx.state(h, session_id)
 
             round_no = st.open_round.number if st.open_round else None
@@ -362,9 +374,30 @@ class SetupOps:
         finally:
             h.busy = None
 
-    async def _scan_interpreter(self, h: Handle, st: SessionState) -> None:
-        """Fingerprint the closure's roots before the baseline (``run_world.py``), off the event loop."""
-        await anyio.to_thread.run_sync(lambda: self.worlds.scan_interpreter_sync(h, st))
+    async def _record_interpreter(self, h: Handle, st: SessionState, scanned: Fingerprint | None) -> None:
+        """Fingerprint the closure's roots before the baseline (``run_world.py``), off the event loop: the scan
+        this call's checklist was keyed by, else a new one."""
+        fp = scanned or await anyio.to_thread.run_sync(lambda: self.worlds.scan_interpreter_sync(h, st))
+        self.worlds.record_interpreter_scan(h, st, fp)
+
+    def _import_memo(self, h: Handle, st: SessionState, *, python: str, digest: str,
+                     env: dict[str, str]) -> ImportMemo | None:
+        """Where the checklist's `import pypto` answer is remembered for this interpreter and environment. None —
+        the checklist then simply imports — when the seal key cannot be had, or when the checklist's interpreter
+        is not the one the runs start: the digest covers the runs' interpreter, not another one's files."""
+        run_python = self.worlds.run_world(h, st).python
+        if not os.path.isabs(run_python):
+            run_python = shutil.which(run_python, path=env.get("PATH")) or run_python
+        if os.path.abspath(run_python) != os.path.abspath(python):
+            return None
+        try:
+            seal_key = ledger_seal.load_key()
+        except LedgerError:
+            return None
+        inside = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                  if p and os.path.realpath(p).startswith(os.path.realpath(h.workspace) + os.sep)]
+        return ImportMemo(key=memo_key(python=python, interpreter_digest=digest, env=env), seal_key=seal_key,
+                          path_folders=[Path(h.workspace), *inside])
 
     def _adopt_drift(self, h: Handle, st: SessionState) -> None:
         """Adopt an external edit of the operator files as a manual round — through the same admission as every

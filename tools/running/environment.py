@@ -30,6 +30,7 @@ import anyio
 
 from pypto_tune.tools.errors import RunError
 from pypto_tune.tools.running import source_needs
+from pypto_tune.tools.running.import_memo import ImportAnswer, ImportMemo
 from pypto_tune.tools.running.runner import RunResult, run_command
 from pypto_tune.tools.snapshot import EnvCheck
 
@@ -291,15 +292,19 @@ async def _path_python_checks(*, cwd: Path, env: dict[str, str], timeout_s: floa
 # What the test's files need, asked of the interpreter the runs use, in one child: ``find_spec`` locates a module
 # without running it; the options tree needs pypto imported. The answer is the last line (pypto may print before it).
 # The same child answers the "import pypto" check first (its line after PYPTO_MARK): importing pypto and torch costs
-# ~2.5 CPU s, as much as a SIM run's kernel, and a second child importing them again doubled the checklist's cost.
+# ~2.7 CPU s, as much as a SIM run's kernel, and a second child importing them again doubled the checklist's cost.
+# argv[2] "0": the answer is remembered (import_memo.py), so only the cheap find_spec part runs. The top-level
+# modules the import loaded, and those it loaded from the working folder, let the answer be remembered safely.
 PYPTO_MARK = "PYPTO-TUNE-IMPORT-PYPTO "
 _NEEDS_PROBE = r"""
-import importlib.util, json, sys
-try:
-    import importlib.metadata as _m, pypto
-    print("PYPTO-TUNE-IMPORT-PYPTO pypto", _m.version("pypto"), "from", pypto.__file__, flush=True)
-except BaseException:  # the separate "import pypto" probe then runs and names pypto's own error
-    pass
+import importlib.util, json, os, sys
+ask = sys.argv[2] == "1"
+if ask:
+    try:
+        import importlib.metadata as _m, pypto
+        print("PYPTO-TUNE-IMPORT-PYPTO pypto", _m.version("pypto"), "from", pypto.__file__, flush=True)
+    except BaseException:  # the separate "import pypto" probe then runs and names pypto's own error
+        pass
 missing = []
 for name in json.loads(sys.argv[1]):
     try:
@@ -307,44 +312,65 @@ for name in json.loads(sys.argv[1]):
             missing.append(name)
     except (ImportError, ValueError):
         missing.append(name)
-tree = None
-if "pypto" not in missing:
+tree = modules = local = None
+if ask and "pypto" not in missing:
     try:
         import pypto.config
         tree = sorted({l.split(":", 1)[0].strip() for l in pypto.config.get_options_tree().splitlines() if ":" in l})
     except Exception as exc:
         tree = "%s: %s" % (type(exc).__name__, exc)
-print(json.dumps({"missing": missing, "options": tree}))
+    here = os.path.realpath(os.getcwd()) + os.sep
+    files = {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())}
+    modules = sorted({n.split(".", 1)[0] for n in files})
+    # (torch.ops and torch.classes carry a made-up relative __file__: only a real path can be the workspace's)
+    local = sorted(n for n, f in files.items()
+                   if isinstance(f, str) and os.path.isabs(f) and os.path.realpath(f).startswith(here))
+print(json.dumps({"missing": missing, "options": tree, "modules": modules, "local": local}))
 """
 
 
 async def needs_checks(*, workspace: Path, files: list[str], python: str, env: dict[str, str],
-                            timeout_s: float = CHECK_TIMEOUT_S, pypto_ok: list[EnvCheck] | None = None
-                            ) -> list[EnvCheck]:
+                      timeout_s: float = CHECK_TIMEOUT_S, pypto_ok: list[EnvCheck] | None = None,
+                      memo: ImportMemo | None = None) -> list[EnvCheck]:
     """Two checks of what the test's own files need (``source_needs.py``): every module they import unconditionally
     is importable by ``python`` (a missing one is named with where it is imported and how to install it — before the
     session fingerprints the interpreter, after which an install voids its runs), and every pypto option key they
     set is one the installed pypto knows (an unknown key fails inside the run as ``IndexError: map::at``).
 
     ``pypto_ok``: when pypto imported in the same child, the passed "import pypto" check is appended to it (what
-    the separate probe would have said: the output up to its line)."""
+    the separate probe would have said: the output up to its line). ``memo``: where that import's answer is
+    remembered for this interpreter and environment (``import_memo.py``); a remembered one spares the import."""
     imports = source_needs.module_imports(workspace, files)
     imports.pop("pypto", None)  # the "import pypto" check names it, with pypto's own error
     keys = source_needs.option_keys(workspace, files)
-    res = await _run([python, "-c", _NEEDS_PROBE, json.dumps(sorted(imports))], cwd=workspace, env=env,
-                     timeout_s=timeout_s)
-    if pypto_ok is not None and isinstance(res, RunResult):
+    recalled = memo.recall() if memo is not None and pypto_ok is not None else None
+    res = await _run([python, "-c", _NEEDS_PROBE, json.dumps(sorted(imports)), "0" if recalled else "1"],
+                     cwd=workspace, env=env, timeout_s=timeout_s)
+    pypto_line: str | None = None
+    if recalled is not None:
+        pypto_line = recalled.pypto
+        assert pypto_ok is not None
+        pypto_ok.append(_check("import pypto", True, f"{recalled.pypto} (remembered from {recalled.at}: the "
+                               "interpreter's files and the run environment are as they were then)"))
+    elif pypto_ok is not None and isinstance(res, RunResult):
         lines = res.output.splitlines()
         at = next((i for i, ln in enumerate(lines) if ln.startswith(PYPTO_MARK)), None)
         if at is not None:
             upto = [ln.removeprefix(PYPTO_MARK) for ln in lines[:at + 1] if ln.strip()]
-            pypto_ok.append(_check("import pypto", True, " | ".join(upto[-4:])[-400:]))
+            pypto_line = " | ".join(upto[-4:])[-400:]
+            pypto_ok.append(_check("import pypto", True, pypto_line))
     bad = _failed_probe(res, "the import probe")
     answer = None
     if not bad:
         assert isinstance(res, RunResult)
         last = [ln for ln in res.output.splitlines() if ln.startswith('{"missing"')]
         answer = json.loads(last[-1]) if last else None
+    if answer is not None and recalled is not None:
+        answer["options"] = recalled.options
+    elif (answer is not None and memo is not None and pypto_line is not None and isinstance(answer["options"], list)
+          and isinstance(answer.get("modules"), list) and not answer.get("local")):
+        memo.remember(ImportAnswer(pypto=pypto_line, options=answer["options"], modules=answer["modules"],
+                                   at=now_iso()))
     if answer is None:
         why = bad or "the import probe printed no answer"
         return [_check("test imports", True, f"warning: {why}; the test's imports were not checked")]
@@ -383,11 +409,13 @@ async def needs_checks(*, workspace: Path, files: list[str], python: str, env: d
 
 async def check_environment(*, run_mode: str, workspace: Path, operator_files: list[str], env: dict[str, str],
                             python: str = sys.executable, device_ids: list[str] | None = None,
-                            timeout_s: float = CHECK_TIMEOUT_S, test_command: list[str] | None = None) -> list[EnvCheck]:
+                            timeout_s: float = CHECK_TIMEOUT_S, test_command: list[str] | None = None,
+                            memo: ImportMemo | None = None) -> list[EnvCheck]:
     """Run the R3 checklist for ``run_mode`` ('sim' or 'npu') and return one EnvCheck per item, in a fixed order.
 
     ``env`` is the child environment the test command will get (:func:`build_child_env`); ``python`` the
-    interpreter the checks import with; ``operator_files`` are relative to ``workspace``. Never raises for a
+    interpreter the checks import with; ``operator_files`` are relative to ``workspace``; ``memo``: where the answer
+    of ``import pypto`` is remembered for this interpreter and environment (``import_memo.py``). Never raises for a
     failing check — a failed check is data (``ok=False`` with a detail saying what to fix).
     """
     mode = run_mode.lower()
@@ -414,7 +442,7 @@ async def check_environment(*, run_mode: str, workspace: Path, operator_files: l
         files = source_needs.files_of_test(workspace, list(test_command or []), operator_files)
         pypto_ok: list[EnvCheck] = []
         parts["needs"] = await needs_checks(workspace=cwd, files=files, python=python, env=env,
-                                            timeout_s=timeout_s, pypto_ok=pypto_ok) if files else []
+                                            timeout_s=timeout_s, pypto_ok=pypto_ok, memo=memo) if files else []
         if pypto_ok:
             parts["pypto"] = pypto_ok
         else:
