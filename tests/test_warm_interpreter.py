@@ -89,15 +89,20 @@ print(json.dumps({"no_pyc": sys.dont_write_bytecode, "out": sys.stdout.write_thr
 """
 
 
-def test_a_script_under_the_unbuffered_and_no_bytecode_options_gets_them_as_a_fresh_interpreter_would(
-        tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["script", "module"])
+def test_the_unbuffered_and_no_bytecode_options_are_taken_as_a_fresh_interpreter_would(
+        tmp_path: Path, kind: str) -> None:
+    """The helper's streams were made from the test process's environment (xdist's workers set both options): a
+    server forked from it with neither must still block-buffer its stdout, as a fresh one does."""
     (tmp_path / "streams.py").write_text(STREAMS)
+    argv = ["streams.py"] if kind == "script" else ["-m", "streams"]
     for options in ({}, {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}):
         env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **options}
-        command, args = script_command(["streams.py"], env, preload=("json",))
+        command, args = (script_command(argv, env, preload=("json",)) if kind == "script" else
+                         module_command("streams", [], env, preload=("json",)))
         assert args[:3] == ["-I", "-S", "-c"], "these options must not need a fresh interpreter"
         warm = subprocess.run([command, *args], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
-        fresh = subprocess.run([sys.executable, "streams.py"], cwd=tmp_path, env=env, text=True, capture_output=True,
+        fresh = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, text=True, capture_output=True,
                                timeout=60)
         assert (warm.returncode, warm.stderr, json.loads(warm.stdout)) == \
             (fresh.returncode, fresh.stderr, json.loads(fresh.stdout)), options

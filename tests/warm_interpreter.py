@@ -19,9 +19,11 @@ modules it pre-imports (``SERVER``, ``SIMULATOR``), and each such process is a c
 
 What runs is the module's or the script's own code, over the real pipes; only the interpreter's start is shared. Where
 a fresh interpreter would differ, the test gets one: an environment that sets another ``PYTHON*`` variable than
-``PYTHONPATH`` (they change how an interpreter starts; a script's child applies ``PYTHONUNBUFFERED`` and
-``PYTHONDONTWRITEBYTECODE`` itself, which pytest-xdist's workers set), ``PYPTO_TUNE_COLD_SERVER=1`` in the test
-process, or a zygote that could not start. What a fresh interpreter still does differently — it imports the
+``PYTHONPATH``, ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE`` (they change how an interpreter starts; a child
+sets its streams and ``sys.dont_write_bytecode`` from those two itself, as a fresh interpreter would from the
+environment it gets: pytest-xdist's workers set both, and the helper's own streams were made from theirs;
+``sys.flags`` still shows the helper's start), ``PYPTO_TUNE_COLD_SERVER=1`` in the test process, or a zygote that
+could not start. What a fresh interpreter still does differently — it imports the
 pre-imported modules after reading the environment the child gets — is left to tests that start one (the server's own
 runs never use this: they are the product's, in its sandbox). Tests that need a fresh process for another reason
 (another account, a Ray worker) build their commands themselves.
@@ -85,6 +87,7 @@ def serve_child(req, fds, listener, clients):
     os.environ.update(req["env"])
     extra = [os.path.abspath(p) for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     random.seed()
+    fresh_streams(req["env"])
     if req["argv"][0] == "-m":
         _, module, *args = req["argv"]
         sys.path[:] = [os.getcwd(), *extra, *BASE_PATH]
@@ -92,7 +95,6 @@ def serve_child(req, fds, listener, clients):
         sys.modules.pop(module, None)  # run as ``__main__``, not as the module some import may have loaded
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     else:
-        fresh_streams(req["env"])
         script = os.path.abspath(req["argv"][0])  # ``__main__.__file__`` is absolute, as a fresh interpreter's
         sys.path[:] = [os.path.dirname(script), *extra, *BASE_PATH]
         sys.argv = list(req["argv"])
@@ -210,7 +212,8 @@ def _start(preload: tuple[str, ...]) -> str | None:
         return path
 
 
-#: start-up options a forked child takes on itself (pytest-xdist's workers set both, and fixture scripts inherit them)
+#: start-up options a forked child takes on itself (pytest-xdist's workers set both, and the processes a test starts
+#: inherit them)
 HONOURED = frozenset({"PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED"})
 
 
@@ -220,9 +223,8 @@ def _fresh_only(env: dict[str, str] | None, honoured: frozenset[str]) -> bool:
     return any(k.startswith("PYTHON") and k not in honoured for k in (env or {}))
 
 
-def _command(argv: list[str], env: dict[str, str] | None, preload: tuple[str, ...],
-             honoured: frozenset[str] = frozenset({"PYTHONPATH"})) -> tuple[str, list[str]]:
-    if not _fresh_only(env, honoured):
+def _command(argv: list[str], env: dict[str, str] | None, preload: tuple[str, ...]) -> tuple[str, list[str]]:
+    if not _fresh_only(env, HONOURED):
         path = _start(preload)
         if path is not None:
             return sys.executable, ["-I", "-S", "-c", _LAUNCHER, path, *argv]
@@ -240,9 +242,8 @@ def module_command(module: str, args: list[str], env: dict[str, str] | None,
 def script_command(argv: list[str], env: dict[str, str] | None,
                    preload: tuple[str, ...] = SIMULATOR) -> tuple[str, list[str]]:
     """``(command, args)`` that run as ``sys.executable SCRIPT *args`` (``argv[0]`` the script), warm as
-    :func:`module_command` is, also under ``PYTHONUNBUFFERED`` and ``PYTHONDONTWRITEBYTECODE`` (the child sets
-    its streams and ``sys.dont_write_bytecode`` as those would; ``sys.flags`` still shows the helper's start)."""
-    return _command(list(argv), env, preload, HONOURED)
+    :func:`module_command` is."""
+    return _command(list(argv), env, preload)
 
 
 def server_command(args: list[str], env: dict[str, str] | None) -> tuple[str, list[str]]:
