@@ -121,6 +121,8 @@ MASKS = [
     (re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d"), "<time>"),
     # the simulator's own wall time of a run ("Time taken: 0 secs"): 1 on a loaded machine
     (re.compile(r"Time taken: \d+ secs"), "Time taken: <n> secs"),
+    # whichever server's checklist imported pypto first, the other remembers its answer (import_memo.py)
+    (re.compile(r" \(remembered from [^)]*\)"), ""),
 ]
 
 

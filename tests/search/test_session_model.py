@@ -189,3 +189,23 @@ def test_a_config_field_and_the_call_it_feeds_are_one_knob_when_its_other_call_n
     unknown = SimpleNamespace(knobs=[pinned, branch, field], live=lambda k: None)
     assert _ran_tile_sites(unknown, field) == {("ffn.py", 205), ("ffn.py", 234)}
     assert _site_group(unknown, field) != _site_group(unknown, pinned)
+
+
+# ------------------------------------------------------------------------------------------- a batch of trials
+
+def test_a_batch_spreads_over_knobs_the_model_cannot_tell_apart_and_its_first_place_is_the_best():
+    """Two vector-tile knobs with the same prior (sequential_functions, de-tuned: GELU's tile and the layer norm's,
+    both at 8 rows): two values of the first knob rank 1 and 2 alone, but once the first is as good as measured its
+    neighbour tells little more, so the batch's second place goes to the other knob."""
+    gelu = [_pt("gelu", (5.0, 7.0)), _pt("gelu", (4.0, 7.0))]
+    norm = [_pt("norm", (5.0, 7.0))]
+    m = learn.SessionModel([], "s")
+    cands = [(gelu[0], 2.0, 0), (gelu[1], 1.9, 0), (norm[0], 1.8, 0)]
+    alone = sorted(range(3), key=lambda i: -m.predict(cands[i][0], cands[i][1]).score)
+    assert alone == [0, 1, 2]
+    assert m.batch_order(cands, depth=2) == [0, 2, 1]
+    assert m.batch_order(cands, depth=1) == [0, 1, 2]  # a batch of one runs the model's best, as before
+    # a knob measured flat is still behind: the tier comes before the spread
+    assert m.batch_order([(gelu[0], 2.0, 0), (gelu[1], 1.9, 0), (norm[0], 1.8, 1)], depth=3) == [0, 1, 2]
+    # a far better value of the same knob keeps its place: the spread only settles what the model cannot tell apart
+    assert m.batch_order([(gelu[0], 8.0, 0), (gelu[1], 7.9, 0), (norm[0], -2.0, 0)], depth=2) == [0, 1, 2]

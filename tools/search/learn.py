@@ -23,7 +23,9 @@ upper confidence bound of its posterior:
   decides (the first ranking is the prior's own order), after two flat trials of a knob its other values are ranked
   by what was measured;
 * **acquisition** — posterior mean + ``BETA`` × posterior sd (UCB): a kind nobody has tried keeps its whole prior
-  variance, so it gets its turn before a knob already measured flat is tried a third time.
+  variance, so it gets its turn before a knob already measured flat is tried a third time;
+* **batch** — the places after the first are chosen as if each earlier pick had measured no effect
+  (:meth:`SessionModel.batch_order`), so parallel trials spread over knobs the model cannot tell apart.
 
 Two rules bound the model where a wrong guess would cost a run: a knob (or tile site) measured with **no effect
 twice from the same kept state** is not proposed from it again (:meth:`SessionModel.exhausted_here`); and while a
@@ -77,6 +79,7 @@ NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy readin
 LENGTH_LOG2 = 1.0  # one doubling of an effective extent is one length scale
 OTHER_STAGE = 0.8  # correlation kept across stage groups
 MOVED_BY_SHOWN = 3
+BATCH_LIE = 0.0  # what a batch's earlier pick is taken to measure while the later places are chosen: no effect
 
 
 def kind_of(kind: str, name: str, consumers: Iterable[str] | None = None) -> str:
@@ -233,6 +236,7 @@ class SessionModel:
 
     def __init__(self, observations: list[Observation], state: str = "") -> None:
         self.obs = observations
+        self._state = state
         n = len(observations)
         self._alpha = np.zeros(n)
         self._chol: np.ndarray | None = None
@@ -265,6 +269,52 @@ class SessionModel:
                        self.obs[i].trial.outcome, float(parts[i])) for i in order[:MOVED_BY_SHOWN]
                  if abs(parts[i]) >= 1e-3]
         return Prediction(mean, sd, mean + BETA * sd, m0 * weight, weight, moved)
+
+    # ------------------------------------------------------------------------------------------- a batch
+    def batch_order(self, candidates: list[tuple[Point, float, int]], depth: int) -> list[int]:
+        """The first ``depth`` picks of a batch, each the best given the picks before it (a *constant liar*): each
+        pick joins the observations as if it had measured no effect — the outcome most trials have, and the
+        pessimistic one for a pick the model ranks first — which takes most of the promise and the uncertainty
+        out of its own knob's other values and little out of another knob's. A batch of parallel trials then
+        spreads over the knobs the model cannot tell apart instead of betting twice on one (PyPTO's
+        ``sequential_functions``, de-tuned: both trials of the first batch went to the GELU tile while the layer
+        norm's tile held the gain); a value far better than every other knob's keeps its place. Believing the
+        model's own prediction instead (the kriging believer) lifts the pick's neighbours as much as it narrows
+        them, and with ``BETA`` = 0.3 left the batch on one knob. ``candidates``: (point, prior score, tier) in
+        rank order; the tier still comes first. Returns indices into ``candidates``: the picks, then the rest in
+        their order."""
+        points = [o.point for o in self.obs]
+        ys = [o.y for o in self.obs]
+        noise = [NOISE if o.point.state == self._state else NOISE_ELSEWHERE for o in self.obs]
+        left = list(range(len(candidates)))
+        picks: list[int] = []
+        for _ in range(min(depth, len(candidates))):
+            chol = alpha = None
+            if points:
+                K = np.array([[kernel(a, b) for b in points] for a in points]) + np.diag(noise)
+                chol = np.linalg.cholesky(K)
+                alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(ys)))
+            best: tuple[tuple[int, float], int] | None = None
+            for i in left:
+                pt, prior_score, tier = candidates[i]
+                m0, prior_var = squash(prior_score), kernel(pt, pt)
+                mean, var = m0, max(prior_var, 0.0)
+                if chol is not None and prior_var > 0:
+                    kx = np.array([kernel(pt, q) for q in points])
+                    v = np.linalg.solve(chol, kx)
+                    var = max(prior_var - float(v @ v), 1e-9)
+                    mean = m0 * var / prior_var + float(kx @ alpha)
+                key = (tier, -(mean + BETA * math.sqrt(var)))
+                if best is None or key < best[0]:
+                    best = (key, i)
+            assert best is not None
+            _, i = best
+            picks.append(i)
+            left.remove(i)
+            points.append(candidates[i][0])
+            ys.append(BATCH_LIE)
+            noise.append(NOISE)
+        return picks + left
 
     # ------------------------------------------------------------------------------------------ the two rules
     def exhausted_here(self, group: str, state: str) -> list[TriedChange]:

@@ -87,6 +87,8 @@ class _Raw:
     tier: int = 0  # 1: a knob or kind measured without effect, behind every candidate of a kind not yet tried
     effective: str | None = None  # the configuration as it would run (_effective_key), once computed
     twin_of: str | None = None  # a better-ranked candidate that runs the same configuration ("knob = value")
+    point: learn.Point | None = None  # the change as the session model sees it (ranking "model")
+    batch_after: str | None = None  # the better pick of a batch that moved this one up ("knob = value")
 
     def sort_key(self, ranking: Ranking) -> tuple:
         tail = (self.knob.id, value_key(self.value))
@@ -627,7 +629,8 @@ def _one_per_configuration(raws: list[_Raw], excluded: dict[str, int]) -> list[_
     return distinct + twins
 
 
-def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) -> list[_Raw]:
+def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
+                   ) -> tuple[list[_Raw], learn.SessionModel]:
     """Rank by the session model (:mod:`.learn`): each candidate's prior score is the prior mean, this session's
     decided trials the data; a knob measured without effect twice from this state is dropped; a knob or kind
     measured only without effect goes behind the kinds nobody has tried yet."""
@@ -644,10 +647,32 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]) ->
     untried = {pt.kind for _, pt in keep} - model.tried_kinds()
     for raw, pt in keep:
         raw.prior_score = raw.score
+        raw.point = pt
         raw.learnt = model.predict(pt, raw.score)
         raw.score = raw.learnt.score
         raw.tier = 1 if untried and pt.kind not in untried and model.unresponsive(pt.group, pt.kind) else 0
-    return [raw for raw, _ in keep]
+    return [raw for raw, _ in keep], model
+
+
+#: how many leading places the batch order decides (run_candidates' batches are 1-4 trials)
+BATCH_DEPTH = 4
+
+
+def _batch_order(model: learn.SessionModel, raws: list[_Raw]) -> list[_Raw]:
+    """The first places as a batch of parallel trials should take them (:meth:`learn.SessionModel.batch_order`): a
+    candidate whose knob a better one already tries gives its place to one the model knows as little about. The
+    first place is unchanged (a batch of one runs exactly the model's best)."""
+    order = model.batch_order([(r.point, r.prior_score, r.tier) for r in raws if r.point is not None], BATCH_DEPTH)
+    out = [raws[i] for i in order]
+    for pos, r in enumerate(out[:BATCH_DEPTH]):
+        passed = [x for x in raws[:raws.index(r)] if x not in out[:pos]]
+        if passed:
+            r.batch_after = ", ".join(f"{x.knob.name} = {_short_value(x.value)}" for x in out[:pos])
+    return out
+
+
+def _short_value(v: Any) -> str:
+    return json.dumps(v, default=str)[:40]
 
 
 def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[Any]:
@@ -923,6 +948,9 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
     if raw.twin_of:
         head = (f"runs the same configuration as {raw.twin_of} (ranked above), so it comes after every distinct "
                 f"one; {head}")
+    if raw.batch_after:
+        head = (f"moved up for a batch: with {raw.batch_after} placed before it (taken as no effect until "
+                f"measured), the candidates this one passed promise less than it does; {head}")
     # what this session measured comes first; the terms after it are its prior (up to four of them, as before the
     # session model: the line that names the session's evidence must not push the prior's own evidence out)
     learnt = [raw.learnt.text() + f"; the prior score {raw.prior_score:+.2f} sums"] if raw.learnt is not None else []
@@ -1110,10 +1138,12 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
                                                               .encode()).hexdigest()
             raws.append(raw)
     raws, known = _known_outcomes(ctx, raws, excluded)
+    model: learn.SessionModel | None = None
     if ranking == "model":
-        raws = _session_model(ctx, raws, excluded)
+        raws, model = _session_model(ctx, raws, excluded)
     raws.sort(key=lambda r: r.sort_key(ranking))
-    if ranking == "model":
+    if model is not None:
+        raws = _batch_order(model, raws)
         raws = sorted(_spread(raws), key=lambda r: r.tier)  # spread within a tier: a flat kind waits for all others
     raws = _one_per_configuration(raws, excluded)
 
