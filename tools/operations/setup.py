@@ -283,11 +283,16 @@ class SetupOps:
                 # made while the checklist ran shows at the first run
                 scanned = await anyio.to_thread.run_sync(lambda: self.worlds.scan_interpreter_sync(h, st))
                 env = self.worlds.child_env(st, st.device)
+                # the checks import with the interpreter the runs start (`python` in the command: the one the
+                # recorded PATH finds), not the server's: that one having pypto says nothing about the runs
+                python = self.worlds.run_world(h, st).python
+                if not os.path.isabs(python):
+                    python = shutil.which(python, path=env.get("PATH")) or python
                 env_checks = await check_environment(
                     run_mode=st.run_mode, workspace=h.workspace, operator_files=list(st.session["operator_files"]),
-                    env=env, python=self.ctx.python, device_ids=list(st.session["device_ids"]),
+                    env=env, python=python, device_ids=list(st.session["device_ids"]),
                     test_command=list(st.session["test_command"]),
-                    memo=self._import_memo(h, st, python=self.ctx.python, digest=scanned.digest, env=env),
+                    memo=self._import_memo(h, python=python, digest=scanned.digest, env=env),
                 )
                 batch = st.env_batches + 1
                 with h.record(st.id).transaction() as rec:
@@ -380,16 +385,11 @@ class SetupOps:
         fp = scanned or await anyio.to_thread.run_sync(lambda: self.worlds.scan_interpreter_sync(h, st))
         self.worlds.record_interpreter_scan(h, st, fp)
 
-    def _import_memo(self, h: Handle, st: SessionState, *, python: str, digest: str,
-                     env: dict[str, str]) -> ImportMemo | None:
-        """Where the checklist's `import pypto` answer is remembered for this interpreter and environment. None —
-        the checklist then simply imports — when the seal key cannot be had, or when the checklist's interpreter
-        is not the one the runs start: the digest covers the runs' interpreter, not another one's files."""
-        run_python = self.worlds.run_world(h, st).python
-        if not os.path.isabs(run_python):
-            run_python = shutil.which(run_python, path=env.get("PATH")) or run_python
-        if os.path.abspath(run_python) != os.path.abspath(python):
-            return None
+    @staticmethod
+    def _import_memo(h: Handle, *, python: str, digest: str, env: dict[str, str]) -> ImportMemo | None:
+        """Where the checklist's `import pypto` answer is remembered for the runs' interpreter (``python``, whose
+        files ``digest`` covers) and environment. None — the checklist then simply imports — when the seal key
+        cannot be had."""
         try:
             seal_key = ledger_seal.load_key()
         except LedgerError:
