@@ -304,7 +304,9 @@ class SessionModel:
                     v = np.linalg.solve(chol, kx)
                     var = max(prior_var - float(v @ v), 1e-9)
                     mean = m0 * var / prior_var + float(kx @ alpha)
-                key = (tier, -(mean + BETA * math.sqrt(var)))
+                # rounded as the ranking's sort key rounds: equal scores keep their rank order (float noise must
+                # not reorder what the first place is)
+                key = (tier, -round(mean + BETA * math.sqrt(var), 9))
                 if best is None or key < best[0]:
                     best = (key, i)
             assert best is not None
