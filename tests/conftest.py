@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,18 @@ def require_real(available: bool, what: str) -> None:
     if in_ci():
         pytest.fail(f"CI is missing a real part this test needs: {what}", pytrace=False)
     pytest.skip(what)
+
+
+#: an interpreter of this machine without pypto: the system's own
+NO_PYPTO_PYTHON = "/usr/bin/python3"
+
+
+def python_without_pypto() -> str:
+    """``NO_PYPTO_PYTHON``, once it is known to start and to lack pypto (else a skip; in CI a failure)."""
+    require_real(Path(NO_PYPTO_PYTHON).exists() and subprocess.run(
+        [NO_PYPTO_PYTHON, "-c", "import pypto"], capture_output=True).returncode != 0,
+        f"{NO_PYPTO_PYTHON} is missing or has pypto: no interpreter without it")
+    return NO_PYPTO_PYTHON
 
 
 def make_workspace(tmp_path: Path, operator: str = "softmax") -> Path:

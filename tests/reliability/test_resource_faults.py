@@ -17,13 +17,10 @@ import pytest
 
 from pypto_tune.tools.errors import GateRefusal, LedgerError, PyptoTuneError
 from pypto_tune.tools.service import TuningService
-from tests.conftest import OPERATORS, require_real, sim_command
+from tests.conftest import OPERATORS, make_workspace, python_without_pypto, require_real, sim_command
 from tests.reliability.crash_harness import processes_in
 
 pytestmark = pytest.mark.process
-
-NO_PYPTO_PYTHON = "/usr/bin/python3"
-
 
 def _counts(ws: Path) -> dict[str, int]:
     con = sqlite3.connect(ws / ".pypto-tune" / "ledger.sqlite3")
@@ -109,14 +106,10 @@ def test_read_only_workspace_gives_a_clear_error_not_an_internal_one(tmpfs: Path
 
 
 def test_python_without_pypto_fails_env_check_naming_import_pypto(tmp_path: Path) -> None:
-    require_real(Path(NO_PYPTO_PYTHON).exists() and subprocess.run(
-        [NO_PYPTO_PYTHON, "-c", "import pypto"], capture_output=True).returncode != 0,
-        f"{NO_PYPTO_PYTHON} is missing or has pypto: no interpreter without it")
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
-    svc = TuningService(default_workspace=ws, python=NO_PYPTO_PYTHON)
-    sid = _start(svc, ws, test_command=[NO_PYPTO_PYTHON, "softmax.py", "--run-mode", "sim"]).session_id
+    python = python_without_pypto()
+    ws = make_workspace(tmp_path)
+    svc = TuningService(default_workspace=ws, python=python)
+    sid = _start(svc, ws, test_command=[python, "softmax.py", "--run-mode", "sim"]).session_id
     with pytest.raises(GateRefusal) as exc:
         anyio.run(functools.partial(svc.run_precision_check, sid))
     text = str(exc.value)

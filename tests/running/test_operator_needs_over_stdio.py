@@ -5,15 +5,13 @@ a session started in English is answered in English by every tool that answers i
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.conftest import OPERATORS, require_real
+from tests.conftest import make_workspace, python_without_pypto
 from tests.server.mcp_client import connect
 
 pytestmark = pytest.mark.process
@@ -68,9 +66,7 @@ def test_the_first_check_names_what_the_test_needs_before_anything_is_fingerprin
 
 
 def test_a_session_started_in_english_is_answered_in_english(tmp_path: Path) -> None:
-    ws = tmp_path / "softmax"
-    ws.mkdir()
-    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    ws = make_workspace(tmp_path)
 
     async def scenario() -> None:
         async with connect(ws) as s:
@@ -92,28 +88,22 @@ def test_a_session_started_in_english_is_answered_in_english(tmp_path: Path) -> 
     anyio.run(scenario)
 
 
-NO_PYPTO_PYTHON = "/usr/bin/python3"
-
 
 def test_the_checklist_asks_the_interpreter_the_test_runs_not_the_servers(tmp_path: Path) -> None:
     """The server's own interpreter has pypto; the test command's does not: the first check says so, before a
     baseline is spent on a ModuleNotFoundError."""
-    require_real(Path(NO_PYPTO_PYTHON).exists() and subprocess.run(
-        [NO_PYPTO_PYTHON, "-c", "import pypto"], capture_output=True).returncode != 0,
-        f"{NO_PYPTO_PYTHON} is missing or has pypto: no interpreter without it")
-    ws = tmp_path / "softmax"
-    ws.mkdir()
-    shutil.copy2(OPERATORS / "softmax" / "softmax.py", ws / "softmax.py")
+    python = python_without_pypto()
+    ws = make_workspace(tmp_path)
 
     async def scenario() -> str:
         async with connect(ws) as s:
             sid = (await s.ok("start_session", workspace=str(ws), operator_files=["softmax.py"],
-                              test_command=[NO_PYPTO_PYTHON, "softmax.py", "--run-mode", "sim"], run_mode="sim",
+                              test_command=[python, "softmax.py", "--run-mode", "sim"], run_mode="sim",
                               goal_speedup=2.0, lang="en"))["session_id"]
             return await s.refused("run_precision_check", session_id=sid)
 
     text = anyio.run(scenario)
     assert text.startswith("GATE env-check: the environment checklist failed"), text
-    assert "import pypto" in text and f"{NO_PYPTO_PYTHON} -c" in text and "No module named 'pypto'" in text, text
+    assert "import pypto" in text and f"{python} -c" in text and "No module named 'pypto'" in text, text
     with sqlite3.connect(ws / ".pypto-tune" / "ledger.sqlite3") as db:
         assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
