@@ -209,3 +209,8 @@ def test_a_batch_spreads_over_knobs_the_model_cannot_tell_apart_and_its_first_pl
     assert m.batch_order([(gelu[0], 2.0, 0), (gelu[1], 1.9, 0), (norm[0], 1.8, 1)], depth=3) == [0, 1, 2]
     # a far better value of the same knob keeps its place: the spread only settles what the model cannot tell apart
     assert m.batch_order([(gelu[0], 8.0, 0), (gelu[1], 7.9, 0), (norm[0], -2.0, 0)], depth=2) == [0, 1, 2]
+    # a pick refused at admission leaves no mark: the place goes to what would have come without it
+    picker = learn.BatchPicker(m, cands, depth=2)
+    first = picker.next()
+    picker.drop(first)
+    assert picker.next() == 1

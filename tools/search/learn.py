@@ -272,51 +272,13 @@ class SessionModel:
 
     # ------------------------------------------------------------------------------------------- a batch
     def batch_order(self, candidates: list[tuple[Point, float, int]], depth: int) -> list[int]:
-        """The first ``depth`` picks of a batch, each the best given the picks before it (a *constant liar*): each
-        pick joins the observations as if it had measured no effect — the outcome most trials have, and the
-        pessimistic one for a pick the model ranks first — which takes most of the promise and the uncertainty
-        out of its own knob's other values and little out of another knob's. A batch of parallel trials then
-        spreads over the knobs the model cannot tell apart instead of betting twice on one (PyPTO's
-        ``sequential_functions``, de-tuned: both trials of the first batch went to the GELU tile while the layer
-        norm's tile held the gain); a value far better than every other knob's keeps its place. Believing the
-        model's own prediction instead (the kriging believer) lifts the pick's neighbours as much as it narrows
-        them, and with ``BETA`` = 0.3 left the batch on one knob. ``candidates``: (point, prior score, tier) in
-        rank order; the tier still comes first. Returns indices into ``candidates``: the picks, then the rest in
-        their order."""
-        points = [o.point for o in self.obs]
-        ys = [o.y for o in self.obs]
-        noise = [NOISE if o.point.state == self._state else NOISE_ELSEWHERE for o in self.obs]
-        left = list(range(len(candidates)))
-        picks: list[int] = []
-        for _ in range(min(depth, len(candidates))):
-            chol = alpha = None
-            if points:
-                K = np.array([[kernel(a, b) for b in points] for a in points]) + np.diag(noise)
-                chol = np.linalg.cholesky(K)
-                alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(ys)))
-            best: tuple[tuple[int, float], int] | None = None
-            for i in left:
-                pt, prior_score, tier = candidates[i]
-                m0, prior_var = squash(prior_score), kernel(pt, pt)
-                mean, var = m0, max(prior_var, 0.0)
-                if chol is not None and prior_var > 0:
-                    kx = np.array([kernel(pt, q) for q in points])
-                    v = np.linalg.solve(chol, kx)
-                    var = max(prior_var - float(v @ v), 1e-9)
-                    mean = m0 * var / prior_var + float(kx @ alpha)
-                # rounded as the ranking's sort key rounds: equal scores keep their rank order (float noise must
-                # not reorder what the first place is)
-                key = (tier, -round(mean + BETA * math.sqrt(var), 9))
-                if best is None or key < best[0]:
-                    best = (key, i)
-            assert best is not None
-            _, i = best
-            picks.append(i)
-            left.remove(i)
-            points.append(candidates[i][0])
-            ys.append(BATCH_LIE)
-            noise.append(NOISE)
-        return picks + left
+        """The order a batch takes ``candidates`` in when every pick stands (:class:`BatchPicker`): indices."""
+        picker = BatchPicker(self, candidates, depth)
+        order = []
+        while (i := picker.next()) is not None:
+            picker.accept(i)
+            order.append(i)
+        return order
 
     # ------------------------------------------------------------------------------------------ the two rules
     def exhausted_here(self, group: str, state: str) -> list[TriedChange]:
@@ -337,6 +299,72 @@ class SessionModel:
 
     def tried_kinds(self) -> set[str]:
         return {o.point.kind for o in self.obs}
+
+
+class BatchPicker:
+    """The places of a batch, each the best given the picks before it (a *constant liar*): each pick that stands
+    joins the observations as if it had measured no effect — the outcome most trials have, and the pessimistic one
+    for a pick the model ranks first — which takes most of the promise and the uncertainty out of its own knob's other
+    values and little out of another knob's. A batch of parallel trials then spreads over the knobs the model cannot
+    tell apart instead of betting twice on one (PyPTO's ``sequential_functions``, de-tuned: both trials of the first
+    batch went to the GELU tile while the layer norm's tile held the gain); a value far better than every other
+    knob's keeps its place. Believing the model's own prediction instead (the kriging believer) lifts the pick's
+    neighbours as much as it narrows them, and with ``BETA`` = 0.3 left the batch on one knob.
+
+    ``candidates``: (point, prior score, tier) in rank order; the tier still comes first, and equal scores keep
+    the rank order (the first place is the model's best). A pick the caller drops (refused at admission) adds no
+    lie. After ``depth`` picks stood, the rest follow in rank order."""
+
+    def __init__(self, model: SessionModel, candidates: list[tuple[Point, float, int]], depth: int) -> None:
+        self._cands = candidates
+        self._depth = depth
+        self.left = list(range(len(candidates)))
+        self._points = [o.point for o in model.obs]
+        self._ys = [o.y for o in model.obs]
+        self._noise = [NOISE if o.point.state == model._state else NOISE_ELSEWHERE for o in model.obs]
+        self.stood = 0
+        self._fit()
+
+    def _fit(self) -> None:
+        self._chol = self._alpha = None
+        if self._points:
+            K = np.array([[kernel(a, b) for b in self._points] for a in self._points]) + np.diag(self._noise)
+            self._chol = np.linalg.cholesky(K)
+            self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, np.array(self._ys)))
+
+    def _score(self, i: int) -> float:
+        pt, prior_score, _ = self._cands[i]
+        m0, prior_var = squash(prior_score), kernel(pt, pt)
+        mean, var = m0, max(prior_var, 0.0)
+        if self._chol is not None and prior_var > 0:
+            kx = np.array([kernel(pt, q) for q in self._points])
+            v = np.linalg.solve(self._chol, kx)
+            var = max(prior_var - float(v @ v), 1e-9)
+            mean = m0 * (var / prior_var) + float(kx @ self._alpha)
+        return mean + BETA * math.sqrt(var)
+
+    def next(self) -> int | None:
+        """The index of the next place (None: no candidate left)."""
+        if not self.left:
+            return None
+        if self.stood >= self._depth:
+            return self.left[0]
+        # rounded as the ranking's sort key rounds: float noise must not reorder equal scores
+        return min(self.left, key=lambda i: (self._cands[i][2], -round(self._score(i), 9), i))
+
+    def accept(self, i: int) -> None:
+        """The pick stands: it is taken as no effect for the places after it."""
+        self.left.remove(i)
+        if self.stood < self._depth:
+            self._points.append(self._cands[i][0])
+            self._ys.append(BATCH_LIE)
+            self._noise.append(NOISE)
+            self._fit()
+        self.stood += 1
+
+    def drop(self, i: int) -> None:
+        """The pick does not stand (refused): it leaves without a lie."""
+        self.left.remove(i)
 
 
 def observation_y(t: TriedChange) -> float | None:

@@ -658,17 +658,49 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
 BATCH_DEPTH = 4
 
 
-def _batch_order(model: learn.SessionModel, raws: list[_Raw]) -> list[_Raw]:
-    """The first places as a batch of parallel trials should take them (:meth:`learn.SessionModel.batch_order`): a
-    candidate whose knob a better one already tries gives its place to one the model knows as little about. The
-    first place is unchanged (a batch of one runs exactly the model's best)."""
-    order = model.batch_order([(r.point, r.prior_score, r.tier) for r in raws if r.point is not None], BATCH_DEPTH)
-    out = [raws[i] for i in order]
-    for pos, r in enumerate(out[:BATCH_DEPTH]):
-        passed = [x for x in raws[:raws.index(r)] if x not in out[:pos]]
-        if passed:
-            r.batch_after = ", ".join(f"{x.knob.name} = {_short_value(x.value)}" for x in out[:pos])
-    return out
+class _BatchOrder:
+    """The ranked candidates in the order a batch of parallel trials should take them (:class:`learn.BatchPicker`,
+    ranking "model"; else rank order): a candidate whose knob an earlier place already tries gives way to one the
+    model knows as little about. Only a place that stands counts (``stands``: admitted and proposed); one refused at
+    admission (``drop``) leaves no mark on the next. The first place is the model's best."""
+
+    def __init__(self, raws: list[_Raw], model: learn.SessionModel | None) -> None:
+        self._raws = raws
+        points = [r.point for r in raws]
+        # a twin (runs a configuration a better-ranked candidate runs) stays behind every distinct one, as ranked
+        self._picker = (learn.BatchPicker(model, [(r.point, r.prior_score, 2 * r.tier + bool(r.twin_of))
+                                                  for r in raws], BATCH_DEPTH)
+                        if model is not None and all(p is not None for p in points) else None)
+        self._next = 0
+        self._stood: list[_Raw] = []
+        self._index = {id(r): i for i, r in enumerate(raws)}
+
+    def __iter__(self):
+        while True:
+            if self._picker is None:
+                if self._next >= len(self._raws):
+                    return
+                i = self._next
+                self._next += 1
+            else:
+                i = self._picker.next()
+                if i is None:
+                    return
+                if self._stood and any(j < i for j in self._picker.left):
+                    self._raws[i].batch_after = ", ".join(f"{x.knob.name} = {_short_value(x.value)}"
+                                                          for x in self._stood)
+            yield self._raws[i]
+            if self._picker is not None and i in self._picker.left:
+                self._picker.drop(i)  # neither stood nor was dropped: the caller stopped looking at it
+
+    def stands(self, raw: _Raw) -> None:
+        self._stood.append(raw)
+        if self._picker is not None:
+            self._picker.accept(self._index[id(raw)])
+
+    def drop(self, raw: _Raw) -> None:
+        if self._picker is not None:
+            self._picker.drop(self._index[id(raw)])
 
 
 def _short_value(v: Any) -> str:
@@ -1143,16 +1175,16 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
         raws, model = _session_model(ctx, raws, excluded)
     raws.sort(key=lambda r: r.sort_key(ranking))
     if model is not None:
-        raws = _batch_order(model, raws)
         raws = sorted(_spread(raws), key=lambda r: r.tier)  # spread within a tier: a flat kind waits for all others
     raws = _one_per_configuration(raws, excluded)
+    order = _BatchOrder(raws, model)
 
     cache = cache if cache is not None else AdmissionCache()
     skey = admission_state_key(kept, context, ctx.run)
     out: list[Candidate] = []
     checked_all = True
     unchecked = 0
-    for raw in raws:
+    for raw in order:
         if limit is not None and len(out) >= limit:
             checked_all = False
             break
@@ -1164,18 +1196,22 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             # server's admission judges each again when it is run, and refuses what it would have refused here
             unchecked += 1
             out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, "", admitted=False))
+            order.stands(raw)
             continue
         entry = _admit(cache, skey, kept, context, raw, ctx.run)
         if not entry["ok"]:
             excluded["illegal"] = excluded.get("illegal", 0) + 1
             if len(refusals) < MAX_REFUSALS_SHOWN:
                 refusals.append(f"{raw.knob.id} = {raw.value!r}: {entry['refusal']}")
+            order.drop(raw)
             continue
         bad = ctx.bad_code.get(entry["semantic_hash"])
         if bad is not None:
             excluded["failed-code"] = excluded.get("failed-code", 0) + 1
+            order.drop(raw)
             continue
         out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, entry.get("diff", "")))
+        order.stands(raw)
     if plans:
         out = _with_pairs(ctx, out, plans, hist + paired, knob, only, limit, cache, skey,
                           None if budget_s is None else budget_s - (time.monotonic() - started), excluded, refusals)
