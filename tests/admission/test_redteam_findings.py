@@ -16,7 +16,6 @@ import difflib
 import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal, InputError
 from pypto_tune.tools.operations.stages import checklist
 
-from tests.sessions import keep_copy, put_back
+from tests.sessions import keep_copy, own_interpreter, put_back
 
 pytestmark = pytest.mark.process
 
@@ -544,11 +543,7 @@ def test_the_interpreter_environment_is_part_of_the_code_state(tmp_path: Path, p
     """A .pth file in the test interpreter's site-packages runs in every later run (here: it rewrites the log's
     figures at exit). The server scanned the interpreter's folders before the baseline, so the run is discarded —
     also when the file was removed again before the run (the folder's ctime cannot be put back)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    python, site = own_interpreter(tmp_path)  # the checklist asks it to import pypto
     ws = _fake_ws(tmp_path)
 
     async def scenario() -> None:

@@ -82,7 +82,7 @@ class ImportMemo:
         self._seal_key = seal_key
         self._path_folders = path_folders
         self._file = (folder or memo_folder()) / f"{key}.json"
-        #: why the last recall gave nothing, for the check's detail and the tests
+        #: why the last recall gave nothing (what the tests read)
         self.missed = ""
 
     def _mac(self, body: bytes) -> str:

@@ -326,27 +326,28 @@ class BatchPicker:
         self._points = [o.point for o in model.obs]
         self._ys = [o.y for o in model.obs]
         self._noise = [NOISE if o.point.state == model._state else NOISE_ELSEWHERE for o in model.obs]
+        self._lie_groups: list[str] = []
         self.stood = 0
-        self._lies = 0
+        # each candidate's prior and its covariance with every observation, once (a lie adds one column): the scores
+        # of all candidates are then one solve per pick
+        self._m0 = np.array([squash(c[1]) for c in candidates])
+        self._prior_var = np.array([kernel(c[0], c[0]) for c in candidates])
+        self._kx = np.array([[kernel(c[0], q) for q in self._points] for c in candidates]).reshape(
+            len(candidates), len(self._points))
         self._fit()
 
     def _fit(self) -> None:
-        self._chol = self._alpha = None
-        if self._points:
+        mean, var = self._m0.copy(), np.maximum(self._prior_var, 0.0)
+        if self._points and len(self._cands):
             K = np.array([[kernel(a, b) for b in self._points] for a in self._points]) + np.diag(self._noise)
-            self._chol = np.linalg.cholesky(K)
-            self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, np.array(self._ys)))
-
-    def _score(self, i: int) -> float:
-        pt, prior_score, _ = self._cands[i]
-        m0, prior_var = squash(prior_score), kernel(pt, pt)
-        mean, var = m0, max(prior_var, 0.0)
-        if self._chol is not None and prior_var > 0:
-            kx = np.array([kernel(pt, q) for q in self._points])
-            v = np.linalg.solve(self._chol, kx)
-            var = max(prior_var - float(v @ v), 1e-9)
-            mean = m0 * (var / prior_var) + float(kx @ self._alpha)
-        return mean + BETA * math.sqrt(var)
+            chol = np.linalg.cholesky(K)
+            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(self._ys)))
+            v = np.linalg.solve(chol, self._kx.T)
+            has = self._prior_var > 0
+            post = np.maximum(self._prior_var - (v * v).sum(axis=0), 1e-9)
+            var = np.where(has, post, var)
+            mean = np.where(has, self._m0 * (post / np.where(has, self._prior_var, 1.0)) + self._kx @ alpha, mean)
+        self._scores = mean + BETA * np.sqrt(var)
 
     def next(self) -> int | None:
         """The index of the next place (None: no candidate left)."""
@@ -355,22 +356,24 @@ class BatchPicker:
         if self.stood >= self._depth:
             return self.left[0]
         # rounded as the ranking's sort key rounds: float noise must not reorder equal scores
-        return min(self.left, key=lambda i: (self._cands[i][2], -round(self._score(i) - self._crowding(i), 9), i))
+        return min(self.left, key=lambda i: (self._cands[i][2], -round(float(self._scores[i]) - self._crowding(i), 9),
+                                             i))
 
     def _crowding(self, i: int) -> float:
         """``BATCH_SAME_SITE`` for each place that stood on the same knob (tile site): the lie alone hardly touches a
         value two doublings away from the pick, which is still the same knob's bet."""
-        group = self._cands[i][0].group
-        return BATCH_SAME_SITE * sum(1 for p in self._points[len(self._points) - self._lies:] if p.group == group)
+        return BATCH_SAME_SITE * self._lie_groups.count(self._cands[i][0].group)
 
     def accept(self, i: int) -> None:
         """The pick stands: it is taken as no effect for the places after it."""
         self.left.remove(i)
         if self.stood < self._depth:
-            self._points.append(self._cands[i][0])
+            pick = self._cands[i][0]
+            self._points.append(pick)
             self._ys.append(BATCH_LIE)
             self._noise.append(NOISE)
-            self._lies += 1
+            self._lie_groups.append(pick.group)
+            self._kx = np.column_stack([self._kx, [kernel(c[0], pick) for c in self._cands]])
             self._fit()
         self.stood += 1
 
