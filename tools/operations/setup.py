@@ -38,7 +38,7 @@ from pypto_tune.tools.snapshot import EnvCheck
 from pypto_tune.tools.session.state import PERSON_SOURCES, SessionState
 from pypto_tune.tools.code.workspace import relative_operator_files, resolve_workspace
 
-from pypto_tune.tools.running import recorded_env
+from pypto_tune.tools.running import recorded_env, sandbox
 from pypto_tune.tools.operations.base import (
     exclusive, INTERPRETER_CHECK, Progress, Handle, SessionContext, goal_text, next_round, code_hash,
 )
@@ -395,7 +395,7 @@ class SetupOps:
         except LedgerError:
             return None
         inside = [Path(p) for p in env.get("PYTHONPATH", "").split(os.pathsep)
-                  if p and os.path.realpath(p).startswith(os.path.realpath(h.workspace) + os.sep)]
+                  if p and sandbox.under(os.path.realpath(p), [os.path.realpath(h.workspace)])]
         return ImportMemo(key=memo_key(python=python, interpreter_digest=digest, env=env), seal_key=seal_key,
                           path_folders=[Path(h.workspace), *inside])
 

@@ -25,7 +25,7 @@ upper confidence bound of its posterior:
 * **acquisition** — posterior mean + ``BETA`` × posterior sd (UCB): a kind nobody has tried keeps its whole prior
   variance, so it gets its turn before a knob already measured flat is tried a third time;
 * **batch** — the places after the first are chosen as if each earlier pick had measured no effect
-  (:meth:`SessionModel.batch_order`), so parallel trials spread over knobs the model cannot tell apart.
+  (:class:`BatchPicker`), so parallel trials spread over knobs the model cannot tell apart.
 
 Two rules bound the model where a wrong guess would cost a run: a knob (or tile site) measured with **no effect
 twice from the same kept state** is not proposed from it again (:meth:`SessionModel.exhausted_here`); and while a
@@ -232,21 +232,38 @@ def kernel(p: Point, q: Point) -> float:
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
 
 
+def _noise(point: Point, state: str) -> float:
+    """An observation's variance: a move measured from another kept state is a noisy reading of it from here."""
+    return NOISE if point.state == state else NOISE_ELSEWHERE
+
+
+def _solve(points: list[Point], ys: list[float], noise: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The Cholesky factor of the observations' covariance and the weights of their targets."""
+    chol = np.linalg.cholesky(np.array([[kernel(a, b) for b in points] for a in points]) + np.diag(noise))
+    return chol, np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(ys)))
+
+
+def _posterior(m0: np.ndarray, prior_var: np.ndarray, kx: np.ndarray, chol: np.ndarray,
+               alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior means and variances of points with prior means ``m0`` and prior variances ``prior_var`` (> 0),
+    ``kx`` their covariances with the observations (a row each): the prior mean weighs by the share of its variance
+    the observations leave."""
+    v = np.linalg.solve(chol, kx.T)
+    var = np.maximum(prior_var - (v * v).sum(axis=0), 1e-9)
+    return m0 * (var / prior_var) + kx @ alpha, var
+
+
 class SessionModel:
     """A GP over this session's decided trials (``fit``), asked for each candidate (``predict``)."""
 
     def __init__(self, observations: list[Observation], state: str = "") -> None:
         self.obs = observations
         self._state = state
-        n = len(observations)
-        self._alpha = np.zeros(n)
+        self._alpha = np.zeros(len(observations))
         self._chol: np.ndarray | None = None
-        if n:
-            K = np.array([[kernel(a.point, b.point) for b in observations] for a in observations])
-            K += np.diag([NOISE if o.point.state == state else NOISE_ELSEWHERE for o in observations])
-            self._chol = np.linalg.cholesky(K)
-            y = np.array([o.y for o in observations])
-            self._alpha = np.linalg.solve(self._chol.T, np.linalg.solve(self._chol, y))
+        if observations:
+            self._chol, self._alpha = _solve([o.point for o in observations], [o.y for o in observations],
+                                             [_noise(o.point, state) for o in observations])
 
     def predict(self, point: Point, prior_score: float) -> Prediction:
         m0 = squash(prior_score)
@@ -255,10 +272,9 @@ class SessionModel:
             return Prediction(m0, math.sqrt(max(prior_var, 0.0)), m0 + BETA * math.sqrt(max(prior_var, 0.0)), m0,
                               1.0)
         kx = np.array([kernel(point, o.point) for o in self.obs])
-        v = np.linalg.solve(self._chol, kx)  # type: ignore[arg-type]
-        var = max(prior_var - float(v @ v), 1e-9)
+        means, variances = _posterior(np.array([m0]), np.array([prior_var]), kx[None, :], self._chol, self._alpha)
+        mean, var = float(means[0]), float(variances[0])
         weight = var / prior_var  # the share of the prior's variance the measurements leave at this point
-        mean = m0 * weight + float(kx @ self._alpha)
         sd = math.sqrt(var)
         # each measurement's part in moving the mean from the prior: its own term of the GP mean, plus its share
         # (by squared covariance) of the prior it displaced — a no-effect trial (y = 0) moves a candidate only that
@@ -270,16 +286,6 @@ class SessionModel:
                        self.obs[i].trial.outcome, float(parts[i])) for i in order[:MOVED_BY_SHOWN]
                  if abs(parts[i]) >= 1e-3]
         return Prediction(mean, sd, mean + BETA * sd, m0 * weight, weight, moved)
-
-    # ------------------------------------------------------------------------------------------- a batch
-    def batch_order(self, candidates: list[tuple[Point, float, int]], depth: int) -> list[int]:
-        """The order a batch takes ``candidates`` in when every pick stands (:class:`BatchPicker`): indices."""
-        picker = BatchPicker(self, candidates, depth)
-        order = []
-        while (i := picker.next()) is not None:
-            picker.accept(i)
-            order.append(i)
-        return order
 
     # ------------------------------------------------------------------------------------------ the two rules
     def exhausted_here(self, group: str, state: str) -> list[TriedChange]:
@@ -325,7 +331,7 @@ class BatchPicker:
         self.left = list(range(len(candidates)))
         self._points = [o.point for o in model.obs]
         self._ys = [o.y for o in model.obs]
-        self._noise = [NOISE if o.point.state == model._state else NOISE_ELSEWHERE for o in model.obs]
+        self._noise = [_noise(o.point, model._state) for o in model.obs]
         self._lie_groups: list[str] = []
         self.stood = 0
         # each candidate's prior and its covariance with every observation, once (a lie adds one column): the scores
@@ -338,15 +344,10 @@ class BatchPicker:
 
     def _fit(self) -> None:
         mean, var = self._m0.copy(), np.maximum(self._prior_var, 0.0)
-        if self._points and len(self._cands):
-            K = np.array([[kernel(a, b) for b in self._points] for a in self._points]) + np.diag(self._noise)
-            chol = np.linalg.cholesky(K)
-            alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(self._ys)))
-            v = np.linalg.solve(chol, self._kx.T)
-            has = self._prior_var > 0
-            post = np.maximum(self._prior_var - (v * v).sum(axis=0), 1e-9)
-            var = np.where(has, post, var)
-            mean = np.where(has, self._m0 * (post / np.where(has, self._prior_var, 1.0)) + self._kx @ alpha, mean)
+        has = self._prior_var > 0  # a point without prior variance keeps its prior (as SessionModel.predict)
+        if self._points and has.any():
+            chol, alpha = _solve(self._points, self._ys, self._noise)
+            mean[has], var[has] = _posterior(self._m0[has], self._prior_var[has], self._kx[has], chol, alpha)
         self._scores = mean + BETA * np.sqrt(var)
 
     def next(self) -> int | None:

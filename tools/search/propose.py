@@ -666,11 +666,10 @@ class _BatchOrder:
 
     def __init__(self, raws: list[_Raw], model: learn.SessionModel | None) -> None:
         self._raws = raws
-        points = [r.point for r in raws]
-        # a twin (runs a configuration a better-ranked candidate runs) stays behind every distinct one, as ranked
+        # a twin (runs a configuration a better-ranked candidate runs) stays behind every distinct one, as ranked;
+        # with a model, every candidate has its point (_session_model)
         self._picker = (learn.BatchPicker(model, [(r.point, r.prior_score, 2 * r.tier + bool(r.twin_of))
-                                                  for r in raws], BATCH_DEPTH)
-                        if model is not None and all(p is not None for p in points) else None)
+                                                  for r in raws], BATCH_DEPTH) if model is not None else None)
         self._next = 0
         self._stood: list[_Raw] = []
         self._index = {id(r): i for i, r in enumerate(raws)}
