@@ -28,7 +28,7 @@ spaced over its volume-ordered candidates, both ends included. Each configuratio
 list constants that feed a vector tile) is set, one knob after the other, to the smallest power of two ≥ 8 that the
 server's legality check accepts, the same for every dimension (the leading, batch axis of a 3-D or higher vector tile:
 1; an axis the kernel reduces over, whole at the length it ran with — the server's check on the shapes that ran, which
-the edit planner alone does not see).
+the edit planner alone does not see; a vector tile's dimension never over the length it ran with).
 The de-tuned code then gets its own session, knob map, grid, search and random arms.
 
 **Arms.** ``search``: a scripted agent that after the baseline calls only ``propose_candidates`` and
@@ -244,10 +244,11 @@ def detune_shape(knob: dict[str, Any], cube_sites: set[str] = frozenset()) -> tu
 
 
 def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool],
-                 keep: dict[int, int] | None = None) -> Any | None:
+                 keep: dict[int, int] | None = None, cap: list[int] | None = None) -> Any | None:
     """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (the leading, batch
     axis of a vector tile of rank ≥ 3: 1; a reduced axis of a vector tile, ``keep``, whole at the length it ran
-    with: splitting it does not compile); None when no power up to 512 is legal."""
+    with: splitting it does not compile; a vector tile's dimension at most the length it ran with, ``cap``: PyPTO
+    refuses a tile dimension over its tensor's); None when no power up to 512 is legal."""
     form, rank = shape
     for e in range(3, 10):
         p = 2 ** e
@@ -258,6 +259,7 @@ def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool],
         elif form == "vec":
             v = [1] * (rank >= 3) + [p] * (rank - (rank >= 3))
             v = [keep.get(i, d) for i, d in enumerate(v)] if keep else v
+            v = [min(d, c) for d, c in zip(v, cap)] if cap and len(cap) == len(v) else v
         else:
             v = [p] * rank
         if legal(v):
@@ -267,6 +269,15 @@ def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool],
 
 def _ran_shapes(knob: dict[str, Any], rank: int) -> list[list[int]]:
     return [s for s in knob.get("shapes") or [] if len(s) == rank and all(isinstance(d, int) for d in s)]
+
+
+def _ran_extent(knob: dict[str, Any]) -> list[int] | None:
+    """A vector tile's largest length per dimension over the shapes that ran (None: nothing ran at its rank)."""
+    value = knob["value"] if isinstance(knob["value"], list) else (knob.get("effective") or [None])[0]
+    if knob["kind"] != "vec_tile" or not isinstance(value, list):
+        return None
+    shapes = _ran_shapes(knob, len(value))
+    return [max(s[i] for s in shapes) for i in range(len(value))] if shapes else None
 
 
 def _reduced_axes(knob: dict[str, Any], files: dict[str, str]) -> dict[int, int]:
@@ -686,7 +697,7 @@ def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list
             except PyptoTuneError:
                 return False
 
-        v = detune_value(shape, legal, keep=_reduced_axes(k, {**op.context, **sources}))
+        v = detune_value(shape, legal, keep=_reduced_axes(k, {**op.context, **sources}), cap=_ran_extent(k))
         if v is None:
             edits.append((k["id"], None, "no legal power of two"))
             continue

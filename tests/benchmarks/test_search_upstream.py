@@ -136,6 +136,14 @@ def test_detune_keeps_an_axis_the_kernel_reduces_over_whole_at_the_length_that_r
     legal = lambda v: su._legal_at_run_shapes(knob, v, files)  # noqa: E731
     assert su.detune_value(("vec", 2), legal, keep=su._reduced_axes(knob, files)) == [8, 128]
     assert su.detune_value(("vec", 2), legal) is None  # the same power in every dimension never keeps it whole
+    # a dimension the tensor has only 1 of stays at 1: PyPTO refuses a tile dimension over its tensor's (softmax's
+    # (1, 32, 1, 256) view; its reduced last axis whole), where the same power everywhere is never legal
+    soft = {"id": "norm.py:norm_kernel.set_vec_tile_shapes#1", "kind": "vec_tile", "line": 10, "value": [1, 4, 1, 64],
+            "shapes": [[1, 32, 1, 256]]}
+    legal = lambda v: su._legal_at_run_shapes(soft, v, files)  # noqa: E731
+    assert su._ran_extent(soft) == [1, 32, 1, 256]
+    assert su.detune_value(("vec", 4), legal, keep={3: 256}) is None
+    assert su.detune_value(("vec", 4), legal, keep={3: 256}, cap=su._ran_extent(soft)) == [1, 8, 1, 256]
     # a cube tile is judged on the dtypes that ran: bf16 operands need L0 multiples of 16, so 8 cannot compile
     cube = {"id": "norm.py:norm_kernel.set_cube_tile_shapes#1", "kind": "cube_tile", "line": 9,
             "value": {"m": [64, 64], "k": [64, 64], "n": [64, 64]}, "dtypes": ["DT_BF16", "DT_FP32"]}
