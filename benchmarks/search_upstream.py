@@ -609,6 +609,7 @@ async def _search(a: Any, sid: str, out: dict[str, Any], budget: int, batch: int
         if job["status"] != "done":
             raise RuntimeError(f"run_candidates job {job['status']}: {job.get('error')}")
         by_id = {x["candidate"]: x for x in job["result"]["trials"]}
+        out.setdefault("refusals", []).extend(job["result"].get("refused") or [])
         for c in cands:  # in the server's rank order
             x = by_id.get(c["id"], {})
             trials.append({"stage": status["stage"], "knob": c["knob"], "value": c["value"],

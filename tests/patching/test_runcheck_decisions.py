@@ -104,6 +104,17 @@ def test_the_stop_is_a_loops_only_argument_or_its_second(args: str, ran: list[in
     assert "the run blocked an axis of 96 (24 × 4, kernel kernel)" in r.message
 
 
+def test_a_trip_count_bound_to_a_name_first_is_the_same_division() -> None:
+    # PyPTO's own examples write ``b_loop = b // tile_b`` and then ``pypto.loop(b_loop)``: a block larger than the
+    # axis ran zero iterations and failed instead of being refused
+    body = 'steps = n // BLOCK\nfor i in pypto.loop(steps, name="ROWS", idx_name="i"):\n    y[:, :] = x * 2'
+    run = _record(_operator(body), [("loop", "pypto.loop", [24])])
+    adm = _admit(body, 4, 8, run)
+    assert _loop_checks(adm) == [f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} (steps = n // BLOCK): "
+                                 "axis 96 (from the run) in 12 block(s) of 8"]
+    assert "block 128 exceeds the axis length 96" in _refusal(body, 4, 128, run).message
+
+
 def test_a_loop_written_with_keywords_only_keeps_its_static_note() -> None:
     body = _loop("start=0, stop=n // BLOCK, step=1")
     adm = _admit(body, 4, 8, _record(_operator(body), [("loop", "pypto.loop", [])]))
@@ -118,9 +129,18 @@ def test_a_block_that_is_the_loops_step_not_a_divisor_of_its_stop_is_left_to_the
     assert adm.kind == "knob" and not _loop_checks(adm) and not adm.unchecked
 
 
-def test_a_trip_count_the_run_saw_only_as_a_symbol_checks_nothing() -> None:
+def test_a_trip_count_the_run_saw_only_as_a_symbol_is_read_from_the_input_the_axis_comes_from() -> None:
+    # a dynamic axis: the loop ran (n/4) iterations, and n = x.shape[0] of an x the test passed as [96, 64]
     body = _loop("0, n // BLOCK, 1")
-    adm = _admit(body, 4, 8, _record(_operator(body), [("loop", "pypto.loop", [0, {"$sym": "(n/4)"}, 1])]))
+    sym = [("loop", "pypto.loop", [0, {"$sym": "(n/4)"}, 1])]
+    adm = _admit(body, 4, 8, _record(_operator(body), sym))
+    assert _loop_checks(adm) == [f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} (n // BLOCK): axis 96 "
+                                 "(from the run) in 12 block(s) of 8"]
+    assert "block 128 exceeds the axis length 96" in _refusal(body, 4, 128, _record(_operator(body), sym)).message
+    # two calls at two row counts: no one axis, so nothing is checked and the static note stays
+    two = _record(_operator(body), sym, inputs=_tensors([96, 64], [96, 64]))
+    two["kernels"][0]["inputs"].append(_tensors([64, 64], [64, 64]))
+    adm = _admit(body, 4, 8, two)
     assert not _loop_checks(adm)
     assert len(adm.unchecked) == 1 and "whether BLOCK divides it" in adm.unchecked[0]
 
@@ -147,7 +167,8 @@ def test_every_record_of_a_loop_is_judged_on_its_own() -> None:
     for first in (("loop_unroll", "pypto.loop", [0, 24, 1]), ("loop", "pypto.loop", [0, {"$sym": "(n/4)"}, 1]),
                   ("loop", "pypto.loop", [0, 25, 1])):
         adm = _admit(body, 4, 8, _record(text, [first, ("loop", "pypto.loop", [0, 24, 1])]))
-        assert _loop_checks(adm) == [f"{where}: axis 96 (from the run) in 12 block(s) of 8"], first
+        judged = 2 if "$sym" in str(first) else 1  # the symbol's axis is read from the input (the test above)
+        assert _loop_checks(adm) == [f"{where}: axis 96 (from the run) in 12 block(s) of 8"] * judged, first
     adm = _admit(body, 4, 8, _record(text, [("loop", "pypto.loop", [0, 25, 1]), ("loop", "pypto.loop", [0, 24, 1])]))
     assert adm.unchecked == [f"{where} ran 25 iteration(s) of 4; the server cannot tell which axis it blocks, so "
                              "whether the new block divides it was not checked"]

@@ -81,3 +81,16 @@ def test_a_prediction_that_needs_both_knobs_with_no_first_step_proposes_the_pair
     (p,) = pairs.points({pl.link.block.id: pl}, [], "kept", score)
     assert (p.block_value, p.tile_value, p.trigger) == (pl.best_block, pl.best_tile, "prediction")
     assert p.score > 0 and "neither step gains on its own first" in p.reason
+
+
+def test_a_pair_refused_when_run_is_not_proposed_again_from_this_kept_state():
+    # past the answer budget a pair goes out unadmitted; run_candidates' admission refusing it is remembered
+    from pypto_tune.tools.search import remember_refusal
+
+    cache = AdmissionCache()
+    (pair,) = [c for c in _pairs(PLATEAU, cache) if c.value == 4 and c.pair_with.value == [4, 512]]
+    assert not pair.admitted
+    remember_refusal(cache, KEPT, None, RECORD, pair.knob, pair.value, pair.pair_with.model_dump(),
+                     "GATE legality: refused when run")
+    assert not [c for c in _pairs(PLATEAU, cache) if c.value == 4 and c.pair_with.value == [4, 512]]
+    assert [c for c in _pairs(PLATEAU, AdmissionCache()) if c.value == 4 and c.pair_with.value == [4, 512]]

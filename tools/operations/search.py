@@ -282,6 +282,8 @@ class SearchOps:
     def _prepare(self, h: Handle, st: SessionState, candidates: list[Any], stage: Any
                  ) -> tuple[list[_Trial], list[str]]:
         """Resolve ids, build each candidate's code from the kept state and admit it; refused ones are listed."""
+        from pypto_tune.tools.search import AdmissionCache, remember_refusal
+
         known = self._proposals.get(st.id, {})
         unknown_ids = [c for c in candidates if isinstance(c, str) and c not in known]
         if unknown_ids:
@@ -322,6 +324,13 @@ class SearchOps:
                 what = f"{cand['knob']} = {cand['value']!r}" + (
                     f" + {second.get('knob')} = {second.get('value')!r}" if isinstance(second, dict) else "")
                 refused.append(f"#{i + 1} {what}: {str(exc).splitlines()[0]}")
+                if isinstance(exc, (GateRefusal, KnobValueError)):
+                    # a proposal that went out past the answer budget unadmitted: the search remembers the
+                    # admission's answer for this kept state, as if it had asked itself, and proposes it no more
+                    remember_refusal(self._admission_caches.setdefault(st.id, AdmissionCache()), st.kept_sources,
+                                     self.ctx.context_files(h, st), self._kept_record(h, st), cand["knob"],
+                                     cand["value"], second if isinstance(second, dict) else None,
+                                     str(exc).splitlines()[0])
                 continue
             sem = self.ctx.patch_semantic_hash({"after_raw_hash": code_hash(plan.new_sources), "after_sources": plan.new_sources})
             if sem in seen:

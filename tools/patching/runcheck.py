@@ -109,6 +109,32 @@ def _kernel_dims(run: RunMap, key: str | None) -> list[int]:
     return sorted(set(dims))
 
 
+def _input_axis(node: ast.AST, locals_: dict[str, list[ast.AST]], fns: list[ast.AST], run: RunMap,
+                key: str | None) -> int | None:
+    """``P.shape[i]`` (directly, or through a name bound once to it) where ``P`` is a parameter of the kernel: that
+    dimension of the tensor every recorded call passed as ``P``; None when it is anything else or the calls differ."""
+    if isinstance(node, ast.Name) and len(locals_.get(node.id, [])) == 1:
+        node = locals_[node.id][0]
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, int) and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "shape" and isinstance(node.value.value, ast.Name)):
+        return None
+    fn = fns[0] if fns else None
+    params = [a.arg for a in fn.args.args] if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    if node.value.value.id not in params:
+        return None
+    at, dim = params.index(node.value.value.id), node.slice.value
+    k = run.kernels.get(key or "")
+    seen = set()
+    for call in (k.get("inputs") or []) if k else []:
+        a = call[at] if at < len(call) else None
+        shape = a.get("$tensor") if isinstance(a, dict) else None
+        if not isinstance(shape, list) or not -len(shape) <= dim < len(shape) or not isinstance(shape[dim], int):
+            return None
+        seen.add(shape[dim])
+    return seen.pop() if len(seen) == 1 else None
+
+
 def loop_checks(files_before: dict[str, str], program_before: roles.Program, run: RunMap, change: Any,
                 changed_site: Site | None) -> tuple[list[str], list[str]]:
     """Domain C (F-1, F-3) on the loops a changed block size feeds, with the axis taken from what ran.
@@ -135,12 +161,21 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
             stop_node = pos[0] if len(pos) == 1 else (pos[1] if len(pos) >= 2 else None)
             args = rec.get("args") or []
             stop_ran = args[0] if len(args) == 1 else (args[1] if len(args) >= 2 else None)
-            if not (isinstance(stop_node, ast.BinOp) and isinstance(stop_node.op, ast.FloorDiv)) \
-                    or not isinstance(stop_ran, int):
-                continue
-            where = f"the loop at {file}:{line} ({ast.unparse(stop_node)})"
-            env = program_before.env(file, scope)
             locals_ = _visible_assignments(fns)
+            named = stop_node.id if isinstance(stop_node, ast.Name) else None
+            if named is not None and len(locals_.get(named, [])) == 1:
+                # ``b_loop = b // tile_b`` then ``pypto.loop(b_loop)``: the count bound once is the same division
+                stop_node = locals_[named][0]
+            if not (isinstance(stop_node, ast.BinOp) and isinstance(stop_node.op, ast.FloorDiv)):
+                continue
+            # a dynamic axis ran as a symbol: the axis is then read where the code takes it, a dimension of one of
+            # the kernel's inputs (``b = input0.shape[0]``), at the shape the test called the kernel with
+            shape_axis = None if isinstance(stop_ran, int) else _input_axis(stop_node.left, locals_, fns, run,
+                                                                             rec.get("kernel"))
+            if not isinstance(stop_ran, int) and shape_axis is None:
+                continue
+            where = f"the loop at {file}:{line} ({named + ' = ' if named else ''}{ast.unparse(stop_node)})"
+            env = program_before.env(file, scope)
             try:
                 b_old = _Deriver(files_before, program_before, feed, change.before, file=file).eval(
                     stop_node.right, env, locals_)
@@ -157,9 +192,12 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
             left = stop_node.left
             ceil = (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub)
                     and isinstance(left.left, ast.BinOp) and isinstance(left.left.op, ast.Add))
-            lo, hi = ((stop_ran - 1) * b_old + 1, stop_ran * b_old) if ceil else \
-                (stop_ran * b_old, stop_ran * b_old + b_old - 1)
-            axes = [d for d in _kernel_dims(run, rec.get("kernel")) if lo <= d <= hi]
+            if shape_axis is not None:
+                axes, stop_ran = [shape_axis], -(-shape_axis // b_old) if ceil else shape_axis // b_old
+            else:
+                lo, hi = ((stop_ran - 1) * b_old + 1, stop_ran * b_old) if ceil else \
+                    (stop_ran * b_old, stop_ran * b_old + b_old - 1)
+                axes = [d for d in _kernel_dims(run, rec.get("kernel")) if lo <= d <= hi]
             if len(axes) != 1:
                 unchecked.append(f"{where} ran {stop_ran} iteration(s) of {b_old}; the server cannot tell which "
                                  "axis it blocks, so whether the new block divides it was not checked")

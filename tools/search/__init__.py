@@ -17,9 +17,10 @@ from pypto_tune.tools.search.models import (
     norm_value,
 )
 from pypto_tune.tools.search.priors import Priors, load_priors
-from pypto_tune.tools.search.propose import edited_sources, find, propose, search
+from pypto_tune.tools.search.propose import edited_sources, find, propose, remember_refusal, search
 
 __all__ = [
     "AdmissionCache", "AlgorithmNote", "Candidate", "Priors", "Proposal", "TriedChange", "code_hash",
-    "edited_sources", "find", "load_priors", "norm_value", "propose", "search", "semantic_hash",
+    "edited_sources", "find", "load_priors", "norm_value", "propose", "remember_refusal", "search",
+    "semantic_hash",
 ]

@@ -43,8 +43,9 @@ from pypto_tune.tools.errors import (
     PyptoTuneError,
 )
 from pypto_tune.tools.knowledge.situation import change_class
-from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit
+from pypto_tune.tools.patching import effective, extract_knobs, legality, plan_knob_edit, runcheck
 from pypto_tune.tools.patching.models import EXPR_KEY, EditPlan, Knob
+from pypto_tune.tools.snapshot import KnobChange
 from pypto_tune.tools.search import failures, learn, linked, pairs, runpicture
 from pypto_tune.tools.search import rank as R
 from pypto_tune.tools.search.cache import AdmissionCache, admission_state_key, value_key
@@ -361,7 +362,10 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
             reds = ctx.model.program.reductions.get(knob.file, [])
             sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, _ran_context(ctx, knob))
             effective.check_vec_tile(sv, reds, knob.value)
+        elif knob.kind == "tile_source" and isinstance(value, int) and not isinstance(value, bool):
+            _loops_as_ran(ctx, knob, value)  # a config field that blocks a loop
         elif knob.kind in ("tile_constant", "local_constant") and isinstance(value, int):
+            _loops_as_ran(ctx, knob, value)
             before = ctx.loops_before()
             after: dict[str, Any] = {}
             for key, sv in before.items():
@@ -378,6 +382,17 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
     except Exception:  # noqa: BLE001, S110 — a pre-screen that cannot decide leaves it to the admission
         pass
     return value, ""
+
+
+def _loops_as_ran(ctx: _Context, knob: Knob, value: Any) -> None:
+    """The admission's check of the loops a block feeds, on the axis that ran (a dynamic axis: the kernel input it is
+    read from): a block the loop cannot take is refused here, before it is planned or proposed unadmitted."""
+    site = runpicture.site_of(ctx.runmap, knob.id) if ctx.runmap is not None else None
+    if site is None or value == knob.value:
+        return
+    files = {**(ctx.context or {}), **ctx.kept}
+    change = KnobChange(knob_id=knob.id, file=knob.file, line=knob.line, before=knob.value, after=value)
+    runcheck.loop_checks(files, ctx.model.program, ctx.runmap, change, site)
 
 
 def _ran_context(ctx: _Context, knob: Knob) -> dict[str, Any]:
@@ -1333,7 +1348,9 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
     one change of two knobs (rule ``linked-pair``). A pair the plateau or the prediction calls for keeps a place
     within ``limit``: it is what the single changes cannot reach."""
     def allowed(k: Knob, v: Any) -> bool:
-        return only is None or only(k.id, v)
+        # the same fast legality a single change passes before it is planned: a pair past the answer budget goes
+        # out unadmitted, and its tile must still fit what ran (a tensor's axis of 1 is no room a block opens)
+        return (only is None or only(k.id, v)) and not _prescreen(ctx, k, v)[1]
 
     found: list[Candidate] = []
     for p in pairs.points(plans, history, ctx.kept_hash, _pair_score(ctx), knob=knob, allowed=allowed):
@@ -1343,7 +1360,8 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
         if cid is None:
             excluded["not-this-stage"] = excluded.get("not-this-stage", 0) + 1
             continue
-        admitted, diff = budget_s is None or budget_s > 0, ""
+        known = cache.entries.get(cache.key(skey, *p.id_key))
+        admitted, diff = budget_s is None or budget_s > 0 or known is not None, ""
         if admitted:
             entry = _admit_pair(cache, skey, ctx, p)
             if not entry["ok"]:
@@ -1374,6 +1392,21 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
             cut = cut[:limit - 1] + [found[0]]
         merged = cut
     return [c.model_copy(update={"rank": i + 1}) for i, c in enumerate(merged)]
+
+
+def remember_refusal(cache: AdmissionCache, kept: dict[str, str], context: dict[str, str] | None,
+                     run: dict[str, Any] | None, knob_id: str, value: Any, pair_with: dict[str, Any] | None,
+                     refusal: str) -> None:
+    """The server's admission refused this change of ``kept`` when it was run (a proposal past the answer budget
+    goes out unadmitted): kept under the key the search's own admission uses, so it is not proposed again from
+    this state — a single change and a linked pair alike."""
+    skey = admission_state_key(kept, context, _reported(run))
+    if pair_with:
+        ids = f"{knob_id}+{pair_with.get('knob')}"
+        key = cache.key(skey, ids, value_key([norm_value(value), norm_value(pair_with.get("value"))]))
+    else:
+        key = cache.key(skey, knob_id, value)
+    cache.put(key, {"ok": False, "refusal": refusal})
 
 
 def _admit_pair(cache: AdmissionCache, skey: str, ctx: _Context, p: pairs.PairPoint) -> dict[str, Any]:

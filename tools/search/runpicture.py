@@ -28,6 +28,7 @@ from pypto_tune.tools.patching import runmap
 from pypto_tune.tools.patching.extract import Site
 from pypto_tune.tools.patching.models import DTYPE_BYTES, Knob
 from pypto_tune.tools.search.cache import value_key
+from pypto_tune.tools.search import view_dims
 from pypto_tune.tools.search.kernel import KernelModel
 
 _VIEW_APIS = {"view", "Tensor.view"}
@@ -243,8 +244,18 @@ class RunPicture:
                     trial.trips[id(lp)] = -(-axis // new) if lp.ceil else axis // new
             for v in kern.views:
                 if any(f == v.file and line == v.line and kind in ("slice", "view") for kind, f, line in fed):
-                    trial.views[id(v)] = [new if d == old else d for d in v.shape]
+                    # only the dims the block's expressions set: a singleton axis is no block of 1
+                    dims = view_dims.fed_dims(self.rm.files.get(v.file, ""), v.line, len(v.shape),
+                                              _block_names(knob))
+                    trial.views[id(v)] = [new if d == old and (dims is None or i in dims) else d
+                                          for i, d in enumerate(v.shape)]
         return True
+
+
+def _block_names(knob: Knob) -> set[str]:
+    """The names code reads a block knob by: ``tile_b``, a config field ``cfg.tile_b`` (read as ``.tile_b``)."""
+    tail = knob.name.replace("(", ".").replace(")", "").split(".")[-1].strip()
+    return {tail} if tail.isidentifier() else set()
 
 
 @dataclass

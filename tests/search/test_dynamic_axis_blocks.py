@@ -1,0 +1,86 @@
+"""A block over a dynamic axis, in the form PyPTO's own examples write it (``b = x.shape[0]``, ``b_loop = b //
+tile_b``, ``pypto.loop(b_loop)``, ``x[b_offset:b_offset_end, ...]``) on a tensor with a singleton axis.
+
+The run records the loop's trip count as a symbol and the view as ``[1, 32, 1, 256]``: the block of 1 and the
+tensor's axis of 1 look alike. What the search must still know: the axis the loop blocks is the input's first
+dimension at the shape the test passed (32), so a block of 64 is never proposed (it ran zero iterations and failed
+in the benchmark on PyPTO's ``loop.py``); and a trial block widens the view's first axis only, so no linked pair
+asks for a tile wider than the tensor's axis of 1 (admission refused two such pairs there).
+
+The operator is written here; the record is hand-made in the form the probe writes (tests/patching/data/probes/
+README.md), with the values a SIM run of that form recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pypto_tune.tools.search import search
+from pypto_tune.tools.search.hashing import code_hash
+from pypto_tune.tools.search.priors import load_priors
+from pypto_tune.tools.search.propose import _Context
+
+F = "op.py"
+OPERATOR = '''import pypto
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
+               out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(1, 4, 1, 64)
+    b = x.shape[0]
+    tile_b = 1
+    b_loop = b // tile_b
+    for idx in pypto.loop(b_loop):
+        lo = idx * tile_b
+        hi = (idx + 1) * tile_b
+        part = x[lo:hi, ...]
+        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
+'''
+KERNEL = f"{F}:5:add_kernel"
+BLOCK = f"{F}:add_kernel.tile_b"
+TILE = f"{F}:add_kernel.set_vec_tile_shapes#1"
+
+
+def _line(marker: str) -> int:
+    return next(i for i, line in enumerate(OPERATOR.splitlines(), 1) if marker in line)
+
+
+def _call(api: str, marker: str, args: list[Any], **extra: Any) -> dict[str, Any]:
+    return {"api": api, "file": F, "line": _line(marker), "function": "<jit>", "jit_body": True, "in_workspace": True,
+            "kernel": KERNEL, "origin": "direct", "args": args, "kwargs": {}, "count": 1, "stack": [], **extra}
+
+
+def _record() -> dict[str, Any]:
+    tensor = {"$tensor": [32, 32, 1, 256], "dtype": "torch.float32"}
+    calls = [_call("set_vec_tile_shapes", "set_vec_tile_shapes", [1, 4, 1, 64], ops=5),
+             _call("loop", "pypto.loop", [{"$sym": "(RUNTIME_GetInputShapeDim(ARG_x,0)/1)"}]),
+             _call("view", "part = x[", [{"$tensor": [{"$sym": "RUNTIME_GetInputShapeDim(ARG_x,0)"}, 32, 1, 256]},
+                                         [1, 32, 1, 256], [{"$sym": "(loop_idx_1*1)"}, 0, 0, 0]],
+                   origin="pypto", result_shape=[1, 32, 1, 256])]
+    kernel = {"key": KERNEL, "file": F, "qualname": "add_kernel", "name": "add_kernel", "line": 5, "ran": True,
+              "compiled": True, "inputs": [[tensor, dict(tensor)]], "called_from": []}
+    return {"status": "reported", "kernels": [kernel], "calls": calls,
+            "traced": {F: sorted({c["line"] for c in calls})}}
+
+
+def test_no_block_is_proposed_that_the_dynamic_axis_cannot_take():
+    kept = {F: OPERATOR}
+    found = search(kept, stage="frontend", limit=None, knob=BLOCK, run=_record(), budget_s=0.0)
+    values = [c.value for c in found.candidates if c.knob == BLOCK and c.kind != "pair"]
+    assert values, found.why_none
+    assert all(isinstance(v, int) and 1 <= v <= 32 and 32 % v == 0 for v in values), values
+
+
+def test_a_trial_block_widens_the_axis_it_slices_not_a_singleton_axis_of_the_tensor():
+    kept = {F: OPERATOR}
+    ctx = _Context(kept, None, "frontend", None, [], load_priors(), code_hash(kept), _record())
+    block = next(k for k in ctx.knobs if k.id == BLOCK)
+    (after,) = ctx.picture.features([(block, 8)])
+    (vec,) = after["vec"]
+    assert vec["block"] == [8, 32, 1, 256]
+    found = search(kept, stage="frontend", limit=None, run=_record(), budget_s=0.0)
+    for c in found.candidates:
+        tile = c.value if c.knob == TILE else (c.pair_with or {}).get("value") if c.kind == "pair" else None
+        if isinstance(tile, list):
+            assert tile[2] == 1, c  # the tensor's axis of 1
