@@ -1,4 +1,4 @@
-"""A block over a dynamic axis, in the form PyPTO's own examples write it (``b = x.shape[0]``, ``b_loop = b //
+"""What the search must know before it proposes: a block over a dynamic axis, in the form PyPTO's own examples write it (``b = x.shape[0]``, ``b_loop = b //
 tile_b``, ``pypto.loop(b_loop)``, ``x[b_offset:b_offset_end, ...]``) on a tensor with a singleton axis.
 
 The run records the loop's trip count as a symbol and the view as ``[1, 32, 1, 256]``: the block of 1 and the
@@ -84,3 +84,25 @@ def test_a_trial_block_widens_the_axis_it_slices_not_a_singleton_axis_of_the_ten
         tile = c.value if c.knob == TILE else (c.pair_with or {}).get("value") if c.kind == "pair" else None
         if isinstance(tile, list):
             assert tile[2] == 1, c  # the tensor's axis of 1
+
+
+def test_a_cube_tile_is_prescreened_on_the_operand_dtypes_that_ran():
+    # past the answer budget a candidate goes out with the fast checks only: PyPTO's FFN example got m = [8, 8] on
+    # BF16 operands proposed (and refused when run) three times in one search
+    import json
+    from pathlib import Path
+
+    from pypto_tune.tools.search.propose import _prescreen
+
+    from .conftest import OPS
+
+    kept = {"ffn_module.py": (OPS / "upstream_ffn" / "ffn_module.py").read_text()}
+    probes = Path(__file__).resolve().parents[1] / "patching" / "data" / "probes"
+    rec = json.loads((probes / "upstream_ffn__test_ffn_static.json").read_text())
+    ctx = _Context(kept, None, "frontend", None, [], load_priors(), code_hash(kept), rec)
+    cube = next(k for k in ctx.knobs if k.kind == "cube_tile" and k.tunable)
+    # as in PyPTO's example, where the dtypes are run-time values: only the run tells them
+    cube = cube.model_copy(update={"context": {"tensor_shapes": cube.context.get("tensor_shapes", [])}})
+    _, why = _prescreen(ctx, cube, {"m": [8, 8], "k": [64, 128], "n": [256, 256]})
+    assert "not a multiple of 16" in why and "FP16" in why, why
+    assert _prescreen(ctx, cube, {"m": [16, 16], "k": [64, 128], "n": [256, 256]})[1] == ""
