@@ -149,6 +149,23 @@ def test_a_gain_raises_its_neighbours_more_than_the_far_values():
     assert m.predict(_pt("k", (1.5,)), 0.0).mean > m.predict(_pt("k", (5.0,)), 0.0).mean > 0
 
 
+def test_a_move_that_changed_nothing_elsewhere_is_read_as_nearly_exact_a_gain_elsewhere_is_not():
+    # the same move measured from the previous kept state (s0; the kept change since was another knob's): PyPTO's
+    # dynamic-GELU FFN tried its kernel's vector tile again from the next state, +0.0 % both times
+    def reading(outcome: str, y: float) -> learn.Observation:
+        return learn.Observation(_pt("k", (4.0,), state="s0"), y, TriedChange(
+            knob_id="k", value=1, outcome=outcome, round=1, before_us=100.0, after_us=100.0 * 2 ** -y))
+
+    flat = learn.SessionModel([reading("no-gain", 0.0)], "s1").predict(_pt("k", (4.0,), state="s1"), 8.0)
+    assert flat.mean < 0.05 * learn.squash(8.0) and flat.sd < 0.2
+    gain = learn.SessionModel([reading("kept", 1.0)], "s1").predict(_pt("k", (4.0,), state="s1"), 0.0)
+    gain_here = learn.SessionModel([reading("kept", 1.0)], "s0").predict(_pt("k", (4.0,), state="s0"), 0.0)
+    assert 0 < gain.mean < 0.6 * gain_here.mean and gain.sd > 0.5  # a banked gain lifts the way it came a little
+    # a move that changed nothing reads the same from the state it was made in and from the next
+    here = learn.SessionModel([reading("no-gain", 0.0)], "s0").predict(_pt("k", (4.0,), state="s0"), 8.0)
+    assert (here.mean, here.sd) == pytest.approx((flat.mean, flat.sd))
+
+
 def test_no_effect_is_the_keep_rules_no_gain_or_a_change_within_the_margin():
     base = dict(knob_id="k", value=1, before_us=100.0)
     assert learn.no_effect(TriedChange(**base, outcome="no-gain", after_us=100.0))

@@ -53,6 +53,7 @@ considerations, not tuned per grid; Thompson sampling and scikit-learn's GP were
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -76,11 +77,11 @@ W_KIND = 0.1
 W_STATE = 0.2
 W_DIRECTION = 0.2
 NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
-# ... unless it changed nothing: a move that left the time exactly as it was (a tile already clipped, a buffer count
-# the kernel ignores) does so after a kept change elsewhere too — the effective extents of the point already tell a
-# tile the kept change gave room (its extents differ). Measured on PyPTO's FFN (dynamic GELU): the kernel's vector
-# tile measured +0.0 % and was tried again, unchanged, from the next kept state, ahead of the unroll list that held 1.76×.
-NOISE_FLAT_ELSEWHERE = 0.05
+# ... unless it changed nothing: a move that left the time as it was (a tile already clipped, a buffer count the
+# kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_read``); a tile the
+# kept change gave room differs in its effective extents, so it is another point. Measured on PyPTO's FFN (dynamic
+# GELU): the kernel's vector tile measured +0.0 % and was tried again, unchanged, from the next kept state, ahead of
+# the unroll list that held 1.76×. The rule "twice from this kept state" still counts where a trial was made.
 LENGTH_LOG2 = 1.0  # one doubling of an effective extent is one length scale
 OTHER_STAGE = 0.8  # correlation kept across stage groups
 MOVED_BY_SHOWN = 3
@@ -237,12 +238,17 @@ def kernel(p: Point, q: Point) -> float:
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
 
 
+def _read(obs: Observation, state: str) -> Point:
+    """Where the model places an observation: a move that changed nothing, measured from another kept state, is read
+    as made from this one (see ``NOISE_ELSEWHERE``); every other one where it was made."""
+    if obs.point.state != state and no_effect(obs.trial):
+        return dataclasses.replace(obs.point, state=state)
+    return obs.point
+
+
 def _noise(obs: Observation, state: str) -> float:
-    """An observation's variance: a move measured from another kept state is a noisy reading of it from here — but
-    one that changed nothing is read as nearly exact (``NOISE_FLAT_ELSEWHERE``)."""
-    if obs.point.state == state:
-        return NOISE
-    return NOISE_FLAT_ELSEWHERE if no_effect(obs.trial) else NOISE_ELSEWHERE
+    """An observation's variance: a move measured from another kept state is a noisy reading of it from here."""
+    return NOISE if _read(obs, state).state == state else NOISE_ELSEWHERE
 
 
 def _solve(points: list[Point], ys: list[float], noise: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -270,7 +276,7 @@ class SessionModel:
         self._alpha = np.zeros(len(observations))
         self._chol: np.ndarray | None = None
         if observations:
-            self._chol, self._alpha = _solve([o.point for o in observations], [o.y for o in observations],
+            self._chol, self._alpha = _solve([_read(o, state) for o in observations], [o.y for o in observations],
                                              [_noise(o, state) for o in observations])
 
     def predict(self, point: Point, prior_score: float) -> Prediction:
@@ -279,7 +285,7 @@ class SessionModel:
         if not self.obs or prior_var <= 0:
             return Prediction(m0, math.sqrt(max(prior_var, 0.0)), m0 + BETA * math.sqrt(max(prior_var, 0.0)), m0,
                               1.0)
-        kx = np.array([kernel(point, o.point) for o in self.obs])
+        kx = np.array([kernel(point, _read(o, self._state)) for o in self.obs])
         means, variances = _posterior(np.array([m0]), np.array([prior_var]), kx[None, :], self._chol, self._alpha)
         mean, var = float(means[0]), float(variances[0])
         weight = var / prior_var  # the share of the prior's variance the measurements leave at this point
@@ -337,7 +343,7 @@ class BatchPicker:
         self._cands = candidates
         self._depth = depth
         self.left = list(range(len(candidates)))
-        self._points = [o.point for o in model.obs]
+        self._points = [_read(o, model._state) for o in model.obs]
         self._ys = [o.y for o in model.obs]
         self._noise = [_noise(o, model._state) for o in model.obs]
         self._lie_groups: list[str] = []
