@@ -100,6 +100,7 @@ def test_a_cube_tile_is_prescreened_on_the_operand_dtypes_that_ran():
     probes = Path(__file__).resolve().parents[1] / "patching" / "data" / "probes"
     rec = json.loads((probes / "upstream_ffn__test_ffn_static.json").read_text())
     ctx = _Context(kept, None, "frontend", None, [], load_priors(), code_hash(kept), rec)
+    assert [f["operand_bytes"] for f in ctx.picture.features()] == [2]  # FP16 inputs, an FP32 output
     cube = next(k for k in ctx.knobs if k.kind == "cube_tile" and k.tunable)
     # as in PyPTO's example, where the dtypes are run-time values: only the run tells them
     cube = cube.model_copy(update={"context": {"tensor_shapes": cube.context.get("tensor_shapes", [])}})

@@ -76,6 +76,23 @@ def test_cube_pairs_keep_l1_a_multiple_of_l0_within_the_axis():
         assert v["k"][1] <= 512 and v["n"][1] <= 512 and v["m"][1] <= 256
 
 
+def test_a_config_cube_tile_is_sized_on_the_operands_dtype_not_the_kernels_fp32_output():
+    # upstream_ffn's grid best is (m, k, n) = (32, 128, 256) in FP16: kL0 × nL0 × 2 B = 64 KB fits L0B. Sized with
+    # the kernel's largest dtype (its FP32 output, 4 B) it was never generated, and the replay never reached 90 %
+    from pypto_tune.tools.patching.models import Knob
+    from pypto_tune.tools.search.values import values_for
+
+    knob = Knob(id="ffn.py:test.Cfg(cube_tile_shape)", kind="tile_source", name="Cfg(cube_tile_shape)", file="ffn.py",
+                line=3, value=[16, 32, 32], context={"consumers": ["cube_tile"]})
+    kernel = {"elem_bytes": 4, "cube": {"mkn": (32, 256, 512)}, "tensor_dims": [[32, 256], [256, 512]]}
+    values = {tuple(v.value) for v in values_for(knob, kernel=kernel, reduce_axes=set(), has_cube=True,
+                                                 has_vector=True)}
+    assert (32, 128, 256) not in values  # what ran says nothing of the operands: sized at 4 B, as before
+    values = {tuple(v.value) for v in values_for(knob, kernel={**kernel, "operand_bytes": 2}, reduce_axes=set(),
+                                                 has_cube=True, has_vector=True)}
+    assert (32, 128, 256) in values and (32, 128, 512) not in values  # 128 KB would overflow L0B
+
+
 def test_a_cube_tile_clipped_to_the_same_work_is_predicted_to_change_nothing():
     from pypto_tune.tools.search.rank import cube_terms
 

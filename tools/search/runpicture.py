@@ -291,8 +291,11 @@ class _Trial:
             # operands ([M, K] of a query block)
             if mkn and isinstance(mkn[0], int) and isinstance(mkn[2], int):
                 blocks.append([*(lead[0] if lead else []), mkn[0], mkn[2]])
+        # a cube operand's element: the smallest input dtype (an FP32 output must not size FP16 operand tiles)
+        operand = min((DTYPE_BYTES[d] for _, d in k.tensors if d in DTYPE_BYTES), default=elem)
         feats: dict[str, Any] = {"scope": k.scope, "file": k.file, "kernel_key": k.key, "trips": trips,
-                                 "iterations": iterations, "elem_bytes": elem, "source": "run",
+                                 "iterations": iterations, "elem_bytes": elem, "operand_bytes": operand,
+                                 "source": "run",
                                  "tensor_dims": [d for d, _ in k.tensors], "has_cube": has_cube}
         vec = []
         cube = None

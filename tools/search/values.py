@@ -212,7 +212,7 @@ def values_for(knob: Knob, *, kernel: dict[str, Any] | None, reduce_axes: set[in
         if not isinstance(cur, dict) or not all(isinstance(cur.get(a), list) for a in ("m", "k", "n")):
             return []
         cube = (kernel or {}).get("cube") or {}
-        half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", []))
+        half = _half(knob, kernel)
         return cube_tile_values(cur, cube.get("mkn"), (kernel or {}).get("tensor_dims"), half)
     if kind == "tile_source":
         return _source_values(knob, kernel, reduce_axes, view)
@@ -274,7 +274,7 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
         # pinned the call instead (upstream_linear_bias, upstream_bmm_scale: the author's knobs never moved)
         if "cube_tile" in consumers:
             mkn = [a for a in ((kernel or {}).get("cube") or {}).get("mkn") or [] if a]
-            half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", [])) or _elem(kernel) == 2
+            half = _half(knob, kernel)
             lo, hi = (16 if half else 8), min(max(mkn, default=512), 512)
         else:
             dims = [d for d in (view or []) if d] or next((d for d in (kernel or {}).get("tensor_dims", []) if d), None)
@@ -297,7 +297,7 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
         return out
     if "cube_tile" in consumers and isinstance(cur, list) and len(cur) == 3 and all(_is_int(x) for x in cur):
         mkn = ((kernel or {}).get("cube") or {}).get("mkn") or (None, None, None)
-        half = any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", [])) or _elem(kernel) == 2
+        half = _half(knob, kernel)
         lo = 16 if half else 8
         axes = [sorted({x for x in _pow2_upto(min(a or 512, 512)) if x >= lo} | {c}) for a, c in zip(mkn, cur)]
         out = []
@@ -326,6 +326,14 @@ def _source_values(knob: Knob, kernel: dict[str, Any] | None, reduce_axes: set[i
 
 def _view_dims(view: list[int | None] | None, rank: int) -> list[int | None] | None:
     return list(view) if view and len(view) == rank and any(x for x in view) else None
+
+
+def _half(knob: Knob, kernel: dict[str, Any] | None) -> bool:
+    """Cube operands of two bytes (FP16 / BF16): L0 tiles in multiples of 16, operand tiles sized at 2 B. Read from
+    the knob's own dtypes, else from what ran: the kernel's smallest input dtype (``operand_bytes``; its largest, an
+    FP32 output, must not size the operands — upstream_ffn's best cube tile (32, 128, 256) was never generated)."""
+    return any(d in ("DT_FP16", "DT_BF16") for d in knob.context.get("dtypes", [])) or _elem(kernel) == 2 \
+        or (kernel or {}).get("operand_bytes") == 2
 
 
 def _elem(kernel: dict[str, Any] | None) -> int:
