@@ -109,12 +109,18 @@ def _kernel_dims(run: RunMap, key: str | None) -> list[int]:
     return sorted(set(dims))
 
 
+def _bound_once(node: ast.AST | None, locals_: dict[str, list[ast.AST]]) -> ast.AST | None:
+    """A name bound once in the function stands for the expression it was bound to (``b_loop = b // tile_b``)."""
+    if isinstance(node, ast.Name) and len(locals_.get(node.id, [])) == 1:
+        return locals_[node.id][0]
+    return node
+
+
 def _input_axis(node: ast.AST, locals_: dict[str, list[ast.AST]], fns: list[ast.AST], run: RunMap,
                 key: str | None) -> int | None:
     """``P.shape[i]`` (directly, or through a name bound once to it) where ``P`` is a parameter of the kernel: that
     dimension of the tensor every recorded call passed as ``P``; None when it is anything else or the calls differ."""
-    if isinstance(node, ast.Name) and len(locals_.get(node.id, [])) == 1:
-        node = locals_[node.id][0]
+    node = _bound_once(node, locals_)
     if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
             and isinstance(node.slice.value, int) and isinstance(node.value, ast.Attribute)
             and node.value.attr == "shape" and isinstance(node.value.value, ast.Name)):
@@ -163,9 +169,7 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
             stop_ran = args[0] if len(args) == 1 else (args[1] if len(args) >= 2 else None)
             locals_ = _visible_assignments(fns)
             named = stop_node.id if isinstance(stop_node, ast.Name) else None
-            if named is not None and len(locals_.get(named, [])) == 1:
-                # ``b_loop = b // tile_b`` then ``pypto.loop(b_loop)``: the count bound once is the same division
-                stop_node = locals_[named][0]
+            stop_node = _bound_once(stop_node, locals_)  # ``pypto.loop(b_loop)``: the same division
             if not (isinstance(stop_node, ast.BinOp) and isinstance(stop_node.op, ast.FloorDiv)):
                 continue
             # a dynamic axis ran as a symbol: the axis is then read where the code takes it, a dimension of one of

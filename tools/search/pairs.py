@@ -64,9 +64,8 @@ class PairPoint:
 
     @property
     def id_key(self) -> tuple[str, str]:
-        """(ids, values) as the candidate id hashes them: both knobs, both values."""
-        return (f"{self.link.block.id}+{self.link.tile.id}",
-                value_key([norm_value(self.block_value), norm_value(self.tile_value)]))
+        """(ids, values) as the candidate id hashes them: both knobs, both values (:func:`pair_key`)."""
+        return pair_key(self.link.block.id, self.block_value, self.link.tile.id, self.tile_value)
 
     def second(self) -> PairPart:
         t = self.link.tile
@@ -77,13 +76,18 @@ class PairPoint:
         return (f"{b.name} {b.value!r} → {self.block_value!r} + {t.name} {t.value!r} → {self.tile_value!r}")
 
 
+def pair_key(block_id: str, block_value: Any, tile_id: str, tile_value: Any) -> tuple[str, str]:
+    """A linked pair's identity, (ids, values): what its candidate id, its admission and its history are keyed by."""
+    return f"{block_id}+{tile_id}", value_key([norm_value(block_value), norm_value(tile_value)])
+
+
 def tried_pairs(history: Iterable[TriedChange], kept_hash: str) -> set[tuple[str, str]]:
     """The pairs (:attr:`PairPoint.id_key`) tried from this kept state (any outcome: a kept one left the state)."""
     out = set()
     for t in history:
         if t.pair_with is None or t.from_kept_hash != kept_hash:
             continue
-        out.add((f"{t.knob_id}+{t.pair_with.knob}", value_key([norm_value(t.value), norm_value(t.pair_with.value)])))
+        out.add(pair_key(t.knob_id, t.value, t.pair_with.knob, t.pair_with.value))
     return out
 
 
@@ -166,4 +170,4 @@ def plan_edit(kept: dict[str, str], first: tuple[str, Any], second: tuple[str, A
                     diff=unified_diff(kept, b.new_sources), changed_files=changed)
 
 
-__all__ = ["PairPoint", "plan_edit", "points", "tried_pairs"]
+__all__ = ["PairPoint", "pair_key", "plan_edit", "points", "tried_pairs"]

@@ -1404,8 +1404,7 @@ def remember_refusal(cache: AdmissionCache, kept: dict[str, str], context: dict[
     this state — a single change and a linked pair alike."""
     skey = admission_state_key(kept, context, _reported(run))
     if pair_with:
-        ids = f"{knob_id}+{pair_with.get('knob')}"
-        key = cache.key(skey, ids, value_key([norm_value(value), norm_value(pair_with.get("value"))]))
+        key = cache.key(skey, *pairs.pair_key(knob_id, value, str(pair_with.get("knob")), pair_with.get("value")))
     else:
         key = cache.key(skey, knob_id, value)
     cache.put(key, {"ok": False, "refusal": refusal})

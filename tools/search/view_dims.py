@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Iterable
 
 from pypto_tune.tools.code import pysource
 
@@ -86,9 +87,16 @@ def _view_call_dims(node: ast.Call, rank: int, names: set[str]) -> set[int] | No
     return {i for i, e in enumerate(shape.elts) if _mentions(e, names)}
 
 
-def fed_dims(text: str, line: int, rank: int, block_names: set[str]) -> set[int] | None:
+def fed_dims(text: str, line: int, rank: int, block_names: Iterable[str]) -> frozenset[int] | None:
     """The dimensions of the view built at ``line`` (a slice, or a ``view`` call's shape) whose extent the block
     sets; None when the line holds no view this reader can map onto ``rank`` dimensions."""
+    return _fed_dims(text, line, rank, frozenset(block_names))
+
+
+@functools.lru_cache(maxsize=256)
+def _fed_dims(text: str, line: int, rank: int, block_names: frozenset[str]) -> frozenset[int] | None:
+    # asked for every trial value of a block (the run picture under each candidate, the pair planner's grid): the
+    # answer depends only on the text and the question
     tree = _tree(text)
     if tree is None or not block_names:
         return None
@@ -104,7 +112,7 @@ def fed_dims(text: str, line: int, rank: int, block_names: set[str]) -> set[int]
         else:
             continue
         if dims:
-            return dims
+            return frozenset(dims)
     return None
 
 
