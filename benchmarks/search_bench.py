@@ -152,9 +152,10 @@ async def run_operator(name: str, trials_budget: int, batch: int, parallel: int 
 PROPOSE_REFUSED = "propose_candidates refused: "
 
 
-async def next_batch(a: Agent, sid: str, stages: list[str], want: int, limit: int
-                     ) -> tuple[dict[str, Any], list[dict]] | str:
-    """The scripted agent's next step: the stage's status and the first ``want`` of ``limit`` proposals by rank —
+async def next_batch(a: Agent, sid: str, stages: list[str], want: int, limit: int,
+                     ranked: list[dict] | None = None) -> tuple[dict[str, Any], list[dict]] | str:
+    """The scripted agent's next step: the stage's status and the first ``want`` of ``limit`` proposals by rank (all
+    ``limit`` of them into ``ranked`` when given) —
     collecting and
     analysing first where a stage starts with that (R15/R16), leaving a stage with no proposal left — or, when
     the search cannot go on, why (the session finished, propose_candidates refused, a stage that cannot be left).
@@ -174,6 +175,8 @@ async def next_batch(a: Agent, sid: str, stages: list[str], want: int, limit: in
         except Refused as exc:
             return PROPOSE_REFUSED + str(exc).splitlines()[0]
         cands = prop["candidates"][:want]
+        if ranked is not None:
+            ranked[:] = prop["candidates"]
         if cands:
             return status, cands
         if not await _leave_stage(a, sid):

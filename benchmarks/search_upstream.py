@@ -595,7 +595,8 @@ async def _search(a: Any, sid: str, out: dict[str, Any], budget: int, batch: int
     trials = out["trials"]
     t0 = time.monotonic()
     while len(trials) < budget:
-        step = await next_batch(a, sid, out["stages"], min(batch, budget - len(trials)), max(batch, 4))
+        ranked: list[dict] = []
+        step = await next_batch(a, sid, out["stages"], min(batch, budget - len(trials)), max(batch, 4), ranked)
         if isinstance(step, str):
             if step.startswith(PROPOSE_REFUSED):
                 out["search_stop"] = PROPOSE_REFUSED + first_line(step[len(PROPOSE_REFUSED):])
@@ -615,6 +616,9 @@ async def _search(a: Any, sid: str, out: dict[str, Any], budget: int, batch: int
             trials.append({"stage": status["stage"], "knob": c["knob"], "value": c["value"],
                            "time_us": x.get("operator_time_us"), "decision": x.get("decision"),
                            "result_type": x.get("result_type"), "refused": not x})
+        # what the server ranked, and why, at this batch: the places taken and the ones behind them
+        out.setdefault("rankings", []).append([{"knob": c["knob"], "value": c["value"], "score": c.get("score"),
+                                                "why": c.get("why")} for c in ranked])
         print("    " + ", ".join(f"{t['knob'].split(':')[-1]}={json.dumps(t['value'])} "
                                  f"{'-' if t['time_us'] is None else round(t['time_us'], 3)} {t['decision']}"
                                  for t in trials[-len(cands):]), file=sys.stderr, flush=True)

@@ -78,6 +78,29 @@ def test_an_untried_kind_gets_its_turn_before_a_third_try_of_an_unresponsive_kin
     assert here not in {t.from_kept_hash for t in hist}
 
 
+def test_a_knob_that_showed_nothing_once_waits_for_the_untried_kinds():
+    """Each kind once before a knob that showed nothing is tried again (PyPTO's dynamic-GELU FFN: the activation
+    kernel's vector tile measured exactly +0.0 %, and its next value went ahead of the loop's unroll list)."""
+    kept = _rows(4)
+    hist = [_trial(TILE, [2, 64], [1, 64], "s1", 35.46, 35.46, 2)]
+    prop = _search(kept, hist)
+    tiles = [c.rank for c in prop.candidates if c.knob == TILE]
+    others = [c.rank for c in prop.candidates if c.knob in (BLOCK, UNROLL)]
+    assert tiles and others and max(others) < min(tiles)
+    # a knob that responded once keeps its place by score
+    moved = _search(kept, [_trial(TILE, [2, 64], [1, 64], "s1", 35.46, 30.0, 2)])
+    assert min(c.rank for c in moved.candidates if c.knob == TILE) == 1
+
+
+def test_one_knobs_silence_does_not_demote_another_of_its_kind():
+    silent = learn.Observation(_pt("a", (4.0,)), 0.0, TriedChange(knob_id="a", value=1, outcome="no-gain",
+                                                                 before_us=10.0, after_us=10.0, round=1))
+    m = learn.SessionModel([silent], "s")
+    assert m.unresponsive("a", "vector-tile") and not m.unresponsive("b", "vector-tile")
+    twice = learn.SessionModel([silent, learn.Observation(_pt("b", (4.0,)), 0.0, silent.trial)], "s")
+    assert twice.unresponsive("c", "vector-tile")  # two knobs of one kind, both silent: the kind waits
+
+
 def test_a_tile_clamped_to_a_measured_configuration_is_known_not_proposed():
     kept = _rows(4)
     here = code_hash(kept)
@@ -206,6 +229,21 @@ def test_a_config_field_and_the_call_it_feeds_are_one_knob_when_its_other_call_n
     unknown = SimpleNamespace(knobs=[pinned, branch, field], live=lambda k: None)
     assert _ran_tile_sites(unknown, field) == {("ffn.py", 205), ("ffn.py", 234)}
     assert _site_group(unknown, field) != _site_group(unknown, pinned)
+
+
+def test_knobs_that_set_some_of_the_same_tile_calls_are_partly_one_knob():
+    """A config field feeding two kernels' cube tile calls and the pinned call of one of them (PyPTO's FFN): their
+    measurements inform each other, less than one knob's own, more than another knob's of the same kind."""
+    both, one, other = "sites:ffn.py:208,ffn.py:229", "sites:ffn.py:208", "sites:ffn.py:300"
+    assert learn.overlap(both, one) == pytest.approx(2 ** -0.5) and learn.overlap(one, other) == 0.0
+    assert learn.overlap("ffn.py:cfg.x", "ffn.py:cfg.x") == 1.0 and learn.overlap("ffn.py:cfg.x", one) == 0.0
+    gain = learn.SessionModel([_obs(_pt(one, (4.0,), kind="cube-tile"), 1.0, 1)], "s")
+    same, shared, apart = (gain.predict(_pt(g, (4.0,), kind="cube-tile"), 0.0).mean for g in (one, both, other))
+    assert same > shared > apart > 0
+    # a batch's second place on a call the first place already sets pays for it
+    cands = [(_pt(one, (4.0,), kind="cube-tile"), 2.0, 0), (_pt(both, (4.0,), kind="cube-tile"), 1.9, 0),
+             (_pt("tile", (4.0,)), 1.7, 0)]
+    assert _batch(learn.SessionModel([], "s"), cands, depth=2)[:2] == [0, 2]
 
 
 # ------------------------------------------------------------------------------------------- a batch of trials

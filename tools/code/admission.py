@@ -44,7 +44,7 @@ from pypto_tune.tools.patching import runcheck
 from pypto_tune.tools.patching import runmap as runmap_mod
 from pypto_tune.tools.patching._cst import same
 from pypto_tune.tools.patching.legality import uncatalogued
-from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, _import_table, sites_of
+from pypto_tune.tools.patching.extract import OPTION_GROUPS, ParsedFile, Site, _dotted, sites_of
 from pypto_tune.tools.snapshot import KnobChange
 from pypto_tune.tools.code import pysource
 
@@ -95,7 +95,7 @@ class _Masker(cst.CSTTransformer):
 
     def __init__(self, pf: ParsedFile, sites: list[Site]) -> None:
         super().__init__()
-        self.imports = _import_table(pf.module)
+        self.imports = pf.imports
         self.replace = {id(s.node) for s in sites if s.node is not None and (
             s.extra.get("binding") or s.extra.get("source") or s.knob.kind in ("pass_option", "sg_set_scope", "cache_policy",
                                                       "combine_axis", "valid_shape"))}
@@ -219,8 +219,16 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
 
 
 def _masked_tree(pf: ParsedFile, sites: list[Site]) -> ast.Module:
-    masked = pf.module.visit(_Masker(pf, [s for s in sites if s.file == pf.path]))
-    return _strip_docstrings(pysource.parse(masked.code))  # type: ignore[return-value]
+    """The file's syntax tree with every knob value slot masked: a fresh tree each call (callers transform it in
+    place). The masked source is derived once per set of masked nodes of this parse — the kept state's is asked
+    again for every candidate a search admits. The nodes are keyed by identity: they are alive as long as the parse
+    is, so an identity in the key names the same node for as long as the entry exists."""
+    masker = _Masker(pf, [s for s in sites if s.file == pf.path])
+    key = ("masked", frozenset(masker.replace))
+    code = pf.derived.get(key)
+    if code is None:
+        code = pf.derived[key] = pf.module.visit(masker).code
+    return _strip_docstrings(pysource.parse(code))  # type: ignore[return-value]
 
 
 def _plain_tree(text: str) -> ast.Module:

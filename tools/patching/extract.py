@@ -79,6 +79,9 @@ class ParsedFile:
     # (line, column) -> node of every comprehension element and call keyword value: where a tiling source
     # (tools/patching/flows.py) can sit
     source_nodes: dict[tuple[int, int], cst.BaseExpression] = field(default_factory=dict)
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified module path (_import_table)
+    # what the admission derives from this (immutable) tree, once: its masked source per set of masked nodes
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -124,7 +127,7 @@ def _parse_file_cached(path: str, text: str) -> ParsedFile:
                  for values in visitor.assigns.values() for v in values} if visitor.assigns else {}
     return ParsedFile(path, text, module, visitor.sites, visitor.jits, visitor.constants, bom,
                       assigns=visitor.assigns, divisor_bounds=visitor.divisor_bounds, positions=positions,
-                      source_nodes=visitor.source_nodes)
+                      source_nodes=visitor.source_nodes, imports=visitor.imports)
 
 
 def extract_knobs(sources: dict[str, str], context: dict[str, str] | None = None) -> list[Knob]:

@@ -29,8 +29,8 @@ upper confidence bound of its posterior:
 
 Two rules bound the model where a wrong guess would cost a run: a knob (or tile site) measured with **no effect
 twice from the same kept state** is not proposed from it again (:meth:`SessionModel.exhausted_here`); and while a
-candidate of an **untried kind** is left, a kind (or knob) whose every measured trial had no effect — at least
-two — goes behind it (:meth:`SessionModel.unresponsive`). "No effect" is the keep rule's own judgement (no-gain: in
+candidate of an **untried kind** is left, a knob whose every measured trial had no effect — one is enough — or a
+kind whose every trial had none — at least two — goes behind it (:meth:`SessionModel.unresponsive`). "No effect" is the keep rule's own judgement (no-gain: in
 SIM exactly the same time, on the NPU within its noise margin) or ``|Δ| <= NO_EFFECT_PCT``.
 
 Why a GP with UCB, and these settings. It is deterministic for a ledger (tests and the benchmark replay repeat
@@ -66,6 +66,7 @@ from pypto_tune.tools.search.models import TriedChange, norm_value
 
 NO_EFFECT_PCT = 0.05  # history.FLAT_PCT: a change within ±0.05 % left the time as it was
 NO_EFFECT_LIMIT = 2  # no-effect trials of one knob from one kept state after which it is not proposed there again
+UNRESPONSIVE_KNOB = 1  # no-effect trials (and nothing else) of one knob after which it waits for the untried kinds
 FAILED_Y = -0.5  # a failed trial, in log2 speed-up units: a regression for its neighbours, not a cliff
 PRIOR_SCALE = 1.0  # the prior's largest claim, in log2 speed-up units (a hand-written score of +13.7 is not 2^13)
 PRIOR_SPAN = 4.0  # prior scores are squashed by tanh(score / PRIOR_SPAN): +0.4 → +0.1, +4.6 → +0.82, +8.5 → +0.97
@@ -82,6 +83,7 @@ NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy readin
 # kept change gave room differs in its effective extents, so it is another point. Measured on PyPTO's FFN (dynamic
 # GELU): the kernel's vector tile measured +0.0 % and was tried again, unchanged, from the next kept state, ahead of
 # the unroll list that held 1.76×. The rule "twice from this kept state" still counts where a trial was made.
+SITES = "sites:"  # a group of knobs that set the same tile calls that ran (propose._site_group): "sites:f:line,…"
 LENGTH_LOG2 = 1.0  # one doubling of an effective extent is one length scale
 OTHER_STAGE = 0.8  # correlation kept across stage groups
 MOVED_BY_SHOWN = 3
@@ -217,6 +219,24 @@ def _cos(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> float:
     return sum(x * y for x, y in zip(a, b)) / (na * nb) if na and nb else 0.0
 
 
+def _sites(group: str) -> frozenset[str] | None:
+    return frozenset(group[len(SITES):].split(",")) if group.startswith(SITES) else None
+
+
+def overlap(a: str, b: str) -> float:
+    """How much two knobs are one: 1 for the same knob (or the same tile calls), for two knobs that set tile calls
+    the cosine of their call sets — a config field that feeds two kernels' tile calls and the pinned call of one of
+    them are the same knob at 1/√2 (PyPTO's FFN example: ``FFNConfig.cube_tile_shape`` feeds the dynamic GELU
+    kernel's cube tile and another kernel's; its trial and the pinned call's measured −22.9 % and −26.0 %) —, else 0.
+    The cosine of indicator vectors is an inner product, so the kernel stays positive semi-definite."""
+    if a == b:
+        return 1.0
+    sa, sb = _sites(a), _sites(b)
+    if not sa or not sb:
+        return 0.0
+    return len(sa & sb) / math.sqrt(len(sa) * len(sb))
+
+
 def kernel(p: Point, q: Point) -> float:
     """Prior covariance of two changes' log2 speed-ups (see the module docstring). Within one knob: closeness of the
     effective extents (RBF), times a part for the same kept state and a signed part for the direction of the move
@@ -225,7 +245,8 @@ def kernel(p: Point, q: Point) -> float:
     if p.kind != q.kind:
         return 0.0
     k = W_KIND
-    if p.group == q.group:
+    shared = overlap(p.group, q.group)
+    if shared:
         if p.extents is not None and q.extents is not None and len(p.extents) == len(q.extents):
             d2 = sum((a - b) ** 2 for a, b in zip(p.extents, q.extents))
             near = math.exp(-d2 / (2 * LENGTH_LOG2 ** 2))
@@ -234,7 +255,7 @@ def kernel(p: Point, q: Point) -> float:
         cos = _cos(p.direction, q.direction)
         if p == q and not any(p.direction or ()):
             cos = 1.0  # a move without a direction is still fully correlated with itself (identity kernel: PSD)
-        k += near * (W_KNOB + W_DIRECTION * cos + (W_STATE if p.state == q.state else 0))
+        k += shared * near * (W_KNOB + W_DIRECTION * cos + (W_STATE if p.state == q.state else 0))
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
 
 
@@ -253,7 +274,14 @@ def _noise(obs: Observation, state: str) -> float:
 
 def _solve(points: list[Point], ys: list[float], noise: list[float]) -> tuple[np.ndarray, np.ndarray]:
     """The Cholesky factor of the observations' covariance and the weights of their targets."""
-    chol = np.linalg.cholesky(np.array([[kernel(a, b) for b in points] for a in points]) + np.diag(noise))
+    cov = np.array([[kernel(a, b) for b in points] for a in points]) + np.diag(noise)
+    try:
+        chol = np.linalg.cholesky(cov)
+    except np.linalg.LinAlgError:
+        # points whose extents cannot be compared (a config's [m, k, n] and a pinned call's m, k, n pairs) are
+        # correlated by a constant, which need not keep the matrix positive definite: lift its smallest eigenvalue
+        lift = max(0.0, -float(np.linalg.eigvalsh(cov).min())) + min(noise)
+        chol = np.linalg.cholesky(cov + lift * np.eye(len(points)))
     return chol, np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(ys)))
 
 
@@ -310,11 +338,17 @@ class SessionModel:
         return here if len(here) >= NO_EFFECT_LIMIT else []
 
     def unresponsive(self, group: str, kind: str) -> bool:
-        """Every measured trial of this knob — or of its whole kind — had no effect, and there were at least
-        ``NO_EFFECT_LIMIT`` of them: a third try waits for the kinds nobody has tried."""
-        for same in ([o for o in self.obs if o.point.group == group], [o for o in self.obs if o.point.kind == kind]):
+        """Every measured trial of this knob had no effect (``UNRESPONSIVE_KNOB`` of them), or every trial of its
+        whole kind (``NO_EFFECT_LIMIT``): its next try waits for the kinds nobody has tried. Each kind once before a
+        knob that showed nothing is tried again, as a bandit plays every arm once: a move of a tile that left a SIM
+        run identical to the last digit says the tile is off the critical path, and its other values mostly are too
+        (PyPTO's FFN, dynamic GELU: the activation kernel's vector tile at [16, 1024] and at [16, 256] both exactly
+        +0.0 %, tried ahead of the loop's unroll list that held 1.76×). A kind is only demoted after two: one
+        knob's silence says little about another knob of its kind (the GELU tile of the same FFN holds a gain)."""
+        for same, least in (([o for o in self.obs if o.point.group == group], UNRESPONSIVE_KNOB),
+                            ([o for o in self.obs if o.point.kind == kind], NO_EFFECT_LIMIT)):
             measured = [o for o in same if o.trial.outcome != "failed"]
-            if len(measured) >= NO_EFFECT_LIMIT and all(no_effect(o.trial) for o in measured):
+            if len(measured) >= least and all(no_effect(o.trial) for o in measured):
                 return True
         return False
 
@@ -377,7 +411,7 @@ class BatchPicker:
     def _crowding(self, i: int) -> float:
         """``BATCH_SAME_SITE`` for each place that stood on the same knob (tile site): the lie alone hardly touches a
         value two doublings away from the pick, which is still the same knob's bet."""
-        return BATCH_SAME_SITE * self._lie_groups.count(self._cands[i][0].group)
+        return BATCH_SAME_SITE * sum(overlap(g, self._cands[i][0].group) for g in self._lie_groups)
 
     def accept(self, i: int) -> None:
         """The pick stands: it is taken as no effect for the places after it."""

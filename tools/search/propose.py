@@ -512,7 +512,7 @@ def _site_group(ctx: _Context, k: Knob) -> str:
     pinned and the config field that feeds it: PyPTO's FFN example spent ten trials on one and six on the other; the
     field also feeds a call in a branch the test never takes, which must not make it a different knob)."""
     sites = _ran_tile_sites(ctx, k)
-    return "sites:" + ",".join(f"{f}:{line}" for f, line in sorted(sites)) if sites else k.id
+    return learn.SITES + ",".join(f"{f}:{line}" for f, line in sorted(sites)) if sites else k.id
 
 
 def _clamp(k: Knob, value: Any, kernel: dict[str, Any] | None) -> list[int | None] | None:
