@@ -5,12 +5,16 @@ over MCP stdio against the real server and the real simulator:
    structured edit and with one diff; a value that drops rows or blocks nothing is refused on both paths (the
    server follows the factory's one call, ``build_softmax(shape)`` with a literal shape, to the axis length)
 3  a cube tile with L1 % L0 != 0 is refused with the same legality reason as a structured edit and as a diff
+2' the same block written as PyPTO's own examples write it over a dynamic axis (``b = x.shape[0]``,
+   ``b_loop = b // tile_b``, ``pypto.loop(b_loop)``): the run records the trip count as a symbol and the count
+   reaches the loop through a name, the indirection an agent could use to slip a block past the loop check; a block
+   past the axis the test passed (64 > 32, zero iterations) or one that drops rows is refused on both paths
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
 softmax session that reaches SWIMLANE_1 anyway)
 
-Both operators' sessions run on one server (its sessions each name their workspace); each is played once by a module
+The three operators' sessions run on one server (its sessions each name their workspace); each is played once by a module
 fixture and checked by its test (tests/sessions.Chapters).
 """
 
@@ -32,6 +36,36 @@ pytestmark = pytest.mark.sim
 
 TILE_B = "softmax_op.py:build_softmax.softmax_kernel.tile_b"
 CUBE = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
+DYN_BLOCK = "dyn_add.py:add_kernel.tile_b"
+# A small operator written here in the form of PyPTO's loop examples: a row-block loop over a dynamic batch axis
+DYN_OPERATOR = '''import sys
+
+import pypto
+import torch
+
+RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
+def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
+               out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(1, 4, 1, 64)
+    b = x.shape[0]
+    tile_b = 1
+    b_loop = b // tile_b
+    for idx in pypto.loop(b_loop):
+        lo = idx * tile_b
+        hi = (idx + 1) * tile_b
+        part = x[lo:hi, ...]
+        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
+
+
+if __name__ == "__main__":
+    x = torch.randn(32, 32, 1, 256)
+    out = torch.zeros(32, 32, 1, 256)
+    add_kernel(x, out)
+    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
+'''
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -75,6 +109,28 @@ async def _kernel_local_block_size(s: Session, ws: Path) -> None:
     assert ledger.count(TILE_B) >= 2  # each round recorded under the local's knob id
 
 
+async def _dynamic_axis_block(s: Session, ws: Path) -> None:
+    op = ws / "dyn_add.py"
+    sid = await _to_frontend(s, ws, ["dyn_add.py"], [sys.executable, "dyn_add.py", "--run-mode", "sim"])
+    knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+    assert knobs[DYN_BLOCK]["tunable"] and knobs[DYN_BLOCK]["value"] == 1
+    src = op.read_text()
+    # the axis is the input's first dimension at the shape the test passed (32), read through b = x.shape[0]
+    for value, why in ((64, "exceeds the axis length 32"), (3, "the last 2 rows would never be computed")):
+        ways = ({"knob": DYN_BLOCK, "value": value},
+                {"diff": _diff("dyn_add.py", src, src.replace("tile_b = 1\n", f"tile_b = {value}\n"))})
+        for way in ways:
+            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="past the axis",
+                                  **way)
+            assert "GATE legality:" in msg and why in msg, msg
+    assert op.read_text() == src, "a refused change must not touch the file"
+    # ... and a block that divides the axis is admitted, checked on that axis (the refusals opened no round)
+    ok = await s.ok("apply_tuning_patch", session_id=sid, knob=DYN_BLOCK, value=8, catalog_id="F-3",
+                    rationale="legal")
+    assert ok["round"] == 1 and "tile_b = 8" in op.read_text()
+    assert any("axis 32 (from the run) in 4 block(s) of 8" in c for c in ok["legality_checked"]), ok
+
+
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
     op = ws / "matmul_act.py"
     sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
@@ -102,12 +158,16 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     """Each operator's session, played once on one server (a failure in one leaves the other played)."""
     tmp = tmp_path_factory.mktemp("attack-gaps")
     softmax, matmul = _copy(tmp, "upstream_softmax"), _copy(tmp, "matmul_act")
-    played = {"upstream_softmax": Chapters(), "matmul_act": Chapters()}
+    dynamic = tmp / "dynamic_axis"
+    dynamic.mkdir()
+    (dynamic / "dyn_add.py").write_text(DYN_OPERATOR)
+    played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
             await played["upstream_softmax"].play("session", lambda: _kernel_local_block_size(s, softmax))
             await played["matmul_act"].play("session", lambda: _cube_tile_l1_l0(s, matmul))
+            await played["dynamic_axis"].play("session", lambda: _dynamic_axis_block(s, dynamic))
 
     anyio.run(scenario)
     return played
@@ -121,6 +181,11 @@ def test_a_kernel_local_block_size_is_tunable_as_an_edit_and_as_a_diff_attack_2(
 def test_a_cube_tile_with_l1_not_a_multiple_of_l0_is_refused_alike_as_an_edit_and_as_a_diff_attack_3(
         sessions: dict[str, Chapters]) -> None:
     sessions["matmul_act"].check("session")
+
+
+def test_a_block_over_a_dynamic_axis_reached_through_a_name_is_checked_on_the_axis_the_test_passed(
+        sessions: dict[str, Chapters]) -> None:
+    sessions["dynamic_axis"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:
