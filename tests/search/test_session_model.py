@@ -116,6 +116,20 @@ def test_a_tile_clamped_to_a_measured_configuration_is_known_not_proposed():
     assert [4, 128] in [c.value for c in prop.candidates if c.knob == TILE]
 
 
+def test_an_unroll_list_of_one_runs_as_the_loop_without_one_and_is_known():
+    """A loop without an unroll list and one with ``[1]`` unroll nothing: after a kept ``[4, 2, 1]``, the step to
+    ``[1]`` is the state before it, measured (PyPTO's dynamic-GELU FFN ran it again: 58.128 µs, as before)."""
+    before = _rows(4, tile="2, 64")
+    kept = {f: t.replace('idx_name="blk")', 'idx_name="blk", unroll_list=[4, 2, 1])') for f, t in before.items()}
+    assert kept != before
+    hist = [_trial(TILE, [2, 64], [1, 64], "s-base", 35.46, 30.0, 2),  # -> the state without a list, measured
+            _trial(UNROLL, [4, 2, 1], None, code_hash(before), 30.0, 25.0, 3)]  # -> the kept state
+    prop = _search(kept, hist, knob=UNROLL)
+    assert [1] not in [c.value for c in prop.candidates]
+    known = [k for k in prop.known_outcomes if k["value"] == [1]]
+    assert known and known[0]["same_as_round"] == 2 and known[0]["operator_time_us"] == 30.0, prop.known_outcomes
+
+
 def test_each_proposal_says_which_measurements_moved_it_and_the_priors_part():
     kept = _rows(4)
     here = code_hash(kept)
