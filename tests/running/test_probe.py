@@ -83,6 +83,8 @@ async def test_the_probe_records_the_run_and_changes_nothing_it_computes(tmp_pat
     tiles = [c for c in record.calls if c.api == "set_vec_tile_shapes"]
     assert [(c.file, c.line, c.args, c.count, c.kernel == kernel.key) for c in tiles] == \
         [("layernorm_op.py", static_tile, [1, 128], 1, True)]
+    # the largest tensor the vector operations under the tile took: the [128, 512] output each row is assembled into
+    assert tiles[0].extent == {"2": [128, 512]}
     assert {f.function for f in tiles[0].stack} >= {"<jit>", "_run", "test_layer_norm"}
     # the jit's options reach pypto through set_options, called by pypto for the kernel (measured, G.2's gap)
     assert any(c.api == "set_options" and c.origin == "pypto" and c.kwargs.get("runtime_options", {}).get("run_mode")

@@ -387,7 +387,7 @@ class KernelModel:
 
     @staticmethod
     def _vec_features(line: int, tile: list[int | None] | None, blocks: list[list[int | None]],
-                      tensors: dict[str, Any], elem: int) -> dict[str, Any]:
+                      tensors: dict[str, Any], elem: int, extent: list[int | None] | None = None) -> dict[str, Any]:
         f: dict[str, Any] = {"line": line, "tile": tile}
         if not tile or any(x is None for x in tile):
             return f
@@ -395,6 +395,10 @@ class KernelModel:
         if same_rank:
             # the largest block of the tile's rank: what one iteration tiles (its other views are operands of it)
             block = max(same_rank, key=lambda b: math.prod(x or 1 for x in b))
+        elif extent is not None and len(extent) == len(tile):
+            # the largest tensor the tile's operations worked on, as the run recorded it (the kernel's inputs are a
+            # looser bound: PyPTO's FFN tiles a [16, 1024] matmul output while its weights are [1024, 128])
+            block = list(extent)
         else:
             dims = [d for d, _ in tensors.values() if d and len(d) == len(tile)]
             block = [max((d[i] for d in dims if d[i] is not None), default=None) for i in range(len(tile))] \

@@ -98,6 +98,15 @@ class _Tile:
     line: int
     kind: str  # "vec" / "cube"
     value: Any
+    # a vector tile: the largest tensor its operations worked on, when they all had the tile's rank (the probe's
+    # ``extent``); a tile dimension at or past it is clamped to the data
+    extent: list[int | None] | None = None
+
+
+def _op_extent(raw: Any, tile: list[int] | None) -> list[int | None] | None:
+    if not tile or not isinstance(raw, dict) or set(raw) != {str(len(tile))}:
+        return None
+    return list(raw[str(len(tile))])
 
 
 @dataclass
@@ -151,8 +160,8 @@ class RunPicture:
                 elif api in _VIEW_APIS and _ints(c.get("result_shape")):
                     kern.views.append(_View(c["file"], c["line"], list(c["result_shape"])))
                 elif api == "set_vec_tile_shapes":
-                    kern.tiles.append(_Tile(c["file"], c["line"], "vec", _ints(runmap.effective_value(
-                        _KindOnly("vec_tile"), c))))
+                    tile = _ints(runmap.effective_value(_KindOnly("vec_tile"), c))
+                    kern.tiles.append(_Tile(c["file"], c["line"], "vec", tile, _op_extent(c.get("extent"), tile)))
                 elif api == "set_cube_tile_shapes":
                     kern.tiles.append(_Tile(c["file"], c["line"], "cube", runmap.effective_value(
                         _KindOnly("cube_tile"), c)))
@@ -302,7 +311,9 @@ class _Trial:
         for t in k.tiles:
             value = self.tiles.get(id(t), t.value)
             if t.kind == "vec":
-                vec.append(KernelModel._vec_features(t.line, _ints(value), blocks, tensors, elem))
+                # the operations' extent bounds the tile where nothing a knob moves (a loop's views) sizes the data
+                extent = t.extent if not k.loops and not k.views else None
+                vec.append(KernelModel._vec_features(t.line, _ints(value), blocks, tensors, elem, extent))
             else:
                 cube = (t.line, value)
         feats["vec"] = vec

@@ -63,6 +63,10 @@ class ProbeCall(BaseModel):
     ops: int | None = Field(None, description="tile calls: operations built while this tile was in force (cube "
                             "operations for a cube tile, the others for a vector tile); 0: a later tile call replaced "
                             "it before any operation used it; null: not counted")
+    extent: dict[str, list[int | None]] | None = Field(
+        None, description="vector tile calls: rank -> the largest extent of each dimension over the tensors the "
+        "vector operations under this tile worked on (null: known only at run time); a tile dimension at or past it "
+        "is clamped to the data")
     stack: list[Frame] = Field(default_factory=list)
     unroll: list[UnrollVariant] = Field(default_factory=list, description="the loop_unroll variants (outermost "
                                         "first) whose body was being traced when the call was made")

@@ -44,6 +44,20 @@ def _normal(path: str) -> str:
     return "/" + norm.lstrip("/")  # normpath keeps a leading "//"
 
 
+def _extent(raw: Any) -> dict[str, list[int | None]] | None:
+    """A tile call's operation extent as the hook wrote it (rank -> per-dimension maximum), or None where it is
+    missing or not in that form (the record comes from the run: nothing in it is trusted)."""
+    if not isinstance(raw, dict) or not raw:
+        return None
+    out: dict[str, list[int | None]] = {}
+    for rank, dims in raw.items():
+        if not (isinstance(rank, str) and rank.isdigit() and isinstance(dims, list) and len(dims) == int(rank)
+                and all(d is None or (type(d) is int and d > 0) for d in dims)):
+            return None
+        out[rank] = dims
+    return out
+
+
 def _relative(path: str, roots: list[str]) -> tuple[str, bool]:
     path = _normal(path)
     for root in roots:
@@ -127,7 +141,7 @@ def _merge(raws: list[dict[str, Any]], roots: list[str], bad: list[str]) -> Prob
                 kernel=keys.get(str(c["kernel"]), str(c["kernel"])) if c.get("kernel") else None,
                 origin=c.get("origin", "direct"), args=list(c.get("args") or []), kwargs=dict(c.get("kwargs") or {}),
                 result_shape=c.get("result_shape"), count=int(c.get("count", 1)),
-                ops=c["ops"] if type(c.get("ops")) is int else None,
+                ops=c["ops"] if type(c.get("ops")) is int else None, extent=_extent(c.get("extent")),
                 stack=[_frame(fr, roots) for fr in c.get("stack") or []],
                 unroll=[UnrollVariant(file=_relative(str(u[0]), roots)[0], line=int(u[1]),
                                       factor=u[2] if isinstance(u[2], int) else None)

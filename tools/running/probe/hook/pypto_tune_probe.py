@@ -19,7 +19,8 @@ import, domain.md G.2), into ``$PYPTO_TUNE_PROBE_DIR/probe-<pid>.json``:
   cube tile, every other operation for a vector tile) — a tile replaced by a later call before any operation used it
   changes nothing, whatever its value. pypto 0.2.0 builds every operation through ``_op_wrapper``, which calls
   ``set_source_location`` first (``assemble`` builds its copy directly and is counted where it is recorded); where
-  that hook is missing the count is absent and nothing is concluded from it;
+  that hook is missing the count is absent and nothing is concluded from it; for a vector tile also the largest
+  extent, per rank, of the tensors those operations took (``extent``: a tile dimension past it is clamped);
 * ``sys.path`` and the files of the imported modules (for the sandbox's hermeticity check).
 
 How the jit's options reach pypto (measured, 0.2.0): the decorator keeps the dicts on the ``JitCallableWrapper``;
@@ -180,15 +181,19 @@ class _Probe:
         if api in _TILE_APIS:
             self.in_force[_TILE_APIS[api]] = rec
         elif api == "assemble":
-            self.op("assemble")
+            self.op("assemble", args)
         self.dirty = True
 
-    def op(self, name: str) -> None:
+    def op(self, name: str, args: "tuple | list" = ()) -> None:
         """An operation was built: it counts for the tile of its kind in force (global state in pypto, like the tile
-        itself: a tile set in a helper stays in force after it returns)."""
-        rec = self.in_force.get("cube" if name in _CUBE_OPS else "vec")
+        itself: a tile set in a helper stays in force after it returns); a vector operation's tensors widen the
+        tile's ``extent``."""
+        cube = name in _CUBE_OPS
+        rec = self.in_force.get("cube" if cube else "vec")
         if rec is not None and "ops" in rec:
             rec["ops"] += 1
+            if not cube:
+                _widen(rec.setdefault("extent", {}), args)
 
     def kernel_key(self, wrapper) -> str:
         fn = getattr(wrapper, "_original_func", None)
@@ -379,6 +384,22 @@ def _wrap_call(api: str, fn):
     return probe_wrapper
 
 
+def _widen(extent: dict, args: "tuple | list") -> None:
+    """``extent``: rank (as text) -> the largest extent of each dimension over the tensors the vector operations under
+    one tile worked on (null: a dimension only known at run time). A tile dimension at or past it is clamped to the
+    data, so two tiles that agree up to it run alike (domain H.1)."""
+    for a in args:
+        for t in (a if isinstance(a, (list, tuple)) else (a,)):
+            shape = getattr(t, "shape", None)
+            if not isinstance(shape, (list, tuple)):
+                continue
+            dims = [d if type(d) is int else None for d in shape]
+            key = str(len(dims))
+            old = extent.get(key)
+            extent[key] = dims if old is None else [None if x is None or y is None else max(x, y)
+                                                    for x, y in zip(old, dims)]
+
+
 def _count_operations(p: "_Probe") -> None:
     """Every operation pypto builds passes ``_op_wrapper``'s wrapper, which calls ``set_source_location()`` (looked
     up in that module at call time) with the operation function in its closure as ``func``."""
@@ -392,8 +413,8 @@ def _count_operations(p: "_Probe") -> None:
         q = _P
         if q is not None:
             try:
-                func = sys._getframe(1).f_locals.get("func")
-                q.op(getattr(func, "__name__", ""))
+                caller = sys._getframe(1).f_locals
+                q.op(getattr(caller.get("func"), "__name__", ""), caller.get("args") or ())
             except Exception:
                 q.fault("count an operation")
         # one frame more between the original and the operation's caller: the location pypto records (and writes
