@@ -137,12 +137,17 @@ def test_a_trip_count_the_run_saw_only_as_a_symbol_is_read_from_the_input_the_ax
     assert _loop_checks(adm) == [f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} (n // BLOCK): axis 96 "
                                  "(from the run) in 12 block(s) of 8"]
     assert "block 128 exceeds the axis length 96" in _refusal(body, 4, 128, _record(_operator(body), sym)).message
-    # two calls at two row counts: no one axis, so nothing is checked and the static note stays
+    # two calls at two row counts (PyPTO's dynamic.py::test_dynamic_partial runs batches of 8 and 32): the block
+    # must hold at both — 8 divides 96 and 64, 32 divides 96 but not 64 (a block of 16 there ran zero iterations at
+    # the batch of 8, and failed)
     two = _record(_operator(body), sym, inputs=_tensors([96, 64], [96, 64]))
     two["kernels"][0]["inputs"].append(_tensors([64, 64], [64, 64]))
-    adm = _admit(body, 4, 8, two)
-    assert not _loop_checks(adm)
-    assert len(adm.unchecked) == 1 and "whether BLOCK divides it" in adm.unchecked[0]
+    where = f"the loop at {F}:{_line(_operator(body), 'pypto.loop')} (n // BLOCK)"
+    assert _loop_checks(_admit(body, 4, 8, two)) == [f"{where}: axis 64 (from the run) in 8 block(s) of 8",
+                                                     f"{where}: axis 96 (from the run) in 12 block(s) of 8"]
+    msg = _refusal(body, 4, 48, two).message
+    assert "64 is not a multiple of 48" in msg and "axis lengths [64, 96]" in msg, msg
+    assert "block 128 exceeds the axis length 64" in _refusal(body, 4, 128, two).message
 
 
 def test_a_divisor_the_server_cannot_evaluate_leaves_the_loop_listed_unchecked_never_passed_in_silence() -> None:

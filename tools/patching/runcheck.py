@@ -10,6 +10,7 @@ refused, never passed as "unchecked".
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 from ..errors import KnobValueError
@@ -117,9 +118,11 @@ def _bound_once(node: ast.AST | None, locals_: dict[str, list[ast.AST]]) -> ast.
 
 
 def _input_axis(node: ast.AST, locals_: dict[str, list[ast.AST]], fns: list[ast.AST], run: RunMap,
-                key: str | None) -> int | None:
+                key: str | None) -> list[int] | None:
     """``P.shape[i]`` (directly, or through a name bound once to it) where ``P`` is a parameter of the kernel: that
-    dimension of the tensor every recorded call passed as ``P``; None when it is anything else or the calls differ."""
+    dimension of the tensor each recorded call passed as ``P`` — every length it took, for a test that calls the
+    kernel at several shapes (PyPTO's ``dynamic.py::test_dynamic_partial``: batches of 8 and 32) —; None when it is
+    anything else or a call did not pass it as a tensor with that dimension."""
     node = _bound_once(node, locals_)
     if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
             and isinstance(node.slice.value, int) and isinstance(node.value, ast.Attribute)
@@ -138,7 +141,7 @@ def _input_axis(node: ast.AST, locals_: dict[str, list[ast.AST]], fns: list[ast.
         if not isinstance(shape, list) or not -len(shape) <= dim < len(shape) or not isinstance(shape[dim], int):
             return None
         seen.add(shape[dim])
-    return seen.pop() if len(seen) == 1 else None
+    return sorted(seen) or None
 
 
 def loop_checks(files_before: dict[str, str], program_before: roles.Program, run: RunMap, change: Any,
@@ -174,9 +177,9 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
                 continue
             # a dynamic axis ran as a symbol: the axis is then read where the code takes it, a dimension of one of
             # the kernel's inputs (``b = input0.shape[0]``), at the shape the test called the kernel with
-            shape_axis = None if isinstance(stop_ran, int) else _input_axis(stop_node.left, locals_, fns, run,
+            shape_axes = None if isinstance(stop_ran, int) else _input_axis(stop_node.left, locals_, fns, run,
                                                                              rec.get("kernel"))
-            if not isinstance(stop_ran, int) and shape_axis is None:
+            if not isinstance(stop_ran, int) and shape_axes is None:
                 continue
             where = f"the loop at {file}:{line} ({named + ' = ' if named else ''}{ast.unparse(stop_node)})"
             env = program_before.env(file, scope)
@@ -196,28 +199,32 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
             left = stop_node.left
             ceil = (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub)
                     and isinstance(left.left, ast.BinOp) and isinstance(left.left.op, ast.Add))
-            if shape_axis is not None:
-                axes, stop_ran = [shape_axis], -(-shape_axis // b_old) if ceil else shape_axis // b_old
+            if shape_axes is not None:
+                # the block must hold at every length the test passed: each is a run of the loop
+                runs = [(x, -(-x // b_old) if ceil else x // b_old) for x in shape_axes]
             else:
                 lo, hi = ((stop_ran - 1) * b_old + 1, stop_ran * b_old) if ceil else \
                     (stop_ran * b_old, stop_ran * b_old + b_old - 1)
                 axes = [d for d in _kernel_dims(run, rec.get("kernel")) if lo <= d <= hi]
-            if len(axes) != 1:
-                unchecked.append(f"{where} ran {stop_ran} iteration(s) of {b_old}; the server cannot tell which "
-                                 "axis it blocks, so whether the new block divides it was not checked")
-                continue
-            x = axes[0]
-            if b_new < 1 or b_new > x or (not ceil and x % b_new):
-                why = ("a block must be ≥ 1" if b_new < 1 else f"block {b_new} exceeds the axis length {x}"
-                       if b_new > x else f"{x} is not a multiple of {b_new}: the last {x % b_new} rows would never "
-                       "be computed (floor division drops them)")
-                raise KnobValueError(f"{change.knob_id} = {change.after!r} makes {where} block {b_new}: {why} — "
-                                     f"the run blocked an axis of {x} ({stop_ran} × {b_old}, kernel "
-                                     f"{run.kernel_name(rec.get('kernel'))})", rule="C/F-3",
-                                     legal="a block size that divides the axis it blocks",
-                                     hint=f"choose a divisor of {x}")
-            trips = -(-x // b_new) if ceil else x // b_new
-            checked.append(f"{where}: axis {x} (from the run) in {trips} block(s) of {b_new}")
+                if len(axes) != 1:
+                    unchecked.append(f"{where} ran {stop_ran} iteration(s) of {b_old}; the server cannot tell which "
+                                     "axis it blocks, so whether the new block divides it was not checked")
+                    continue
+                runs = [(axes[0], stop_ran)]
+            lengths = f"; the test ran it at axis lengths {[x for x, _ in runs]}" if len(runs) > 1 else ""
+            for x, trips_ran in runs:
+                if b_new < 1 or b_new > x or (not ceil and x % b_new):
+                    why = ("a block must be ≥ 1" if b_new < 1 else f"block {b_new} exceeds the axis length {x}"
+                           if b_new > x else f"{x} is not a multiple of {b_new}: the last {x % b_new} rows would "
+                           "never be computed (floor division drops them)")
+                    raise KnobValueError(f"{change.knob_id} = {change.after!r} makes {where} block {b_new}: {why} "
+                                         f"— the run blocked an axis of {x} ({trips_ran} × {b_old}, kernel "
+                                         f"{run.kernel_name(rec.get('kernel'))}){lengths}", rule="C/F-3",
+                                         legal="a block size that divides the axis it blocks",
+                                         hint=f"choose a divisor of {math.gcd(*[x for x, _ in runs])}" if not ceil
+                                         else f"choose a block ≤ {min(x for x, _ in runs)}")
+                trips = -(-x // b_new) if ceil else x // b_new
+                checked.append(f"{where}: axis {x} (from the run) in {trips} block(s) of {b_new}")
     return checked, unchecked
 
 
