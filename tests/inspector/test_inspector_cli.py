@@ -6,12 +6,16 @@ templates, gets a prompt, reads a session's ledger, calls get_status and sees an
 (an unknown session) with its reason. Over HTTP, where one server answers every call, it also gets every prompt in both
 languages, reads every resource, calls the other read-only tools (list_knobs on a started session, analyze_bubbles on
 a recorded run), sees a bad prompt argument's error, and starts a long tool with ``wait=false`` and cancels the job.
-Over stdio each Inspector call starts a server of its own, so that pass makes one call of each kind.
+Over stdio each Inspector call starts a server of its own, so that pass makes one call of each kind; each of those
+servers is forked from the warm interpreter the other stdio tests' servers come from (``tests/warm_interpreter.py``:
+the Inspector starts the launcher, which hands the child its pipes), where a fresh ``pypto-tune serve`` spent most of
+its CPU importing what every one of them imports again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -23,13 +27,13 @@ import pytest
 
 from tests.conftest import OPERATORS, ROOT, RUNS, require_real, sim_command
 from tests.reliability.helpers import running_http
+from tests.warm_interpreter import server_command
 
 pytestmark = pytest.mark.process
 
 NPM_DIR = ROOT / "tools-npm"
 INSPECTOR = NPM_DIR / "node_modules" / ".bin" / "mcp-inspector"
 PINNED = json.loads((NPM_DIR / "package.json").read_text())["dependencies"]["@modelcontextprotocol/inspector"]
-SERVER = ROOT / ".venv" / "bin" / "pypto-tune"
 PROMPTS = ("perf_tune", "tune_frontend", "tune_swimlane", "tune_incore", "analyze_perf")
 
 
@@ -150,8 +154,9 @@ def _everything(insp: Inspector, ws: Path, *, whole: bool) -> str:
 
 
 def test_inspector_over_stdio(inspector: Path, workspace: Path) -> None:
-    _everything(Inspector(inspector, [str(SERVER), "serve", "--workspace", str(workspace), "--log-level",
-                                      "WARNING"]), workspace, whole=False)
+    command, args = server_command(["serve", "--workspace", str(workspace), "--log-level", "WARNING"],
+                                   dict(os.environ))
+    _everything(Inspector(inspector, [command, *args]), workspace, whole=False)
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.warm_interpreter import server_command
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -21,13 +23,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve_cmd(workspace: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pypto_tune.server.cli", "serve", "--workspace", str(workspace),
-            "--log-level", "WARNING", *extra]
+def serve_cmd(workspace: Path, *extra: str, env: dict[str, str] | None = None, fresh: bool = False) -> list[str]:
+    """``pypto-tune serve`` on ``workspace``, run in ``env`` (None: this process's environment). The process started
+    is a launcher of a child of the warm interpreter, where that behaves as a fresh interpreter
+    (``tests/warm_interpreter.py``): a server's imports are most of its start's CPU. ``fresh``: the interpreter
+    itself, for a test that needs the process it started to be the server (its pid)."""
+    args = ["serve", "--workspace", str(workspace), "--log-level", "WARNING", *extra]
+    if fresh:
+        return [sys.executable, "-m", "pypto_tune.server.cli", *args]
+    command, argv = server_command(args, dict(os.environ) if env is None else env)
+    return [command, *argv]
 
 
-def start_http(workspace: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(serve_cmd(workspace, "--transport", "http", "--port", str(port), *extra),
+def start_http(workspace: Path, port: int, *extra: str, fresh: bool = False) -> subprocess.Popen[bytes]:
+    """The server on HTTP, up; ``fresh`` as in :func:`serve_cmd`."""
+    proc = subprocess.Popen(serve_cmd(workspace, "--transport", "http", "--port", str(port), *extra, fresh=fresh),
                             cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

@@ -87,7 +87,7 @@ def test_http_server_and_stdio_server_on_one_workspace_one_is_refused(tmp_path: 
     args = dict(workspace=str(ws), operator_files=["softmax.py"], test_command=sim_command(), run_mode="sim",
                 goal_speedup=2.0)
     port = free_port()
-    proc = start_http(ws, port)
+    proc = start_http(ws, port, fresh=True)  # the lock names the server's pid: the process started must be it
 
     async def go() -> None:
         async with Client(f"http://127.0.0.1:{port}/mcp") as h, connect(ws) as s:

@@ -62,9 +62,9 @@ def test_good_host_and_origin_are_accepted(http_server: int) -> None:
 
 
 def _run_cli(ws: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(serve_cmd(ws, "--transport", "http", "--port", str(free_port()), *extra),
-                          cwd=ws, capture_output=True, text=True, timeout=30, check=False,
-                          env={"PATH": "/usr/bin:/bin"})  # no PYPTO_TUNE_TOKEN leaking in from the caller
+    env = {"PATH": "/usr/bin:/bin"}  # no PYPTO_TUNE_TOKEN leaking in from the caller
+    return subprocess.run(serve_cmd(ws, "--transport", "http", "--port", str(free_port()), *extra, env=env),
+                          cwd=ws, capture_output=True, text=True, timeout=30, check=False, env=env)
 
 
 def test_binding_all_interfaces_without_allow_remote_exits_2(tmp_path: Path) -> None:
@@ -200,9 +200,11 @@ def test_other_addresses_do_not(host: str) -> None:
 
 def test_a_server_on_127_0_0_2_starts_without_allow_remote_and_keeps_rebinding_protection(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen(serve_cmd(tmp_path, "--transport", "http", "--host", "127.0.0.2", "--port", str(port)),
+    env = {"PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(serve_cmd(tmp_path, "--transport", "http", "--host", "127.0.0.2", "--port", str(port),
+                                      env=env),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            env={"PATH": "/usr/bin:/bin"})
+                            env=env)
     try:
         url = f"http://127.0.0.2:{port}/mcp"
         deadline = time.monotonic() + 20

@@ -5,7 +5,6 @@ report. "Cannot build" is made real by pointing the server at a bwrap that does 
 from __future__ import annotations
 
 import sqlite3
-import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from mcp.client.stdio import get_default_environment
 
 from tests.conftest import make_workspace, sim_command
 from tests.server.mcp_client import Session
+from tests.warm_interpreter import server_command
 
 pytestmark = pytest.mark.sim
 
@@ -23,9 +23,10 @@ pytestmark = pytest.mark.sim
 @asynccontextmanager
 async def _server(ws: Path, *extra: str):
     env = {**get_default_environment(), "PYPTO_TUNE_BWRAP": "/nonexistent/bwrap"}
-    params = StdioServerParameters(command=sys.executable, args=[
-        "-m", "pypto_tune.server.cli", "serve", "--workspace", str(ws), "--log-level", "WARNING", *extra],
-        cwd=str(ws), env=env)
+    # forked from the warm interpreter, as every stdio server of the tests (the sandbox is probed once per server,
+    # on first use, in the environment the server got)
+    command, args = server_command(["serve", "--workspace", str(ws), "--log-level", "WARNING", *extra], env)
+    params = StdioServerParameters(command=command, args=args, cwd=str(ws), env=env)
     async with Client(params, mode="legacy") as client:  # type: ignore[arg-type]
         yield Session(client)
 
