@@ -221,3 +221,22 @@ def _locations(dirs: list[Path]) -> list[tuple[str, int]]:
     for d in dirs:
         walk(json.loads((d / "program.json").read_text()))
     return sorted(out)
+
+
+def test_a_vector_tiles_extent_is_the_largest_tensor_its_operations_took_or_nothing_it_cannot_read() -> None:
+    import importlib.util
+    from types import SimpleNamespace as T
+
+    spec = importlib.util.spec_from_file_location("probe_hook_under_test", HOOK_DIR / "pypto_tune_probe.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)  # type: ignore[union-attr]
+    extent: dict = {}
+    hook._widen(extent, (T(shape=[16, 1024]), 0.0))  # maximum(x, 0.0): a scalar has no shape
+    hook._widen(extent, (T(shape=[16, 128]), [0, 0], T(shape=[8, 2048])))  # assemble(src, offsets, dst)
+    hook._widen(extent, ([T(shape=[4, 4, 4])],))  # a list of tensors (concat)
+    assert extent == {"2": [16, 2048], "3": [4, 4, 4]}
+    hook._widen(extent, (T(shape=[None, 64]),))  # a dimension known only at run time
+    assert extent["2"] == [None, 2048]
+    hook._widen(extent, (T(shape=object()),))  # a shape it cannot read: the reader then claims no bound
+    from pypto_tune.tools.running.probe.reader import _extent
+    assert _extent(extent) is None

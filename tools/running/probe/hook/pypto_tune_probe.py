@@ -391,7 +391,10 @@ def _widen(extent: dict, args: "tuple | list") -> None:
     for a in args:
         for t in (a if isinstance(a, (list, tuple)) else (a,)):
             shape = getattr(t, "shape", None)
+            if shape is None:
+                continue
             if not isinstance(shape, (list, tuple)):
+                extent["?"] = []  # a tensor whose shape cannot be read: no bound can be claimed (the reader drops it)
                 continue
             dims = [d if type(d) is int else None for d in shape]
             key = str(len(dims))
