@@ -197,11 +197,12 @@ def test_a_test_that_runs_two_kernels_reports_each_beside_the_sum(tmp_path: Path
 @pytest.mark.sim
 def test_an_emulated_npu_session_reports_npu_repeats_chips_and_the_aicpu_time(tmp_path: Path, monkeypatch) -> None:
     """Chip 0 fails its first run (R5: the next run goes to chip 1); the baseline takes 3 repeats with 2 % noise;
-    the box writes the AICPU trace on every run (so the AICPU-side end-to-end time exists)."""
+    the box writes the AICPU trace on every run (so the AICPU-side end-to-end time exists) and, as an NPU re-runs
+    the same binary, simulates identical code once (noise is drawn afresh for each run)."""
     from tests.npu_emulator.box import FIXTURE_REFERENCES, emulated_box
 
     env = emulated_box(tmp_path, chips=3, faults={0: {"fail_first_runs": 1}}, noise_pct=2.0, seed=5,
-                       references=FIXTURE_REFERENCES, config={"aicpu_trace": "always"})
+                       references=FIXTURE_REFERENCES, config={"aicpu_trace": "always", "cache_sim": True})
     # the box's PATH, stand-ins, PTO-ISA, and its declaration to the run sandbox (the box is the emulated device)
     for key in ("PATH", "PYTHONPATH", "PTO_TILE_LIB_CODE_PATH", "PYPTO_TUNE_SANDBOX_DEVICES", "PYPTO_TUNE_SANDBOX_ROOTS"):
         monkeypatch.setenv(key, env[key])
