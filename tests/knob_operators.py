@@ -12,6 +12,10 @@ of one run of them in SIM, taken the way the server takes it.
   subscripts sets the tile (``tiles[0], tiles[1]``), and a tile call under ``if n == 1:`` only the never-executed
   variant reaches.
 
+``DYN_AXIS_OP`` (``dyn_add.py``, run as ``python dyn_add.py --run-mode sim``): a row-block loop over a dynamic batch
+axis written as PyPTO's loop examples write it — the trip count bound to a name (``b_loop = b // tile_b``) from the
+input's dynamic first dimension (``b = x.shape[0]``); the test passes a (32, 32, 1, 256) tensor.
+
 ``SHADOW_OP`` (``shadow_op.py``, test ``test_shadow``): a matmul whose result a helper activates; the kernel's vector
 tile (fed by the module constant ``VEC_TILE``) is replaced by the helper's before any vector operation is built.
 """
@@ -102,6 +106,36 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+'''
+
+DYN_AXIS_FILE = "dyn_add.py"
+DYN_AXIS_OP = '''import sys
+
+import pypto
+import torch
+
+RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
+def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
+               out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(1, 4, 1, 64)
+    b = x.shape[0]
+    tile_b = 1
+    b_loop = b // tile_b
+    for idx in pypto.loop(b_loop):
+        lo = idx * tile_b
+        hi = (idx + 1) * tile_b
+        part = x[lo:hi, ...]
+        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
+
+
+if __name__ == "__main__":
+    x = torch.randn(32, 32, 1, 256)
+    out = torch.zeros(32, 32, 1, 256)
+    add_kernel(x, out)
+    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
 '''
 
 SHADOW_FILE = "shadow_op.py"

@@ -29,6 +29,7 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
+from tests.knob_operators import DYN_AXIS_FILE, DYN_AXIS_OP
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -36,36 +37,7 @@ pytestmark = pytest.mark.sim
 
 TILE_B = "softmax_op.py:build_softmax.softmax_kernel.tile_b"
 CUBE = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
-DYN_BLOCK = "dyn_add.py:add_kernel.tile_b"
-# A small operator written here in the form of PyPTO's loop examples: a row-block loop over a dynamic batch axis
-DYN_OPERATOR = '''import sys
-
-import pypto
-import torch
-
-RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
-
-
-@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
-def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
-               out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
-    pypto.set_vec_tile_shapes(1, 4, 1, 64)
-    b = x.shape[0]
-    tile_b = 1
-    b_loop = b // tile_b
-    for idx in pypto.loop(b_loop):
-        lo = idx * tile_b
-        hi = (idx + 1) * tile_b
-        part = x[lo:hi, ...]
-        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
-
-
-if __name__ == "__main__":
-    x = torch.randn(32, 32, 1, 256)
-    out = torch.zeros(32, 32, 1, 256)
-    add_kernel(x, out)
-    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
-'''
+DYN_BLOCK = f"{DYN_AXIS_FILE}:add_kernel.tile_b"
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -110,15 +82,15 @@ async def _kernel_local_block_size(s: Session, ws: Path) -> None:
 
 
 async def _dynamic_axis_block(s: Session, ws: Path) -> None:
-    op = ws / "dyn_add.py"
-    sid = await _to_frontend(s, ws, ["dyn_add.py"], [sys.executable, "dyn_add.py", "--run-mode", "sim"])
+    op = ws / DYN_AXIS_FILE
+    sid = await _to_frontend(s, ws, [DYN_AXIS_FILE], [sys.executable, DYN_AXIS_FILE, "--run-mode", "sim"])
     knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
     assert knobs[DYN_BLOCK]["tunable"] and knobs[DYN_BLOCK]["value"] == 1
     src = op.read_text()
     # the axis is the input's first dimension at the shape the test passed (32), read through b = x.shape[0]
     for value, why in ((64, "exceeds the axis length 32"), (3, "the last 2 rows would never be computed")):
         ways = ({"knob": DYN_BLOCK, "value": value},
-                {"diff": _diff("dyn_add.py", src, src.replace("tile_b = 1\n", f"tile_b = {value}\n"))})
+                {"diff": _diff(DYN_AXIS_FILE, src, src.replace("tile_b = 1\n", f"tile_b = {value}\n"))})
         for way in ways:
             msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="past the axis",
                                   **way)
@@ -160,7 +132,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     softmax, matmul = _copy(tmp, "upstream_softmax"), _copy(tmp, "matmul_act")
     dynamic = tmp / "dynamic_axis"
     dynamic.mkdir()
-    (dynamic / "dyn_add.py").write_text(DYN_OPERATOR)
+    (dynamic / DYN_AXIS_FILE).write_text(DYN_AXIS_OP)
     played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters()}
 
     async def scenario() -> None:

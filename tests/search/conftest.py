@@ -1,8 +1,10 @@
-"""Fixture operators as (kept sources, context files), a shared admission cache, and a real recorded analysis."""
+"""Fixture operators as (kept sources, context files), a shared admission cache, a real recorded analysis, and the
+calls of a hand-made probe record (in the form tests/patching/data/probes/README.md describes)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pypto_tune.tools.search import AdmissionCache
@@ -40,3 +42,12 @@ def softmax_analysis() -> dict:
 
     dirs = sorted((RUNS / "softmax_base" / "output").glob("output_*"))
     return analyze_runs(dirs, run_mode="sim").model_dump(mode="json")
+
+
+def probed_call(text: str, file: str, kernel: str, api: str, marker: str, args: list[Any],
+                **extra: Any) -> dict[str, Any]:
+    """One call of a hand-made probe record: ``api`` ran once with ``args`` at the line of ``text`` that holds
+    ``marker``, directly in the jit body of ``kernel``."""
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if marker in t)
+    return {"api": api, "file": file, "line": line, "function": "<jit>", "jit_body": True, "in_workspace": True,
+            "kernel": kernel, "origin": "direct", "args": args, "kwargs": {}, "count": 1, "stack": [], **extra}

@@ -7,8 +7,9 @@ dimension at the shape the test passed (32), so a block of 64 is never proposed 
 in the benchmark on PyPTO's ``loop.py``); and a trial block widens the view's first axis only, so no linked pair
 asks for a tile wider than the tensor's axis of 1 (admission refused two such pairs there).
 
-The operator is written here; the record is hand-made in the form the probe writes (tests/patching/data/probes/
-README.md), with the values a SIM run of that form recorded.
+The operator is one written here (tests/knob_operators.py, DYN_AXIS_OP: the stdio attack test runs it); the record
+is hand-made in the form the probe writes (tests/patching/data/probes/README.md), with the values a SIM run of that
+form recorded.
 """
 
 from __future__ import annotations
@@ -20,35 +21,19 @@ from pypto_tune.tools.search.hashing import code_hash
 from pypto_tune.tools.search.priors import load_priors
 from pypto_tune.tools.search.propose import _Context
 
-F = "op.py"
-OPERATOR = '''import pypto
+from tests.knob_operators import DYN_AXIS_FILE, DYN_AXIS_OP, line_of
 
+from .conftest import probed_call
 
-@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
-def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
-               out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
-    pypto.set_vec_tile_shapes(1, 4, 1, 64)
-    b = x.shape[0]
-    tile_b = 1
-    b_loop = b // tile_b
-    for idx in pypto.loop(b_loop):
-        lo = idx * tile_b
-        hi = (idx + 1) * tile_b
-        part = x[lo:hi, ...]
-        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
-'''
-KERNEL = f"{F}:5:add_kernel"
+F = DYN_AXIS_FILE
+OPERATOR = DYN_AXIS_OP
+KERNEL = f"{F}:{line_of(OPERATOR, 'def add_kernel')}:add_kernel"
 BLOCK = f"{F}:add_kernel.tile_b"
 TILE = f"{F}:add_kernel.set_vec_tile_shapes#1"
 
 
-def _line(marker: str) -> int:
-    return next(i for i, line in enumerate(OPERATOR.splitlines(), 1) if marker in line)
-
-
 def _call(api: str, marker: str, args: list[Any], **extra: Any) -> dict[str, Any]:
-    return {"api": api, "file": F, "line": _line(marker), "function": "<jit>", "jit_body": True, "in_workspace": True,
-            "kernel": KERNEL, "origin": "direct", "args": args, "kwargs": {}, "count": 1, "stack": [], **extra}
+    return probed_call(OPERATOR, F, KERNEL, api, marker, args, **extra)
 
 
 def _record() -> dict[str, Any]:
@@ -58,7 +43,7 @@ def _record() -> dict[str, Any]:
              _call("view", "part = x[", [{"$tensor": [{"$sym": "RUNTIME_GetInputShapeDim(ARG_x,0)"}, 32, 1, 256]},
                                          [1, 32, 1, 256], [{"$sym": "(loop_idx_1*1)"}, 0, 0, 0]],
                    origin="pypto", result_shape=[1, 32, 1, 256])]
-    kernel = {"key": KERNEL, "file": F, "qualname": "add_kernel", "name": "add_kernel", "line": 5, "ran": True,
+    kernel = {"key": KERNEL, "file": F, "qualname": "add_kernel", "name": "add_kernel", "line": line_of(OPERATOR, "def add_kernel"), "ran": True,
               "compiled": True, "inputs": [[tensor, dict(tensor)]], "called_from": []}
     return {"status": "reported", "kernels": [kernel], "calls": calls,
             "traced": {F: sorted({c["line"] for c in calls})}}

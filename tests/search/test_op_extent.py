@@ -20,6 +20,8 @@ from pypto_tune.tools.search.hashing import code_hash
 from pypto_tune.tools.search.priors import load_priors
 from pypto_tune.tools.search.propose import _Context
 
+from .conftest import probed_call
+
 F = "relu_ffn.py"
 OPERATOR = '''import pypto
 
@@ -37,13 +39,8 @@ KERNEL = f"{F}:5:relu_ffn"
 TILE = f"{F}:relu_ffn.set_vec_tile_shapes#1"
 
 
-def _line(marker: str) -> int:
-    return next(i for i, line in enumerate(OPERATOR.splitlines(), 1) if marker in line)
-
-
 def _call(api: str, marker: str, args: list[Any], **extra: Any) -> dict[str, Any]:
-    return {"api": api, "file": F, "line": _line(marker), "function": "<jit>", "jit_body": True, "in_workspace": True,
-            "kernel": KERNEL, "origin": "direct", "args": args, "kwargs": {}, "count": 1, "stack": [], **extra}
+    return probed_call(OPERATOR, F, KERNEL, api, marker, args, **extra)
 
 
 def _record(extent: dict[str, Any] | None) -> dict[str, Any]:
