@@ -54,6 +54,7 @@ considerations, not tuned per grid; Thompson sampling and scikit-learn's GP were
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -223,6 +224,7 @@ def _sites(group: str) -> frozenset[str] | None:
     return frozenset(group[len(SITES):].split(",")) if group.startswith(SITES) else None
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every pair of points the kernel compares: a session has few groups
 def overlap(a: str, b: str) -> float:
     """How much two knobs are one: 1 for the same knob (or the same tile calls), for two knobs that set tile calls
     the cosine of their call sets — a config field that feeds two kernels' tile calls and the pinned call of one of
