@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from pypto_tune.tools.search import AdmissionCache
 
+from tests.knob_operators import line_of
+
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "fixtures" / "operators"
 RUNS = ROOT / "fixtures" / "runs"
@@ -48,6 +50,5 @@ def probed_call(text: str, file: str, kernel: str, api: str, marker: str, args: 
                 **extra: Any) -> dict[str, Any]:
     """One call of a hand-made probe record: ``api`` ran once with ``args`` at the line of ``text`` that holds
     ``marker``, directly in the jit body of ``kernel``."""
-    line = next(i for i, t in enumerate(text.splitlines(), 1) if marker in t)
-    return {"api": api, "file": file, "line": line, "function": "<jit>", "jit_body": True, "in_workspace": True,
+    return {"api": api, "file": file, "line": line_of(text, marker), "function": "<jit>", "jit_body": True, "in_workspace": True,
             "kernel": kernel, "origin": "direct", "args": args, "kwargs": {}, "count": 1, "stack": [], **extra}
