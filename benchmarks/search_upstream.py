@@ -47,6 +47,9 @@ session (the baseline or an earlier trial): SIM is deterministic, so that is the
 **Cache.** Every configuration's result is kept under ``--cache`` (``/work/bench/upstream``) by the SHA-256 of the
 workspace's sources and the test command; the session's knob map and the search's trials by the sources, the
 budget and the digest of pypto-tune's own code. A re-run measures only what changed; an interrupted run resumes.
+The ``--json`` file names the code measured (``own_code``: commit, whether the tree differs, digest); an interpreter
+whose ``pypto_tune`` is another checkout's (an editable install made elsewhere) is refused, since the servers it
+starts would run that checkout's code.
 Exit status: 0 unless the harness itself failed (an operator that does not run, a failed trial or a goal missed is a
 result, not an error).
 """
@@ -58,7 +61,7 @@ import ast
 import asyncio
 import contextlib
 import hashlib
-import importlib
+import importlib.util
 import io
 import json
 import math
@@ -437,6 +440,27 @@ def code_digest() -> str:
                 h.update(str(p.relative_to(ROOT)).encode())
                 h.update(p.read_bytes())
     return h.hexdigest()[:16]
+
+
+def own_code() -> dict[str, Any]:
+    """The pypto-tune code this run measures: its commit, whether the tree differs from it, and ``code_digest``.
+    The servers run whatever ``pypto_tune`` this interpreter imports; an editable install of another checkout would
+    measure that checkout's code under this one's name, so that is refused."""
+    import subprocess
+
+    spec = importlib.util.find_spec("pypto_tune.tools")
+    where = Path(spec.origin).resolve().parent if spec and spec.origin else None
+    if where != (ROOT / "tools").resolve():
+        raise SystemExit(f"this interpreter imports pypto-tune from {where}, not from {ROOT}: run the benchmark with "
+                         f"that checkout's own environment (or `pip install -e {ROOT}` into this one)")
+
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--", "tools", "server", "prompts", "pypto_tune")),
+            "digest": code_digest()}
 
 
 class Cache:
@@ -985,6 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
     tuner_dir = tuner_root if (tuner_root / "xgb_tuner.py").is_file() else None
     if "xgb" in args.arms and tuner_dir is None:
         print(f"no xgb_tuner.py under {tuner_root}: the XGBoost arm is skipped", file=sys.stderr)
+    code = own_code()
     cache = Cache(args.cache)
     results: list[dict[str, Any]] = []
     t0 = time.monotonic()
@@ -1009,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"- {r['operator']} ({r['variant']}): {r[note]}")
     print(f"\nwall {time.monotonic() - t0:.0f} s; cache {args.cache}")
     if args.json:
-        args.json.write_text(json.dumps({"checkout": str(checkout), "arms": args.arms, "budget": args.budget,
+        args.json.write_text(json.dumps({"checkout": str(checkout), "code": code, "arms": args.arms, "budget": args.budget,
                                          "batch": args.batch, "grid_max": args.grid_max, "results": results},
                                         indent=1, default=str))
     return 0

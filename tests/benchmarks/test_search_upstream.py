@@ -225,3 +225,20 @@ def test_tables_from_earlier_runs_summarise_each_row_again_from_its_trials(tmp_p
         {"results": [{"operator": "ops/b.py::test_b", "variant": "shipped", "error": "no verdict line"}]}))
     lines = su.tables_from([tmp_path / "a.json", tmp_path / "b.json"]).splitlines()
     assert "| 1 · 1/3 | 0 · 1 |" in lines[2] and lines[3].startswith("| ops/b.py::test_b | shipped | — |")
+
+
+def test_a_run_records_the_commit_it_measures_and_refuses_another_checkouts_code(tmp_path, monkeypatch):
+    import subprocess
+
+    code = su.own_code()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert code["commit"] == head and code["digest"] == su.code_digest() and isinstance(code["dirty"], bool)
+    # A benchmark file in one checkout run by an interpreter whose editable install is another checkout's would
+    # measure the other's code under this one's name.
+    monkeypatch.setattr(su, "ROOT", tmp_path)
+    try:
+        su.own_code()
+    except SystemExit as exc:
+        assert str(ROOT / "tools") in str(exc) and str(tmp_path) in str(exc)
+    else:
+        raise AssertionError("another checkout's code was accepted")
