@@ -29,7 +29,10 @@ list constants that feed a vector tile) is set, one knob after the other, to the
 server's legality check accepts, the same for every dimension (the leading, batch axis of a 3-D or higher vector tile:
 1; an axis the kernel reduces over, whole at the length it ran with — the server's check on the shapes that ran, which
 the edit planner alone does not see; a vector tile's dimension never over the length it ran with).
-The de-tuned code then gets its own session, knob map, grid, search and random arms.
+Where the de-tuned code leaves no measurement (a kernel of so many tasks that the simulator's swimlane limit or the
+timeout is passed), the rule is applied again from 16, then 32 and 64: the smallest floor that runs (the table's
+variant says which, "detuned ≥16"). The de-tuned code then gets its own session, knob map, grid, search and random
+arms.
 
 **Arms.** ``search``: a scripted agent that after the baseline calls only ``propose_candidates`` and
 ``run_candidates`` (batches of ``--batch``, the first proposals by rank) until ``--budget`` trials ran (when a stage has
@@ -76,6 +79,9 @@ from typing import Any, Callable, Iterable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+# The de-tune rule's floors, tried in turn: the smallest at which the de-tuned operator runs and leaves a measurement
+# (tiles of 8 can make a kernel so many tasks that the simulator's swimlane limit or the timeout is passed).
+DETUNE_FLOORS = (8, 16, 32, 64)
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "grids"))
 
@@ -247,13 +253,13 @@ def detune_shape(knob: dict[str, Any], cube_sites: set[str] = frozenset()) -> tu
 
 
 def detune_value(shape: tuple[str, int], legal: Callable[[Any], bool],
-                 keep: dict[int, int] | None = None, cap: list[int] | None = None) -> Any | None:
-    """The de-tune rule: every dimension the same smallest power of two ≥ 8 that ``legal`` accepts (the leading, batch
+                 keep: dict[int, int] | None = None, cap: list[int] | None = None, floor: int = 8) -> Any | None:
+    """The de-tune rule: every dimension the same smallest power of two ≥ ``floor`` that ``legal`` accepts (the leading, batch
     axis of a vector tile of rank ≥ 3: 1; a reduced axis of a vector tile, ``keep``, whole at the length it ran
     with: splitting it does not compile; a vector tile's dimension at most the length it ran with, ``cap``: PyPTO
     refuses a tile dimension over its tensor's); None when no power up to 512 is legal."""
     form, rank = shape
-    for e in range(3, 10):
+    for e in range(max(3, floor.bit_length() - 1), 10):
         p = 2 ** e
         if form == "cube":
             v: Any = {"m": [p, p], "k": [p, p], "n": [p, p]}
@@ -403,6 +409,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             "wall s (uncached) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     out = [head]
     for r in rows:
+        if (r.get("detune_floor") or 8) != 8:
+            r = r | {"variant": f"{r['variant']} ≥{r['detune_floor']}"}
         if r.get("error"):
             out.append(f"| {r['operator']} | {r['variant']} | — | — | — | — | — | — | — | — | — | — | — | — | "
                        f"{_cell(r.get('wall_s'), '.0f')} |")
@@ -695,9 +703,10 @@ def _plan(sources: dict[str, str], context: dict[str, str], knob_id: str, value:
         raise
 
 
-def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list[Any]]) -> tuple[dict[str, str], list]:
+def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list[Any]],
+           floor: int = 8) -> tuple[dict[str, str], list]:
     """The de-tuned sources of an operator and the edits made: every live tile knob of the knob map (one per tile: a
-    site tuned through a tile source is left to the source), by ``detune_value``."""
+    site tuned through a tile source is left to the source), by ``detune_value`` from ``floor``."""
     from pypto_tune.tools.errors import PyptoTuneError
 
     live = [k for k in knobs if k.get("tunable") and k.get("live") is not False and k.get("kernel_ran") is not False
@@ -726,7 +735,8 @@ def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list
             except PyptoTuneError:
                 return False
 
-        v = detune_value(shape, legal, keep=_reduced_axes(k, {**op.context, **sources}), cap=_ran_extent(k))
+        v = detune_value(shape, legal, keep=_reduced_axes(k, {**op.context, **sources}), cap=_ran_extent(k),
+                         floor=floor)
         if v is None:
             edits.append((k["id"], None, "no legal power of two"))
             continue
@@ -943,14 +953,20 @@ def run_operator(cache: Cache, checkout: Path, test: ExampleTest, args: argparse
         if ses.get("error"):
             out.append({"operator": test.name, "variant": "detuned", "error": "shipped does not run"})
             return out
-        sources, edits = detune(op, ses["knobs"], ses["candidates"])
-        if sources == op.sources:
-            out.append({"operator": test.name, "variant": "detuned", "error": "no live tile to de-tune",
-                        "detune_edits": edits})
-            return out
-        dop = Operator(test, op.folder, sources, op.context)
-        res, _ = run_variant(cache, dop, "detuned", args, tuner_dir)
-        res["detune_edits"] = edits
+        tried: list[dict[str, Any]] = []
+        for floor in DETUNE_FLOORS:
+            sources, edits = detune(op, ses["knobs"], ses["candidates"], floor=floor)
+            if sources == op.sources:
+                res = {"operator": test.name, "variant": "detuned", "error": "no live tile to de-tune"}
+                break
+            if tried and sources == tried[-1]["sources"]:
+                continue  # every tile already at its floor or above: the same code again
+            res, _ = run_variant(cache, Operator(test, op.folder, sources, op.context), "detuned", args, tuner_dir)
+            tried.append({"floor": floor, "sources": sources, "error": res.get("error")})
+            if not res.get("error"):
+                break
+        res.update(detune_edits=edits, detune_floor=floor,
+                   detune_floors_failed=[{"floor": t["floor"], "error": t["error"]} for t in tried if t["error"]])
         out.append(res)
     return out
 

@@ -96,6 +96,9 @@ def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8()
     assert su.detune_value(("cube_src", 3), legal_from(32)) == [32, 32, 32]
     assert su.detune_value(("int", 0), legal_from(8)) == 8
     assert su.detune_value(("vec", 2), lambda v: False) is None
+    # a higher floor where tiles of 8 leave no measurement
+    assert su.detune_value(("vec", 2), legal_from(8), floor=16) == [16, 16]
+    assert su.detune_value(("cube", 0), legal_from(8), floor=32) == {"m": [32, 32], "k": [32, 32], "n": [32, 32]}
     # the form follows the knob: a config field feeding a cube tile, a vector tile pinned from an expression
     assert su.detune_shape(KNOB_MAP[1]) == ("vec", 2)
     # a tiling source names the calls it feeds by file and line (as list_knobs does): the leading axis of one that
@@ -242,3 +245,32 @@ def test_a_run_records_the_commit_it_measures_and_refuses_another_checkouts_code
         assert str(ROOT / "tools") in str(exc) and str(tmp_path) in str(exc)
     else:
         raise AssertionError("another checkout's code was accepted")
+
+
+def test_detuned_code_that_leaves_no_measurement_is_detuned_again_from_the_next_floor(monkeypatch):
+    import argparse
+
+    op = su.Operator(su.ExampleTest("op.py", "op::test_op"), Path("ex"), {"op.py": "tile = 64"}, {})
+    monkeypatch.setattr(su, "load_operator", lambda checkout, test: op)
+    monkeypatch.setattr(su, "run_session", lambda *a, **k: {"knobs": [], "candidates": {}})
+    # tiles at 8 and 16 make too many tasks; 32 and 64 are one code (the tile's legal values start at 32)
+    monkeypatch.setattr(su, "detune", lambda o, knobs, cands, floor=8: ({"op.py": f"tile = {max(floor, 32)}"}, []))
+    ran = []
+
+    def run_variant(cache, dop, variant, args, tuner_dir):
+        ran.append(dop.sources["op.py"])
+        too_many = dop.sources["op.py"] != "tile = 32"
+        return ({"operator": "op.py::test_op", "variant": variant,
+                 **({"error": "collect_swimlane: past the swimlane limit"} if too_many else {"N": 4})}, None)
+
+    monkeypatch.setattr(su, "run_variant", run_variant)
+    args = argparse.Namespace(arms=["grid"], variants=["detuned"], budget=0, batch=1)
+    [row] = su.run_operator(None, Path("."), op.test, args, None)
+    assert ran == ["tile = 32"] and row["detune_floor"] == 8 and not row.get("error")
+
+    monkeypatch.setattr(su, "detune", lambda o, knobs, cands, floor=8: ({"op.py": f"tile = {floor}"}, []))
+    ran.clear()
+    [row] = su.run_operator(None, Path("."), op.test, args, None)
+    assert ran == ["tile = 8", "tile = 16", "tile = 32"] and row["detune_floor"] == 32 and row["N"] == 4
+    assert [f["floor"] for f in row["detune_floors_failed"]] == [8, 16]
+    assert "detuned ≥32" in su.table([row])
