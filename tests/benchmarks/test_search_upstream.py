@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -230,6 +232,7 @@ def test_tables_from_earlier_runs_summarise_each_row_again_from_its_trials(tmp_p
     assert "| 1 · 1/3 | 0 · 1 |" in lines[2] and lines[3].startswith("| ops/b.py::test_b | shipped | — |")
 
 
+@pytest.mark.process  # git names the commit
 def test_a_run_records_the_commit_it_measures_and_refuses_another_checkouts_code(tmp_path, monkeypatch):
     import subprocess
 

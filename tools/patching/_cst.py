@@ -8,8 +8,10 @@ old ones with ``with_changes`` so that the whitespace around them survives.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import json
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import libcst as cst
 
@@ -151,6 +153,41 @@ def quote_of(node: cst.CSTNode) -> str:
         if isinstance(child, cst.SimpleString):
             return "'" if child.value.lstrip("rbuRBU").startswith("'") else '"'
     return '"'
+
+
+def kids(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The node's children, read from its dataclass fields, in field order: the nodes ``children`` gives, though not
+    always in source order (an ``Arg``'s value comes before its keyword, a function's body before its decorators),
+    so only for walks that collect. libcst's ``children`` builds its list by running a visitor over the node, which
+    made the tree walks most of a large file's parse (an upstream example of 1300 lines)."""
+    for name in _node_fields(type(node)):
+        v = getattr(node, name)
+        t = type(v)
+        if t is tuple or t is list:
+            for x in v:
+                if _is_node(type(x)):
+                    yield x
+        elif _is_node(t):
+            yield v
+
+
+@functools.cache
+def _node_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _is_node(cls: type) -> bool:  # isinstance against libcst's abstract base is most of a walk's time
+    return issubclass(cls, cst.CSTNode)
+
+
+def nodes_under(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node under it, each before its children (in field order, see ``kids``)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(tuple(kids(n))))
 
 
 def _walk(node: cst.CSTNode):

@@ -25,7 +25,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ..errors import InputError
 from . import legality, roles
-from ._cst import is_dict_call, is_expr, literal
+from ._cst import is_dict_call, is_expr, literal, nodes_under
 from .models import DTYPE_BYTES, EXPR_KEY, Knob  # noqa: F401  (DTYPE_BYTES re-exported for old imports)
 
 OPTION_GROUPS = (
@@ -270,16 +270,7 @@ def eval_int(node: cst.CSTNode | None, consts: dict[str, int]) -> int | None:
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
-    out: set[str] = set()
-
-    def walk(n: cst.CSTNode) -> None:
-        if isinstance(n, cst.Name):
-            out.add(n.value)
-        for c in n.children:
-            walk(c)
-
-    walk(node)
-    return out
+    return {n.value for n in nodes_under(node) if isinstance(n, cst.Name)}
 
 
 class _Collector(cst.CSTVisitor):
@@ -501,17 +492,13 @@ class _Collector(cst.CSTVisitor):
         """C -> X for every ``X // C`` with X known: a block constant may not exceed the axis it blocks (F-1)."""
         out: dict[str, int] = {}
 
-        def walk(n: cst.CSTNode) -> None:
+        for n in nodes_under(self.module):
             if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.FloorDivide) and isinstance(n.right, cst.Name):
                 c = n.right.value
                 if c in self.constants and c not in _names_in(n.left):
                     x = eval_int(n.left, self.known)
                     if x is not None and x >= 1:
                         out[c] = min(out.get(c, x), x)
-            for child in n.children:
-                walk(child)
-
-        walk(self.module)
         return out
 
     # ------------------------------------------------------------------------------------------- the kinds
@@ -771,8 +758,7 @@ class _Collector(cst.CSTVisitor):
 def _import_table(module: cst.Module) -> dict[str, str]:
     """Local name -> qualified module path, for every import in the file (top level or nested)."""
     table: dict[str, str] = {}
-
-    def walk(n: cst.CSTNode) -> None:
+    for n in nodes_under(module):  # statement order: a later import of a name rebinds it
         if isinstance(n, cst.Import):
             for alias in n.names:
                 full = _dotted(alias.name)
@@ -789,10 +775,6 @@ def _import_table(module: cst.Module) -> dict[str, str]:
                     local = alias.asname.name.value if alias.asname is not None and isinstance(
                         alias.asname.name, cst.Name) else name
                     table[local] = f"{base}.{name}"
-        for child in n.children:
-            walk(child)
-
-    walk(module)
     return table
 
 
@@ -824,13 +806,8 @@ def _all_params(params: cst.Parameters) -> list[cst.Param]:
 
 
 def _calls_in(node: cst.CSTNode):
-    if isinstance(node, cst.Call):
-        yield node
-    for child in node.children:
-        yield from _calls_in(child)
+    return (n for n in nodes_under(node) if isinstance(n, cst.Call))
 
 
 def _contains(tree: cst.CSTNode, target: cst.CSTNode) -> bool:
-    if tree is target:
-        return True
-    return any(_contains(c, target) for c in tree.children)
+    return any(n is target for n in nodes_under(tree))
