@@ -53,12 +53,15 @@ class OutputCheck:
 
 
 def program_sources(program: Path) -> list[str]:
-    """Every distinct ``file`` program.json's operations name, in first-seen order."""
+    """Every distinct ``file`` program.json's functions and their operations name, in first-seen order. A kernel that
+    only moves data (PyPTO's concat, view and assemble examples) compiles to copies that name no file: only its
+    function names the file that defined it."""
     data = orjson.loads(program.read_bytes())
     seen: dict[str, None] = {}
     for fn in data.get("functions", []) if isinstance(data, dict) else []:
-        for op in fn.get("operations", []) if isinstance(fn, dict) else []:
-            f = op.get("file") if isinstance(op, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        for f in [fn.get("file"), *(op.get("file") for op in fn.get("operations", []) if isinstance(op, dict))]:
             if isinstance(f, str) and f:
                 seen.setdefault(f, None)
     return list(seen)
