@@ -331,7 +331,7 @@ def _debug_on(pf: ParsedFile) -> str:
             )
         else:
             mapping.update(_add_option(pf.module, jit, DEBUG_GROUP, DEBUG_KEY, 1))
-    return pf.bom + apply_replacements(pf.module, mapping).code
+    return _rewritten(pf, mapping)
 
 
 def _container_items(container: cst.BaseExpression, module: cst.Module) -> dict[str, cst.BaseExpression]:
@@ -387,7 +387,7 @@ def _debug_off(pf: ParsedFile, base: ParsedFile | None, *, bare_empty_calls: boo
                 mapping[id(call)] = lambda upd, i=idx: upd.with_changes(args=remove_arg(upd.args, i))  # type: ignore[attr-defined]
             continue
         mapping[id(container)] = _remove_key_fn(container, pf.module)
-    return pf.bom + apply_replacements(pf.module, mapping).code
+    return _rewritten(pf, mapping)
 
 
 def _remove_key_fn(container: cst.BaseExpression, module: cst.Module) -> Callable[[cst.CSTNode], cst.CSTNode]:
@@ -492,9 +492,16 @@ def _functional_sources(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, 
     return tuple(sorted(out.items()))
 
 
+def _rewritten(pf: ParsedFile, mapping: Mapping) -> str:
+    """The file's text with ``mapping``'s replacements; its own text when there are none (libcst prints an untouched
+    tree byte for byte, and printing a large file costs as much as parsing it: every candidate a search admits is
+    hashed this way)."""
+    return pf.bom + apply_replacements(pf.module, mapping).code if mapping else pf.text
+
+
 def _bare_empty_jits(pf: ParsedFile) -> str:
     mapping: Mapping = {}
     for jit in pf.jits:
         if jit.call is not None and not jit.call.args:
             mapping[id(jit.decorator)] = lambda upd: upd.with_changes(decorator=upd.decorator.func)  # type: ignore[attr-defined]
-    return pf.bom + apply_replacements(pf.module, mapping).code
+    return _rewritten(pf, mapping)
