@@ -304,8 +304,9 @@ def _reduced_axes(knob: dict[str, Any], files: dict[str, str]) -> dict[int, int]
 
 
 def _legal_at_run_shapes(knob: dict[str, Any], value: Any, files: dict[str, str]) -> bool:
-    """The server's tile checks on what ran: a vector tile on the shapes that ran, a cube tile on the dtypes that ran
-    (the edit planner alone sees no run: a factory-built kernel's dims and dtypes are run-time values to it)."""
+    """The server's tile checks on what ran: a vector tile on the shapes and dtypes that ran (its tail in whole 32-byte
+    blocks of them), a cube tile on the dtypes that ran (the edit planner alone sees no run: a factory-built kernel's
+    dims and dtypes are run-time values to it)."""
     from pypto_tune.tools.errors import PyptoTuneError
     from pypto_tune.tools.patching import legality, roles
     from pypto_tune.tools.patching.effective import SiteValue, check_vec_tile
@@ -322,7 +323,8 @@ def _legal_at_run_shapes(knob: dict[str, Any], value: Any, files: dict[str, str]
     if not shapes:
         return True
     file = knob["id"].split(":", 1)[0]
-    sv = SiteValue(knob["id"], "vec_tile", knob.get("line") or 0, value, {"tensor_shapes": shapes})
+    sv = SiteValue(knob["id"], "vec_tile", knob.get("line") or 0, value,
+                   {"tensor_shapes": shapes, "dtypes": knob.get("dtypes") or []})
     try:
         check_vec_tile(sv, roles.analyze(files).reductions.get(file, []), None)
     except PyptoTuneError:
@@ -965,7 +967,7 @@ def run_operator(cache: Cache, checkout: Path, test: ExampleTest, args: argparse
             tried.append({"floor": floor, "sources": sources, "error": res.get("error")})
             if not res.get("error"):
                 break
-        res.update(detune_edits=edits, detune_floor=floor,
+        res.update(detune_edits=edits, detune_floor=tried[-1]["floor"] if tried else floor,
                    detune_floors_failed=[{"floor": t["floor"], "error": t["error"]} for t in tried if t["error"]])
         out.append(res)
     return out

@@ -277,3 +277,13 @@ def test_detuned_code_that_leaves_no_measurement_is_detuned_again_from_the_next_
     assert ran == ["tile = 8", "tile = 16", "tile = 32"] and row["detune_floor"] == 32 and row["N"] == 4
     assert [f["floor"] for f in row["detune_floors_failed"]] == [8, 16]
     assert "detuned ≥32" in su.table([row])
+
+
+def test_a_detuned_vector_tile_is_judged_on_the_dtypes_that_ran():
+    # PyPTO's basic_ops.py sums a [2, 3] FP32 tensor under a tile of (8, 8): capped to [2, 3] the tail is 12 bytes,
+    # which does not compile (FC1001); the server's check refuses it once it knows the dtype
+    knob = {"id": "basic_ops.py:sum_kernel.set_vec_tile_shapes#1", "kind": "vec_tile", "line": 171, "value": [8, 8],
+            "shapes": [[2, 3], [2]], "dtypes": ["DT_FP32"]}
+    files = {"basic_ops.py": "import pypto\n"}
+    assert not su._legal_at_run_shapes(knob, [2, 3], files)
+    assert su._legal_at_run_shapes(knob | {"dtypes": []}, [2, 3], files)  # what it judged without them
