@@ -177,7 +177,12 @@ def history_signals(knob_id: str, current: Any, value: Any, history: Iterable[Tr
         if d_prev is not None and len(d_prev) == len(d_cand):  # type: ignore[arg-type]
             same = all(a == b or a == 0 for a, b in zip(d_prev, d_cand)) and any(  # type: ignore[arg-type]
                 a == b != 0 for a, b in zip(d_prev, d_cand))  # type: ignore[arg-type]
-            back = any(a == -b != 0 for a, b in zip(d_prev, d_cand))  # type: ignore[arg-type]
+            # back only when every component the gaining move changed is reversed: a gain of two components at once
+            # (a cube tile's k and n) says nothing of which one gained, and reversing one of them is the test of it
+            # (PyPTO's matmul example: k 128 → 64 with n 64 → 32 gained, and k back to 128 with n 32 was the grid's
+            # best, never proposed behind this signal)
+            moved = [(a, b) for a, b in zip(d_prev, d_cand) if a != 0]  # type: ignore[arg-type]
+            back = bool(moved) and all(b == -a for a, b in moved)
             gain = -(t.delta_pct or 0.0)
             if same:
                 out.append(Signal("continue", W_CONTINUE + 0.1 * math.log2(1 + max(gain, 0.0)),
