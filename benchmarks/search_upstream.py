@@ -326,7 +326,8 @@ def _legal_at_run_shapes(knob: dict[str, Any], value: Any, files: dict[str, str]
     sv = SiteValue(knob["id"], "vec_tile", knob.get("line") or 0, value,
                    {"tensor_shapes": shapes, "dtypes": knob.get("dtypes") or []})
     try:
-        check_vec_tile(sv, roles.analyze(files).reductions.get(file, []), None)
+        program = roles.analyze(files)
+        check_vec_tile(sv, program.reductions.get(file, []), None, transposes=program.transposes.get(file, []))
     except PyptoTuneError:
         return False
     return True

@@ -36,6 +36,21 @@ NO_CAST_OP = CAST_OP.replace("xf = pypto.cast(x, pypto.DT_FP32)", "xf = x").repl
     "pypto.cast(pypto.exp(xf) + xf, pypto.DT_FP16)", "pypto.exp(xf) + xf")
 
 
+# PyPTO's attention examples transpose the key under a [b, h, s, d] tile: the transposed tile is held whole, its new
+# tail of s elements padded to 64 bytes (measured: [8, 8, 4, 64] allocated 262144 B and did not compile)
+TRANSPOSE_OP = '''import pypto
+
+B, H, S, D = 8, 8, 64, 64
+TILE = [1, 8, 16, 64]
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def key_kernel(k: pypto.Tensor((B, H, S, D), pypto.DT_FP32), out: pypto.Tensor((B, H, D, S), pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(*TILE)
+    out[:] = pypto.transpose(k, 2, 3)
+'''
+
+
 def _admit(text: str, file: str, knob: str, value, run=None):
     kept = {file: text}
     return admit(kept, plan_knob_edit(kept, knob, value).new_sources, run=run)
@@ -127,3 +142,17 @@ def test_the_admission_judges_the_tile_with_the_dtypes_that_ran(rows_run):
     with pytest.raises(GateRefusal) as dead:
         _admit(text, ROWS_FILE, "rows_op.py:build_scale.scale_kernel.set_vec_tile_shapes#2", [1, 512], run=record)
     assert "live-site" in dead.value.message or "never" in dead.value.message
+
+
+def test_a_tile_is_sized_as_the_kernel_transposes_it():
+    knob = "key_op.py:TILE"
+    with pytest.raises(GateRefusal) as refused:
+        _admit(TRANSPOSE_OP, "key_op.py", knob, [8, 8, 4, 64])  # 32 KB as read; 8·8·64·16 FP32 = 256 KB transposed
+    assert "transposed by pypto.transpose at line 10" in refused.value.message and "256 KB" in refused.value.message
+    with pytest.raises(GateRefusal):
+        _admit(TRANSPOSE_OP, "key_op.py", knob, [4, 8, 8, 64])  # 128 KB transposed (measured: does not compile)
+    assert _admit(TRANSPOSE_OP, "key_op.py", knob, [2, 8, 4, 64]).kind == "knob"  # 64 KB transposed (compiles)
+    # a transpose that leaves the tail where it is costs no more than the tile
+    heads = TRANSPOSE_OP.replace("pypto.transpose(k, 2, 3)", "pypto.transpose(k, 1, 2)").replace(
+        "(B, H, D, S), pypto.DT_FP32)", "(B, S, H, D), pypto.DT_FP32)")
+    assert _admit(heads, "key_op.py", knob, [8, 8, 4, 64]).kind == "knob"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InputError, KnobValueError
@@ -29,6 +30,7 @@ UNKNOWN = object()
 # the fixtures, (3, 32, 256) fp32 = 96 KiB compiles, 128 KiB tiles fail with "Run pass failed" (softmax (4, 32, 256),
 # rmsnorm (64, 512), multi_stage (32, 1024), layer_norm (64, 512)).
 UB_TILE_MAX_BYTES = 96 * 1024
+TRANSPOSE_TAIL_BYTES = 64  # a transposed tile's new tail is held in whole 64-byte runs (see _transposed_bytes)
 TAIL_MIN_BYTES = 32  # F-10: tail ≥ 32 B, and whole 32-byte blocks (512 B-aligned splits are advice, not a rule)
 
 
@@ -352,9 +354,25 @@ def ub_dtypes_of(context: dict[str, Any]) -> tuple[list[str], int]:
     return names, max((DTYPE_BYTES.get(d, 0) for d in names), default=0)
 
 
-def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any, *, structural: bool = False) -> bool:
+def _transposed_bytes(tile: list[int], tr: roles.Transpose, elem: int) -> int:
+    """What the transposed tile takes in the unified buffer: the tile permuted, its new tail rounded up to whole
+    ``TRANSPOSE_TAIL_BYTES``. Measured on PyPTO's attention examples (``pypto.transpose(k, 2, 3)`` under a
+    [b, h, s, d] tile, FP32): [8, 8, 4, 64] allocated 262144 B (= 8·8·64·16·4: the tail of 4 held as 16) and did not
+    compile, [4, 8, 4 | 8 | 2, 64] (128 KB so counted) failed, [2, 8, 2 | 4 | 8 | 16, 64] and [1, 8, 32, 64] (64 KB)
+    compiled. A transpose that leaves the tail in place costs no more than the tile. Only FP32 was measured; the
+    64-byte run is taken for every dtype (for 2-byte data, 32 elements: the larger of the two readings)."""
+    t = tr.permute(list(tile))
+    if t is None or t[-1] == tile[-1]:
+        return 0
+    step = max(1, TRANSPOSE_TAIL_BYTES // elem)
+    return math.prod(t[:-1]) * (-(-t[-1] // step) * step) * elem
+
+
+def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any, *, structural: bool = False,
+                   transposes: Sequence[roles.Transpose] = ()) -> bool:
     """``structural``: an algorithm-level change may change the tile's rank (a reshape needs a new tile, F-4), so
-    the rank of the old value is not imposed; everything else is."""
+    the rank of the old value is not imposed; everything else is. ``transposes``: the kernel's ``pypto.transpose``
+    calls, each of whose tiles must fit the unified buffer as transposed (``_transposed_bytes``)."""
     v = sv.value
     current = None if structural else (before if isinstance(before, list) else sv.context.get("current"))
     legality.validate("vec_tile", None, None, v, dict(sv.context, current=current))
@@ -372,6 +390,15 @@ def check_vec_tile(sv: SiteValue, reductions: list[roles.Reduction], before: Any
                         f"{UB_TILE_MAX_BYTES // 1024} KB, half the 192 KB unified buffer (a binary op holds two; "
                         "measured: 96 KB compiles, 128 KB fails with 'Run pass failed'; 16–64 KB is the recommended "
                         "size)", "C/F-10", legality.VEC_TILE_LEGAL)
+        # as it runs: PyPTO clamps each dimension to the tensor's (the largest of the shapes that ran at this rank)
+        ran = [min(d, max(s[i] for s in shapes)) for i, d in enumerate(v)] if shapes else v
+        for tr in transposes:
+            t_size = _transposed_bytes(ran, tr, ub_elem)
+            if t_size > UB_TILE_MAX_BYTES:
+                raise _fail(f"vec tile {v} transposed by pypto.transpose at line {tr.line} is {t_size // 1024} KB "
+                            f"of {'/'.join(ub_dtypes)} in the unified buffer (its new tail padded to "
+                            f"{TRANSPOSE_TAIL_BYTES} B): a tile may take at most {UB_TILE_MAX_BYTES // 1024} KB",
+                            "C/F-10", legality.VEC_TILE_LEGAL)
     if elem:
         tail = v[-1] * elem
         if tail < TAIL_MIN_BYTES or tail % TAIL_MIN_BYTES:
@@ -430,7 +457,8 @@ def _check_site(sid: str, sv: SiteValue, before_sites: dict[str, SiteValue], pro
     label = sid
     if sv.kind == "vec_tile":
         reds = sv.context["reductions"] if "reductions" in sv.context else program_after.reductions.get(file, [])
-        if not check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural):
+        if not check_vec_tile(sv, reds, None if old_value is UNKNOWN else old_value, structural=structural,
+                              transposes=program_after.transposes.get(file, [])):
             # factory-built kernels: the tensor dims are run-time values here; say what was not checked
             report.unchecked.append(f"{label} = {sv.value!r} (line {sv.line}): the tensor dims are not known "
                                     "statically, so 'tile ≤ dim' and 'never split the reduce axis' were not "

@@ -87,12 +87,36 @@ class Reduction:
 
 
 @dataclass
+class Transpose:
+    """A ``pypto.transpose`` in a kernel scope: the axes it swaps, or the permutation it applies."""
+
+    scope: str
+    line: int
+    axes: list[int]  # two axes swapped, or a whole permutation
+
+    def permute(self, tile: list[int]) -> list[int] | None:
+        """The tile as the transposed tensor is tiled, or None when the transpose is not of the tile's rank."""
+        rank = len(tile)
+        if len(self.axes) == 2:
+            a, b = (x + rank if x < 0 else x for x in self.axes)
+            if not (0 <= a < rank and 0 <= b < rank):
+                return None
+            out = list(tile)
+            out[a], out[b] = out[b], out[a]
+            return out
+        if sorted(self.axes) != list(range(rank)):
+            return None
+        return [tile[i] for i in self.axes]
+
+
+@dataclass
 class Program:
     bindings: dict[tuple[str, str, str], Binding]
     kernel_scopes: set[tuple[str, str]]  # (file, scope) of jit functions, their nested defs and helpers they call
     reductions: dict[str, list[Reduction]]  # file -> reductions inside kernel scopes
     literals: dict[tuple[str, str], dict[str, Any]]  # (file, scope) -> names bound once to a literal there
     jit_scopes: set[tuple[str, str]] = field(default_factory=set)  # the jit-decorated functions themselves
+    transposes: dict[str, list[Transpose]] = field(default_factory=dict)  # file -> transposes inside kernel scopes
     # (file, jit scope) -> every (file, scope) that kernel runs: its nested defs and the helpers it calls
     kernel_reach: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
     # (file, test function) -> every (file, scope) it runs (module-level functions named test*)
@@ -316,6 +340,7 @@ class _Analysis:
         self.kernel: set[tuple[str, str]] = set()
         self.jits: set[tuple[str, str]] = set()
         self.reductions: dict[str, list[Reduction]] = {}
+        self.transposes: dict[str, list[Transpose]] = {}
         self.reach: dict[tuple[str, str], set[tuple[str, str]]] = {}  # jit → what it runs (find_kernels)
         self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
         self._active: set[tuple[str, str, str]] = set()
@@ -489,6 +514,25 @@ class _Analysis:
                 if all(isinstance(a, int) for a in axes):
                     out.append(Reduction(f.scope_of[id(n)].name, n.lineno, axes))
             self.reductions[f.path] = out
+
+    # ---- transposes (a transposed tile is held whole in the unified buffer, its new tail padded)
+    def find_transposes(self) -> None:
+        for f in self.files.values():
+            out: list[Transpose] = []
+            for n in ast.walk(f.tree):
+                if not (isinstance(n, ast.Call) and self.in_kernel(f, n)):
+                    continue
+                q = f.qname(n.func)
+                if (q or "").rsplit(".", 1)[-1] != "transpose" or len(n.args) < 2:
+                    continue
+                try:
+                    axes = [literal_value(a) for a in n.args[1:3]] if len(n.args) >= 3 else literal_value(n.args[1])
+                except (ValueError, TypeError, SyntaxError):
+                    continue
+                axes = list(axes) if isinstance(axes, (list, tuple)) else []
+                if len(axes) >= 2 and all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+                    out.append(Transpose(f.scope_of[id(n)].name, n.lineno, axes))
+            self.transposes[f.path] = out
 
     # ---- uses
     def classify(self, key: tuple[str, str, str]) -> tuple[frozenset[Consumer], tuple[str, ...]]:
@@ -763,6 +807,7 @@ def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
     a.bind_single_call_sites()
     a.find_kernels()
     a.find_reductions()
+    a.find_transposes()
     for key, b in a.bindings.items():
         consumers, problems = a.classify(key)
         b.consumers = {c[0] for c in consumers}
@@ -770,7 +815,7 @@ def _analyze_cached(items: tuple[tuple[str, str], ...]) -> Program:
         b.problems = list(problems)
 
     return Program(bindings=a.bindings, kernel_scopes=a.kernel, reductions=a.reductions, literals=a.literals,
-                   jit_scopes=a.jits, kernel_reach=a.reach,
+                   jit_scopes=a.jits, transposes=a.transposes, kernel_reach=a.reach,
                    entry_reach=flows.entry_points(a), sources=flows.find_sources(a))
 
 

@@ -361,7 +361,7 @@ def _prescreen(ctx: _Context, knob: Knob, value: Any) -> tuple[Any, str]:
         if knob.kind == "vec_tile":
             reds = ctx.model.program.reductions.get(knob.file, [])
             sv = effective.SiteValue(knob.id, "vec_tile", knob.line, value, _ran_context(ctx, knob))
-            effective.check_vec_tile(sv, reds, knob.value)
+            effective.check_vec_tile(sv, reds, knob.value, transposes=ctx.model.program.transposes.get(knob.file, []))
         elif knob.kind == "cube_tile":  # L0 alignment and sizes on the operand dtypes that ran
             legality.validate("cube_tile", None, None, value, dict(_ran_context(ctx, knob), current=knob.value))
         elif knob.kind == "tile_source" and isinstance(value, int) and not isinstance(value, bool):
