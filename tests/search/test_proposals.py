@@ -61,6 +61,25 @@ def test_a_value_the_admission_refuses_is_never_a_candidate(admission_cache):
     assert prop.exhausted is False
 
 
+def test_no_candidate_tile_outgrows_the_unified_buffer_as_the_kernel_transposes_it(admission_cache):
+    from tests.patching.test_legality_on_what_ran import TRANSPOSE_OP
+
+    def transposed_kb(v):  # [b, h, s, d] held as [b, h, d, s'], s' = s padded to 16 FP32 (64 bytes)
+        return v[0] * v[1] * v[3] * max(v[2], 16) * 4 / 1024
+
+    def values(text):
+        prop = search({"key_op.py": text}, stage="frontend", context={}, limit=12, knob="TILE",
+                      cache=admission_cache)
+        return [c.value for c in prop.candidates]
+
+    kept = values(TRANSPOSE_OP)
+    assert kept and all(transposed_kb(v) <= 96 for v in kept), kept
+    # the same kernel transposing two leading axes: its tail stays, and larger tiles are legal
+    heads = TRANSPOSE_OP.replace("pypto.transpose(k, 2, 3)", "pypto.transpose(k, 1, 2)").replace(
+        "(B, H, D, S), pypto.DT_FP32)", "(B, S, H, D), pypto.DT_FP32)")
+    assert any(transposed_kb(v) > 96 for v in values(heads))
+
+
 def test_generated_values_respect_the_operators_shapes(admission_cache):
     kept, ctx = load_operator("matmul_act")
     prop = search(kept, stage="frontend", context=ctx, limit=None, knob="M_BLOCK", cache=admission_cache)
