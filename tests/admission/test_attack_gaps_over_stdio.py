@@ -9,6 +9,9 @@ over MCP stdio against the real server and the real simulator:
    ``b_loop = b // tile_b``, ``pypto.loop(b_loop)``): the run records the trip count as a symbol and the count
    reaches the loop through a name, the indirection an agent could use to slip a block past the loop check; a block
    past the axis the test passed (64 > 32, zero iterations) or one that drops rows is refused on both paths
+2" the extent of a view that no loop moves along an axis (PyPTO's attention examples: ``head = 8`` in
+   ``[tile, head, q_len, dim]`` at ``[b_offset, 0, 0, 0]``): a problem size, not a tile — SIM checks no values, and
+   fewer heads ran faster; refused on both paths
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -29,7 +32,7 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
-from tests.knob_operators import DYN_AXIS_FILE, DYN_AXIS_OP
+from tests.knob_operators import DYN_AXIS_FILE, DYN_AXIS_OP, HEADS_FILE, HEADS_OP
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -38,6 +41,7 @@ pytestmark = pytest.mark.sim
 TILE_B = "softmax_op.py:build_softmax.softmax_kernel.tile_b"
 CUBE = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
 DYN_BLOCK = f"{DYN_AXIS_FILE}:add_kernel.tile_b"
+HEADS = f"{HEADS_FILE}:heads_kernel.heads"
 
 
 def _copy(tmp_path: Path, name: str) -> Path:
@@ -103,6 +107,21 @@ async def _dynamic_axis_block(s: Session, ws: Path) -> None:
     assert any("axis 32 (from the run) in 4 block(s) of 8" in c for c in ok["legality_checked"]), ok
 
 
+async def _fixed_view_extent(s: Session, ws: Path) -> None:
+    op = ws / HEADS_FILE
+    sid = await _to_frontend(s, ws, [HEADS_FILE], [sys.executable, HEADS_FILE, "--run-mode", "sim"])
+    src = op.read_text()
+    ways = ({"knob": HEADS, "value": 2}, {"diff": _diff(HEADS_FILE, src, src.replace("heads = 8\n", "heads = 2\n"))})
+    for way in ways:
+        msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="fewer heads",
+                              **way)
+        assert "GATE legality:" in msg and "spans axis 1 from the fixed offset 0" in msg, msg
+        assert "(8 → 2) is how much of the tensor the kernel computes, not a tile" in msg, msg
+    assert op.read_text() == src, "a refused change must not touch the file"
+    prop = await s.ok("propose_candidates", session_id=sid, knob=HEADS)
+    assert not prop["candidates"], prop
+
+
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
     op = ws / "matmul_act.py"
     sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
@@ -133,13 +152,18 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     dynamic = tmp / "dynamic_axis"
     dynamic.mkdir()
     (dynamic / DYN_AXIS_FILE).write_text(DYN_AXIS_OP)
-    played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters()}
+    heads = tmp / "heads"
+    heads.mkdir()
+    (heads / HEADS_FILE).write_text(HEADS_OP)
+    played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters(),
+              "heads": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
             await played["upstream_softmax"].play("session", lambda: _kernel_local_block_size(s, softmax))
             await played["matmul_act"].play("session", lambda: _cube_tile_l1_l0(s, matmul))
             await played["dynamic_axis"].play("session", lambda: _dynamic_axis_block(s, dynamic))
+            await played["heads"].play("session", lambda: _fixed_view_extent(s, heads))
 
     anyio.run(scenario)
     return played
@@ -158,6 +182,10 @@ def test_a_cube_tile_with_l1_not_a_multiple_of_l0_is_refused_alike_as_an_edit_an
 def test_a_block_over_a_dynamic_axis_reached_through_a_name_is_checked_on_the_axis_the_test_passed(
         sessions: dict[str, Chapters]) -> None:
     sessions["dynamic_axis"].check("session")
+
+
+def test_the_extent_of_a_view_no_loop_moves_is_the_problems_not_a_tile(sessions: dict[str, Chapters]) -> None:
+    sessions["heads"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:
