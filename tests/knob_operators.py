@@ -155,7 +155,7 @@ HEADS_OP = DYN_AXIS_OP.replace("""def add_kernel(""", """def heads_kernel(""").r
 """, """    pypto.set_vec_tile_shapes(1, 4, 16, 64)
     heads = 8
     for idx in pypto.loop(x.shape[0]):
-        part = pypto.view(x, [1, heads, 16, 64], [idx, 0, 0, 0])
+        part = pypto.view(x, [1, heads, 16, 64], [idx, 0, 0, 0], valid_shape=[1, heads, 16, 64])
         pypto.assemble(part + 1.0, [idx, 0, 0, 0], out)
 """).replace("torch.randn(32, 32, 1, 256)", "torch.randn(4, 8, 16, 64)").replace(
     "torch.zeros(32, 32, 1, 256)", "torch.zeros(4, 8, 16, 64)").replace("add_kernel(x, out)", "heads_kernel(x, out)").replace(

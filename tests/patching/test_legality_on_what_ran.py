@@ -156,3 +156,36 @@ def test_a_tile_is_sized_as_the_kernel_transposes_it():
     heads = TRANSPOSE_OP.replace("pypto.transpose(k, 2, 3)", "pypto.transpose(k, 1, 2)").replace(
         "(B, H, D, S), pypto.DT_FP32)", "(B, S, H, D), pypto.DT_FP32)")
     assert _admit(heads, "key_op.py", knob, [8, 8, 4, 64]).kind == "knob"
+
+
+# PyPTO's dynamic attention: the heads come from a config object, a run-time value to the server, and the view that
+# the batch loop moves is whole along them
+CONFIG_HEADS_OP = '''import pypto
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def heads_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
+                 out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32), cfg):
+    pypto.set_vec_tile_shapes(1, 4, 16, 64)
+    heads = cfg.num_heads
+    tile = 2
+    b = x.shape[0]
+    for idx in pypto.loop((b + tile - 1) // tile):
+        lo = idx * tile
+        hi = pypto.min(lo + tile, b)
+        part = pypto.view(x, [tile, heads, 16, 64], [lo, 0, 0, 0], valid_shape=[hi - lo, heads, 16, 64])
+        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
+'''
+
+
+def test_the_valid_part_of_a_view_no_loop_moves_is_the_whole_view_even_when_its_extent_is_a_run_time_value():
+    knob = "heads_op.py:heads_kernel.view#1.valid_shape"
+    lo = {"$expr": "hi - lo"}
+    with pytest.raises(GateRefusal) as refused:
+        _admit(CONFIG_HEADS_OP, "heads_op.py", knob, [lo, 2, 16, 64])
+    assert "its valid_shape there (2) is no longer its extent (heads)" in refused.value.message
+    with pytest.raises(GateRefusal) as refused:
+        _admit(CONFIG_HEADS_OP, "heads_op.py", knob, [lo, {"$expr": "heads"}, 16, 32])  # half of each row
+    assert "its valid_shape there (32) is no longer its extent (64)" in refused.value.message
+    # along the axis the loop moves, the valid part is the tail block's business (here the block itself)
+    assert _admit(CONFIG_HEADS_OP, "heads_op.py", knob, [2, {"$expr": "heads"}, 16, 64]).kind == "knob"

@@ -324,15 +324,42 @@ def _fixed_views(path: str, tree: ast.Module, scopes: dict[int, str], program: r
                 and len(shape.elts) == len(offsets.elts)):
             continue
         env = program.env(path, scope)
+        valid = next((k.value for k in node.keywords if k.arg == "valid_shape"), None)
+        valid_elts = valid.elts if isinstance(valid, (ast.List, ast.Tuple)) and len(valid.elts) == len(
+            shape.elts) else None
         for axis, (extent, offset) in enumerate(zip(shape.elts, offsets.elts)):
             try:
-                fixed, n = evaluate(offset, env), evaluate(extent, env)
+                fixed = evaluate(offset, env)
             except _Unknown:
                 continue  # a loop's index moves the view along this axis: its extent is a block
-            if isinstance(fixed, int) and isinstance(n, int) and not isinstance(n, bool):
-                out[f"{path}:{node.lineno}:{node.col_offset}:fixed:{axis}"] = SiteValue(
-                    f"{path}:{node.lineno}", "fixed-view", node.lineno, n,
-                    {"file": path, "axis": axis, "offset": fixed, "code": ast.unparse(extent)})
+            if not isinstance(fixed, int) or isinstance(fixed, bool):
+                continue
+            ctx = {"file": path, "axis": axis, "offset": fixed, "code": ast.unparse(extent)}
+            try:
+                n = evaluate(extent, env)
+                if isinstance(n, int) and not isinstance(n, bool):
+                    out[f"{path}:{node.lineno}:{node.col_offset}:fixed:{axis}"] = SiteValue(
+                        f"{path}:{node.lineno}", "fixed-view", node.lineno, n, ctx)
+            except _Unknown:
+                pass
+            if valid_elts is not None:
+                # the valid part of a view no loop moves along this axis is the whole view there (a smaller one
+                # is only a loop's tail block): judged on the code when the extent is a run-time value
+                # (PyPTO's dynamic attention: head = config.num_heads, and a valid_shape of 2 heads was admitted
+                # "unchecked")
+                out[f"{path}:{node.lineno}:{node.col_offset}:fixed-valid:{axis}"] = SiteValue(
+                    f"{path}:{node.lineno}", "fixed-valid", node.lineno,
+                    _same_extent(extent, valid_elts[axis], env), dict(ctx, valid=ast.unparse(valid_elts[axis])))
+
+
+def _same_extent(a: ast.AST, b: ast.AST, env: dict[str, Any]) -> bool:
+    """Whether two extents are one: the same code, or the same number."""
+    if ast.dump(a) == ast.dump(b):
+        return True
+    try:
+        return evaluate(a, env) == evaluate(b, env)
+    except _Unknown:
+        return False
 
 
 def _scope_map(tree: ast.Module) -> dict[int, str]:
@@ -511,6 +538,14 @@ def _check_loops(before_loops: dict[str, SiteValue], after_loops: dict[str, Site
                                         "leaves no row uncomputed) was not checked")
             continue
         if old is not None and old.value == sv.value:
+            continue
+        if sv.kind == "fixed-valid":
+            if old is not None and old.value and not sv.value:
+                raise _fail(f"the view at {sv.context['file']}:{sv.line} spans axis {sv.context['axis']} from the fixed "
+                            f"offset {sv.context['offset']}, and its valid_shape there ({sv.context['valid']}) is no "
+                            f"longer its extent ({sv.context['code']}): part of the tensor would never be computed",
+                            "C/I-9", "a valid_shape equal to the view on every axis no loop moves (a smaller one "
+                            "only for a loop's tail block)")
             continue
         if sv.kind == "fixed-view":
             if old is not None:
