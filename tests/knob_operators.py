@@ -158,8 +158,8 @@ HEADS_OP = DYN_AXIS_OP.replace("""def add_kernel(""", """def heads_kernel(""").r
         part = pypto.view(x, [1, heads, 16, 64], [idx, 0, 0, 0], valid_shape=[1, heads, 16, 64])
         pypto.assemble(part + 1.0, [idx, 0, 0, 0], out)
 """).replace("torch.randn(32, 32, 1, 256)", "torch.randn(4, 8, 16, 64)").replace(
-    "torch.zeros(32, 32, 1, 256)", "torch.zeros(4, 8, 16, 64)").replace("add_kernel(x, out)", "heads_kernel(x, out)").replace(
-    "\n               out:", "\n                 out:")
+    "torch.zeros(32, 32, 1, 256)", "torch.zeros(4, 8, 16, 64)").replace(
+    "add_kernel(x, out)", "heads_kernel(x, out)").replace("\n               out:", "\n                 out:")
 
 SHADOW_FILE = "shadow_op.py"
 SHADOW_CMD = [SHADOW_FILE, f"{SHADOW_FILE}::test_shadow", "--run_mode", "sim"]

@@ -11,7 +11,7 @@ over MCP stdio against the real server and the real simulator:
    past the axis the test passed (64 > 32, zero iterations) or one that drops rows is refused on both paths
 2" the extent of a view that no loop moves along an axis (PyPTO's attention examples: ``head = 8`` in
    ``[tile, head, q_len, dim]`` at ``[b_offset, 0, 0, 0]``): a problem size, not a tile — SIM checks no values, and
-   fewer heads ran faster; refused on both paths, and so is a valid_shape smaller than the view along that axis
+   fewer heads ran faster; no knob, refused on both paths, and so is a valid_shape smaller than the view along it
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -111,21 +111,20 @@ async def _fixed_view_extent(s: Session, ws: Path) -> None:
     op = ws / HEADS_FILE
     sid = await _to_frontend(s, ws, [HEADS_FILE], [sys.executable, HEADS_FILE, "--run-mode", "sim"])
     src = op.read_text()
-    ways = ({"knob": HEADS, "value": 2}, {"diff": _diff(HEADS_FILE, src, src.replace("heads = 8\n", "heads = 2\n"))})
-    for way in ways:
-        msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="fewer heads",
-                              **way)
-        assert "GATE legality:" in msg and "spans axis 1 from the fixed offset 0" in msg, msg
-        assert "(8 → 2) is how much of the tensor the kernel computes, not a tile" in msg, msg
-    # ... nor its valid part along that axis
     knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid, detail="full"))["knobs"]}
+    assert HEADS not in knobs  # a kernel local that reaches only the problem is no knob
+    by_knob = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="fewer heads",
+                              knob=HEADS, value=2)
+    assert f"no knob {HEADS!r}" in by_knob, by_knob
+    by_diff = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="fewer heads",
+                              diff=_diff(HEADS_FILE, src, src.replace("heads = 8\n", "heads = 2\n")))
+    assert "GATE one-change: the change is not a knob change" in by_diff, by_diff
+    # ... nor its valid part along that axis
     vs = knobs[f"{HEADS_FILE}:heads_kernel.view#1.valid_shape"]
     valid = await s.refused("apply_tuning_patch", session_id=sid, rationale="fewer heads", knob=vs["id"],
                             value=[1, 2, 16, 64], catalog_id=next(c for c in vs["catalog_ids"] if c.startswith("F-")))
     assert "GATE legality:" in valid and "valid_shape [1, 2, 16, 64]" in valid and "never be computed" in valid, valid
     assert op.read_text() == src, "a refused change must not touch the file"
-    prop = await s.ok("propose_candidates", session_id=sid, knob=HEADS)
-    assert not prop["candidates"], prop
 
 
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:

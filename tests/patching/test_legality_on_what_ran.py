@@ -189,3 +189,28 @@ def test_the_valid_part_of_a_view_no_loop_moves_is_the_whole_view_even_when_its_
     assert "its valid_shape there (32) is no longer its extent (64)" in refused.value.message
     # along the axis the loop moves, the valid part is the tail block's business (here the block itself)
     assert _admit(CONFIG_HEADS_OP, "heads_op.py", knob, [2, {"$expr": "heads"}, 16, 64]).kind == "knob"
+
+
+# the same view with its fixed offset spelled through a name: the knob list cannot tell the offset is fixed, the
+# admission can (it evaluates the offset)
+NAMED_ORIGIN_OP = '''import pypto
+
+ORIGIN = 0
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def heads_kernel(x: pypto.Tensor((4, 8, 16, 64), pypto.DT_FP32), out: pypto.Tensor((4, 8, 16, 64), pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(1, 4, 16, 64)
+    heads = 8
+    for idx in pypto.loop(4):
+        part = pypto.view(x, [1, heads, 16, 64], [idx, ORIGIN, 0, 0])
+        pypto.assemble(part + 1.0, [idx, 0, 0, 0], out)
+'''
+
+
+def test_a_view_no_loop_moves_keeps_its_offset_and_extent():
+    for knob, value, moved in (("heads_op.py:heads_kernel.heads", 2, "extent heads 8 → 2"),
+                               ("heads_op.py:ORIGIN", 4, "offset 0 → 4")):
+        with pytest.raises(GateRefusal) as refused:
+            _admit(NAMED_ORIGIN_OP, "heads_op.py", knob, value)
+        assert f"spans axis 1 from a fixed offset ({moved})" in refused.value.message, refused.value.message

@@ -310,18 +310,24 @@ def _coverage(path: str, tree: ast.Module, scopes: dict[int, str], program: role
 
 def _fixed_views(path: str, tree: ast.Module, scopes: dict[int, str], program: roles.Program,
                  out: dict[str, SiteValue]) -> None:
-    """The extent of every kernel view along each axis its offset leaves fixed (a constant, not a loop's index): that
-    extent is how much of the tensor the kernel computes, a problem size and never a tile. PyPTO's kernel_input and
-    dynamic attention examples view ``[tile, head, q_len, dim]`` at ``[b_offset, 0, 0, 0]`` with ``head = 8`` a
-    local: set to 1 it computed one head of eight, 2.5× "faster", and SIM checks no values."""
+    """The offset and extent of every view of a kernel's input along each axis its offset leaves fixed (a constant,
+    not a loop's index): they say which part of the input the kernel computes, a problem size and never a tile.
+    PyPTO's kernel_input and dynamic attention examples view ``[tile, head, q_len, dim]`` at ``[b_offset, 0, 0, 0]``
+    with ``head = 8`` a local: set to 1 it computed one head of eight, 2.5× "faster", and SIM checks no values."""
+    inputs = {scopes.get(id(fn.body[0]), roles.MODULE): {a.arg for a in [*fn.args.posonlyargs, *fn.args.args,
+                                                                      *fn.args.kwonlyargs]}
+              for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.body}
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] == "view" and len(node.args) >= 3):
             continue
         scope = scopes.get(id(node), roles.MODULE)
-        shape, offsets = node.args[1], node.args[2]
-        if (path, scope) not in program.kernel_scopes or not (
-                isinstance(shape, (ast.List, ast.Tuple)) and isinstance(offsets, (ast.List, ast.Tuple))
-                and len(shape.elts) == len(offsets.elts)):
+        shape, offsets, tensor = node.args[1], node.args[2], node.args[0]
+        # a view of a tensor the jit kernel was given: a sub-view of a block the kernel cut spans that block at 0
+        # and changes with it
+        given = (path, scope) in program.jit_scopes and isinstance(tensor, ast.Name) and tensor.id in inputs.get(
+            scope, ())
+        listed = isinstance(shape, (ast.List, ast.Tuple)) and isinstance(offsets, (ast.List, ast.Tuple))
+        if not given or not listed or len(shape.elts) != len(offsets.elts):
             continue
         env = program.env(path, scope)
         valid = next((k.value for k in node.keywords if k.arg == "valid_shape"), None)
@@ -339,7 +345,7 @@ def _fixed_views(path: str, tree: ast.Module, scopes: dict[int, str], program: r
                 n = evaluate(extent, env)
                 if isinstance(n, int) and not isinstance(n, bool):
                     out[f"{path}:{node.lineno}:{node.col_offset}:fixed:{axis}"] = SiteValue(
-                        f"{path}:{node.lineno}", "fixed-view", node.lineno, n, ctx)
+                        f"{path}:{node.lineno}", "fixed-view", node.lineno, (fixed, n), ctx)
             except _Unknown:
                 pass
             if valid_elts is not None:
@@ -541,19 +547,22 @@ def _check_loops(before_loops: dict[str, SiteValue], after_loops: dict[str, Site
             continue
         if sv.kind == "fixed-valid":
             if old is not None and old.value and not sv.value:
-                raise _fail(f"the view at {sv.context['file']}:{sv.line} spans axis {sv.context['axis']} from the fixed "
-                            f"offset {sv.context['offset']}, and its valid_shape there ({sv.context['valid']}) is no "
-                            f"longer its extent ({sv.context['code']}): part of the tensor would never be computed",
+                raise _fail(f"the view at {sv.context['file']}:{sv.line} spans axis {sv.context['axis']} from the "
+                            f"fixed offset {sv.context['offset']}, and its valid_shape there ({sv.context['valid']}) "
+                            f"is no longer its extent ({sv.context['code']}): part of the tensor would never be "
+                            "computed",
                             "C/I-9", "a valid_shape equal to the view on every axis no loop moves (a smaller one "
                             "only for a loop's tail block)")
             continue
         if sv.kind == "fixed-view":
             if old is not None:
-                raise _fail(f"the view at {sv.context['file']}:{sv.line} spans axis {sv.context['axis']} from the fixed "
-                            f"offset {sv.context['offset']}: its extent {sv.context['code']} ({old.value} → "
-                            f"{sv.value}) is how much of the tensor the kernel computes, not a tile", "C/F-3",
-                            "a view no loop moves keeps its extent; a block is a view whose offset a loop's index "
-                            "moves (i × B)")
+                (o0, n0), (o1, n1) = old.value, sv.value
+                moved = (f"offset {o0} → {o1}" if o0 != o1 else "") + (", " if o0 != o1 and n0 != n1 else "") + (
+                    f"extent {sv.context['code']} {n0} → {n1}" if n0 != n1 else "")
+                raise _fail(f"the view at {sv.context['file']}:{sv.line} spans axis {sv.context['axis']} from a fixed "
+                            f"offset ({moved}): which part of the tensor the kernel computes, not a tile", "C/F-3",
+                            "a view no loop moves keeps its offset and extent; a block is a view whose offset a "
+                            "loop's index moves (i × B)")
             continue
         if sv.kind == "coverage":
             trips, block, axis = sv.value

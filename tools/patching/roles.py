@@ -608,8 +608,11 @@ class _Analysis:
             # accepts changes nothing, so neither can change what a run computes
             return set(), []
         child, parent = node, f.parents.get(id(node))
+        element: tuple[ast.AST, ast.AST] | None = None  # (list, its element) the use last passed through
         while parent is not None:
             if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Starred)):
+                if isinstance(parent, (ast.Tuple, ast.List)):
+                    element = (parent, child)
                 child, parent = parent, f.parents.get(id(parent))
                 continue
             if isinstance(parent, ast.Dict):
@@ -631,6 +634,9 @@ class _Analysis:
                 child, parent = parent, f.parents.get(id(parent))
                 continue
             if isinstance(parent, ast.Call):
+                fixed = self._fixed_view_axis(f, parent, child, element)
+                if fixed:
+                    return set(), [f"{where}: {fixed}"]
                 return self._call_use(f, parent, child, where)
             if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 if getattr(parent, "value", None) is not child:
@@ -651,6 +657,39 @@ class _Analysis:
                 return self._return_use(f, parent, where)
             return set(), [f"{where}: {type(parent).__name__.lower()} {ast.unparse(parent)[:60]!r}"]
         return set(), [f"{where}: unknown use"]
+
+    def _fixed_view_axis(self, f: _File, call: ast.Call, arg: ast.AST,
+                         element: tuple[ast.AST, ast.AST] | None) -> str:
+        """Why a use inside ``pypto.view``'s shape (or valid_shape) is a problem size: the view is of a tensor the
+        jit kernel was given, along an axis its offsets fix with a literal, so no loop moves it there and the extent
+        is how much of the input the kernel computes (PyPTO's attention examples: ``head`` in ``[tile, head, q_len,
+        dim]`` at ``[b_offset, 0, 0, 0]``). '' for any other use — a view of a block the kernel cut (a sub-view
+        at 0 spans the block, and changes with it). The admission refuses such a change whatever form it takes
+        (``effective._fixed_views``); this keeps the knob out of the tunable ones."""
+        q = f.qname(call.func)
+        if (q or "").rsplit(".", 1)[-1] != "view" or len(call.args) < 3 or element is None:
+            return ""
+        if not (arg is call.args[1] or (isinstance(arg, ast.keyword) and arg.arg == "valid_shape")):
+            return ""
+        listed, elem = element
+        if listed is not (arg.value if isinstance(arg, ast.keyword) else arg):
+            return ""
+        scope = f.scope_of.get(id(call))
+        fn = f.functions.get(scope.name) if scope is not None else None
+        tensor = call.args[0]
+        if fn is None or (f.path, scope.name) not in self.jits or not isinstance(tensor, ast.Name) or tensor.id not in {
+                a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]}:
+            return ""
+        offsets = call.args[2]
+        if not isinstance(offsets, (ast.List, ast.Tuple)) or not isinstance(listed, (ast.List, ast.Tuple)) or len(
+                offsets.elts) != len(listed.elts):
+            return ""
+        axis = next(i for i, e in enumerate(listed.elts) if e is elem)
+        off = offsets.elts[axis]
+        if isinstance(off, ast.Constant) and isinstance(off.value, int) and not isinstance(off.value, bool):
+            return (f"the extent of the view of the kernel's input {tensor.id} at line {call.lineno} along axis "
+                    f"{axis}, which no loop moves (offset {off.value}): how much of it the kernel computes")
+        return ""
 
     def _return_use(self, f: _File, ret: ast.Return, where: str) -> tuple[set[Consumer], list[str]]:
         """A value a workspace function returns flows on at every call of that function: a helper that builds the
