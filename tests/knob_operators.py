@@ -108,8 +108,8 @@ if __name__ == "__main__":
     sys.exit(main())
 '''
 
-DYN_AXIS_FILE = "dyn_add.py"
-DYN_AXIS_OP = '''import sys
+# A kernel over a dynamic batch axis, as PyPTO's own examples write one: its tensors' shapes come from the test.
+_DYN_OP = '''import sys
 
 import pypto
 import torch
@@ -117,10 +117,25 @@ import torch
 RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
 
 
-@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
-def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
-               out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
-    pypto.set_vec_tile_shapes(1, 4, 1, 64)
+@pypto.frontend.jit(runtime_options={{"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU}})
+def {name}(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
+{indent}out: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
+{body}
+
+if __name__ == "__main__":
+    x = torch.randn({shape})
+    out = torch.zeros({shape})
+    {name}(x, out)
+    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
+'''
+
+
+def _dyn_op(name: str, body: str, shape: str) -> str:
+    return _DYN_OP.format(name=name, indent=" " * (len(name) + 5), body=body, shape=shape)
+
+
+DYN_AXIS_FILE = "dyn_add.py"
+DYN_AXIS_OP = _dyn_op("add_kernel", """    pypto.set_vec_tile_shapes(1, 4, 1, 64)
     b = x.shape[0]
     tile_b = 1
     b_loop = b // tile_b
@@ -129,37 +144,18 @@ def add_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32),
         hi = (idx + 1) * tile_b
         part = x[lo:hi, ...]
         pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
-
-
-if __name__ == "__main__":
-    x = torch.randn(32, 32, 1, 256)
-    out = torch.zeros(32, 32, 1, 256)
-    add_kernel(x, out)
-    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
-'''
+""", "32, 32, 1, 256")
 
 # PyPTO's attention examples view [tile, head, q_len, dim] at [b_offset, 0, 0, 0] with ``head = 8`` a kernel local:
 # the loop moves the view along the batch, nothing moves it along the heads, so ``heads`` is how much of the tensor
 # is computed (2 computes a quarter, faster, and SIM checks no values)
 HEADS_FILE = "heads_op.py"
-HEADS_OP = DYN_AXIS_OP.replace("""def add_kernel(""", """def heads_kernel(""").replace(
-    """    pypto.set_vec_tile_shapes(1, 4, 1, 64)
-    b = x.shape[0]
-    tile_b = 1
-    b_loop = b // tile_b
-    for idx in pypto.loop(b_loop):
-        lo = idx * tile_b
-        hi = (idx + 1) * tile_b
-        part = x[lo:hi, ...]
-        pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
-""", """    pypto.set_vec_tile_shapes(1, 4, 16, 64)
+HEADS_OP = _dyn_op("heads_kernel", """    pypto.set_vec_tile_shapes(1, 4, 16, 64)
     heads = 8
     for idx in pypto.loop(x.shape[0]):
         part = pypto.view(x, [1, heads, 16, 64], [idx, 0, 0, 0], valid_shape=[1, heads, 16, 64])
         pypto.assemble(part + 1.0, [idx, 0, 0, 0], out)
-""").replace("torch.randn(32, 32, 1, 256)", "torch.randn(4, 8, 16, 64)").replace(
-    "torch.zeros(32, 32, 1, 256)", "torch.zeros(4, 8, 16, 64)").replace(
-    "add_kernel(x, out)", "heads_kernel(x, out)").replace("\n               out:", "\n                 out:")
+""", "4, 8, 16, 64")
 
 SHADOW_FILE = "shadow_op.py"
 SHADOW_CMD = [SHADOW_FILE, f"{SHADOW_FILE}::test_shadow", "--run_mode", "sim"]

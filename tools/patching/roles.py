@@ -491,14 +491,17 @@ class _Analysis:
         scope = f.scope_of.get(id(node))
         return scope is not None and (f.path, scope.name) in self.kernel
 
+    def kernel_calls(self, f: _File):
+        """Every call inside a kernel scope of ``f``, with its pypto name (None for any other callee)."""
+        for n in ast.walk(f.tree):
+            if isinstance(n, ast.Call) and self.in_kernel(f, n):
+                yield n, f.qname(n.func)
+
     # ---- reductions (for "never split the reduce axis")
     def find_reductions(self) -> None:
         for f in self.files.values():
             out: list[Reduction] = []
-            for n in ast.walk(f.tree):
-                if not (isinstance(n, ast.Call) and self.in_kernel(f, n)):
-                    continue
-                q = f.qname(n.func)
+            for n, q in self.kernel_calls(f):
                 short = q.rsplit(".", 1)[-1] if q else (n.func.attr if isinstance(n.func, ast.Attribute) else None)
                 if short not in REDUCTIONS or (q is None and not isinstance(n.func, ast.Attribute)):
                     continue
@@ -519,10 +522,7 @@ class _Analysis:
     def find_transposes(self) -> None:
         for f in self.files.values():
             out: list[Transpose] = []
-            for n in ast.walk(f.tree):
-                if not (isinstance(n, ast.Call) and self.in_kernel(f, n)):
-                    continue
-                q = f.qname(n.func)
+            for n, q in self.kernel_calls(f):
                 if (q or "").rsplit(".", 1)[-1] != "transpose" or len(n.args) < 2:
                     continue
                 try:
