@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import ast
 import math
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError, KnobValueError
