@@ -85,3 +85,17 @@ def test_a_cube_tile_whose_operand_tile_overflows_l0a_or_l0b_is_refused_naming_t
     ctx32 = {"dtypes": ["DT_FP16", "DT_FP32"]}
     assert validate("cube_tile", "set_cube_tile_shapes", None, {"m": [16, 16], "k": [128, 128], "n": [256, 256]},
                     ctx32)["k"] == [128, 128]
+
+
+def test_an_fp32_cube_tile_steps_k_and_n_by_16_elements():
+    # PyPTO's basic_ops matmul, FP32 operands: k or n of 8 or 24 fail with FC4001 in SIM (32-byte aligned as they
+    # are), 16, 32 and 48 compile; m of 8 compiles
+    from pypto_tune.tools.errors import KnobValueError
+    from pypto_tune.tools.patching.legality import validate
+
+    ctx = {"dtypes": ["DT_FP32"]}
+    for m, k, n in (([8, 8], [64, 64], [64, 64]), ([32, 32], [16, 32], [48, 48])):
+        assert validate("cube_tile", "set_cube_tile_shapes", None, {"m": m, "k": k, "n": n}, ctx)["n"] == n
+    for k, n in (([8, 8], [64, 64]), ([64, 64], [8, 8]), ([64, 64], [24, 24])):
+        with pytest.raises(KnobValueError, match="multiple of 16 elements"):
+            validate("cube_tile", "set_cube_tile_shapes", None, {"m": [32, 32], "k": k, "n": n}, ctx)

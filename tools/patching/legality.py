@@ -182,9 +182,11 @@ def _vec_tile(v: Any, ctx: dict[str, Any]) -> Any:
 
 L0C_BYTES = 128 * 1024  # cube output buffer (pypto 0.2.0's MEM_L0C)
 L0AB_BYTES = 64 * 1024  # each cube input buffer (pypto 0.2.0's MEM_L0A, MEM_L0B)
+CUBE_KN_MIN_ELEMS = 16  # k and n tiles step by whole 16 elements, whatever the dtype (see _cube_tile)
 CUBE_LEGAL = ("m=[mL0, mL1], k=[kL0, kL1] or [kL0, kAL1, kBL1], n=[nL0, nL1]; ints ≥ 1; L0 ≤ L1 and L1 % L0 == 0; "
-              "FP16/BF16: L0 multiples of 16; kL0, kL1, nL0, nL1 32-byte aligned; mL0·nL0·4 B ≤ 128 KB (L0C); "
-              "mL0·kL0 and kL0·nL0 operand bytes ≤ 64 KB each (L0A, L0B); enable_split_k bool")
+              "FP16/BF16: L0 multiples of 16; kL0, kL1, nL0, nL1 32-byte aligned and multiples of 16; "
+              "mL0·nL0·4 B ≤ 128 KB (L0C); mL0·kL0 and kL0·nL0 operand bytes ≤ 64 KB each (L0A, L0B); "
+              "enable_split_k bool")
 
 
 def l0_operand_overflow(m: int, k: int, n: int, elem_bytes: int) -> str:
@@ -240,11 +242,14 @@ def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
         # (the strictest element count is what the input operands need; the FP32 output is not tiled by K).
         sizes_b = [DTYPE_BYTES[d] for d in dtypes if d in DTYPE_BYTES]
         if sizes_b:
-            elems = 32 // min(sizes_b)
+            # ... and never fewer than 16 elements: measured on PyPTO's basic_ops matmul with FP32 operands, k or n
+            # of 8 or 24 fail with FC4001 while 16, 32 and 48 compile (m of 8 compiles)
+            elems = max(CUBE_KN_MIN_ELEMS, 32 // min(sizes_b))
             for axis in ("k", "n"):
                 for x in out[axis]:
                     if x % elems:
-                        raise _fail(f"{axis} tile {x} is not 32-byte aligned ({elems} elements)", rule, CUBE_LEGAL)
+                        raise _fail(f"{axis} tile {x} is not a multiple of {elems} elements (32-byte aligned, and at "
+                                    f"least {CUBE_KN_MIN_ELEMS} elements a step: FC4001)", rule, CUBE_LEGAL)
     # The L0C buffer holds the mL0 × nL0 output tile in FP32 (4 bytes) and is 128 KiB: measured on the matmul_act
     # grid, m (128, 128) with n (512, 512) fails with "Alloc tensor size 262144 exceeds MEM_L0C 131072".
     l0c = out["m"][0] * out["n"][0] * 4
