@@ -472,3 +472,26 @@ def test_beside_a_kernel_rewrite_an_option_is_still_held_to_its_own_domain(value
     assert ok.kind == "structural" and any(
         c.startswith("softmax.py:softmax_kernel.runtime_options.stitch_function_max_num = 256 within its domain")
         for c in ok.checked), ok.checked
+
+
+# PyPTO's kernel_input attention feeds its cube tile call from a kernel local; the server pins the call to literals
+PINNED_OP = '''import pypto
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def mm_kernel(a: pypto.Tensor((64, 64), pypto.DT_FP32), b: pypto.Tensor((64, 64), pypto.DT_FP32),
+              out: pypto.Tensor((64, 64), pypto.DT_FP32)):
+    cube_tiling = 64
+    pypto.set_cube_tile_shapes([cube_tiling, cube_tiling], [cube_tiling, cube_tiling], [cube_tiling, cube_tiling])
+    out[:] = pypto.matmul(a, b, pypto.DT_FP32)
+'''
+
+
+def test_pinning_a_call_fed_by_a_local_is_one_change_though_the_local_stops_being_a_knob() -> None:
+    fed = "[cube_tiling, cube_tiling], [cube_tiling, cube_tiling], [cube_tiling, cube_tiling]"
+    pinned = _edit(PINNED_OP, f"pypto.set_cube_tile_shapes({fed})", "pypto.set_cube_tile_shapes([64, 64], [64, 64], [32, 64])")
+    adm = admit({"op.py": PINNED_OP}, {"op.py": pinned})
+    assert adm.kind == "knob" and adm.change.knob_id == "op.py:mm_kernel.set_cube_tile_shapes#1"
+    # ... and the local's own line still counts when it changes too
+    with pytest.raises(GateRefusal, match="cube_tiling = 32"):
+        admit({"op.py": PINNED_OP}, {"op.py": _edit(pinned, "cube_tiling = 64", "cube_tiling = 32")})

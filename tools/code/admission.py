@@ -51,6 +51,7 @@ from pypto_tune.tools.code import pysource
 PLACEHOLDER = "__knob__"
 JIT_CALLEES = {"frontend.jit", "jit", "frontend.parser.entry.jit"}
 LOOP_KWARGS = {"unroll_list", "submit_before_loop"}
+BINDING_KINDS = frozenset({"tile_constant", "local_constant"})  # knobs that are a name bound once to a literal
 # Node types a knob's new value may contain: data and arithmetic, nothing that runs code.
 PURE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.Tuple, ast.List, ast.Dict, ast.Set,
               ast.UnaryOp, ast.USub, ast.UAdd, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
@@ -242,21 +243,30 @@ def _statements(node: ast.AST) -> list[ast.AST]:
             + list(getattr(node, "orelse", [])) + list(getattr(node, "finalbody", [])))
 
 
-def _differences(ma: ast.AST, mb: ast.AST, pb: ast.AST, text_b: str, out: list[str], depth: int = 0) -> None:
+def _differences(ma: ast.AST, mb: ast.AST, pb: ast.AST, text_b: str, out: list[str], depth: int = 0,
+                 pa: ast.AST | None = None) -> int:
     """Lines of ``b`` (unmasked: ``pb``) whose statements differ from ``a`` once knobs are masked. Masking keeps
-    the statement structure, so statement i of the masked tree is statement i of the plain one."""
+    the statement structure, so statement i of the masked tree is statement i of the plain one. With ``pa`` (``a``
+    unmasked), a statement whose plain forms are equal is no difference: it differs masked only because a name is a
+    knob on one side and not on the other (pinning a cube tile call to literals leaves ``cube_tiling = 64`` unused,
+    so no longer a knob: PyPTO's kernel_input attention). Returns how many such statements were passed over."""
     sa, sb, sp = _statements(ma), _statements(mb), _statements(pb)
+    sq = _statements(pa) if pa is not None else None
     lines = text_b.splitlines()
     dump_a = [ast.dump(s) for s in sa]
     dump_b = [ast.dump(s) for s in sb]
+    passed = 0
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, dump_a, dump_b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         if tag == "replace" and i2 - i1 == j2 - j1 and depth < 8:
             for x, y in zip(range(i1, i2), range(j1, j2)):
-                if type(sa[x]) is type(sb[y]) and _statements(sa[x]) and (
+                if sq is not None and ast.dump(sq[x]) == ast.dump(sp[y]):
+                    passed += 1
+                elif type(sa[x]) is type(sb[y]) and _statements(sa[x]) and (
                         ast.dump(_shell(sa[x])) == ast.dump(_shell(sb[y]))):
-                    _differences(sa[x], sb[y], sp[y], text_b, out, depth + 1)
+                    passed += _differences(sa[x], sb[y], sp[y], text_b, out, depth + 1,
+                                           sq[x] if sq is not None else None)
                 else:
                     out.append(_line(sp[y], lines, "changed"))
             continue
@@ -266,6 +276,7 @@ def _differences(ma: ast.AST, mb: ast.AST, pb: ast.AST, text_b: str, out: list[s
             anchor = sp[j1] if j1 < len(sp) else (sp[-1] if sp else None)
             where = f"near line {anchor.lineno}" if anchor is not None else "at the end"
             out.append(f"{i2 - i1} statement(s) removed {where}: {ast.unparse(sa[i1])[:80]!r}")
+    return passed
 
 
 def _shell(stmt: ast.stmt) -> ast.stmt:
@@ -334,7 +345,7 @@ def admit(before: dict[str, str], after: dict[str, str], *, context: dict[str, s
     _pair_sources(parsed_b, sites_b, fb, parsed_a, sites_a, fa)
     structural, structural_files, formatting = _syntax_differences(changed, parsed_b, sites_b, fb, parsed_a,
                                                                    sites_a, fa)
-    delta = _delta(sites_b, sites_a)
+    delta = _delta(sites_b, sites_a, fb, fa)
     declared = algorithm and allow_structural  # one declared algorithm-level change (R23)
     if structural_files:
         if not declared:
@@ -395,10 +406,11 @@ def _syntax_differences(changed: list[str], parsed_b: dict[str, ParsedFile], sit
     for path in changed:
         ma, mb = _masked_tree(parsed_b[path], sites_b), _masked_tree(parsed_a[path], sites_a)
         if ast.dump(ma) != ast.dump(mb):
-            structural_files.append(path)
             diffs: list[str] = []
-            _differences(ma, mb, _plain_tree(fa[path]), fa[path], diffs)
-            structural.extend(f"{path}: {d}" for d in (diffs or ["a difference outside any knob"]))
+            passed = _differences(ma, mb, _plain_tree(fa[path]), fa[path], diffs, pa=_plain_tree(fb[path]))
+            if diffs or not passed:
+                structural_files.append(path)
+                structural.extend(f"{path}: {d}" for d in (diffs or ["a difference outside any knob"]))
         elif ast.dump(_plain_tree(fb[path])) == ast.dump(_plain_tree(fa[path])):
             formatting.append(path)
     return structural, structural_files, formatting
@@ -775,16 +787,28 @@ def _changed_names(sites_b: list[Site], sites_a: list[Site]) -> set[str]:
             if any(s.extra.get("binding") and s.knob.id == c.knob_id for s in sites_a + sites_b)}
 
 
-def _delta(sites_b: list[Site], sites_a: list[Site]) -> list[KnobChange]:
+def _delta(sites_b: list[Site], sites_a: list[Site], fb: dict[str, str] | None = None,
+           fa: dict[str, str] | None = None) -> list[KnobChange]:
+    """The knobs whose value differs. A knob on one side only whose line reads the same on both (``fb``, ``fa``) did
+    not change: the change made it a knob or left it none (pinning a cube tile call to literals leaves the local
+    that fed it unused)."""
     def table(sites: list[Site]) -> dict[str, Any]:
         return {s.knob.id: s.knob for s in sites if s.knob.present
                 and not (s.knob.kind == "debug_option" and s.knob.name == "runtime_debug_mode")}
+
+    def same_line(k: Any) -> bool:
+        if fb is None or fa is None or k.file not in fb or k.file not in fa or not k.line:
+            return False
+        before, after = fb[k.file].splitlines(), fa[k.file].splitlines()
+        return k.line <= min(len(before), len(after)) and before[k.line - 1] == after[k.line - 1]
 
     a, b = table(sites_b), table(sites_a)
     out = []
     for kid in sorted(set(a) | set(b)):
         ka, kb = a.get(kid), b.get(kid)
         if ka is not None and kb is not None and same(ka.value, kb.value):
+            continue
+        if (ka is None) != (kb is None) and same_line(ka or kb) and (ka or kb).kind in BINDING_KINDS:
             continue
         ref = kb or ka
         out.append(KnobChange(knob_id=kid, file=ref.file, line=ref.line, before=ka.value if ka else None,
