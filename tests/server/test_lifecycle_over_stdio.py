@@ -104,11 +104,12 @@ def _server_children() -> list[int]:
         if not d.name.isdigit():
             continue
         try:
-            stat = (d / "stat").read_text().split()
+            # the name in parentheses may hold spaces ("tmux: server"): the fields start after its last ")"
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
-        if int(stat[3]) == me and "pypto_tune.server.cli" in cmd:
+        if ppid == me and "pypto_tune.server.cli" in cmd:
             out.append(int(d.name))
     return out
 
