@@ -157,6 +157,38 @@ HEADS_OP = _dyn_op("heads_kernel", """    pypto.set_vec_tile_shapes(1, 4, 16, 64
         pypto.assemble(part + 1.0, [idx, 0, 0, 0], out)
 """, "4, 8, 16, 64")
 
+# PyPTO's dynamic_mul in small: the block is the kernel's int argument, chosen by the test at run time (by run
+# mode), so only the run knows it (8); the view spells its valid part on its second line, the tail as an expression
+# of the loop index
+BLOCK_ARG_FILE = "block_arg_op.py"
+BLOCK_ARG_OP = '''import sys
+
+import pypto
+import torch
+
+RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
+def rows_kernel(x: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32),
+                out: pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32), tile_b: int):
+    pypto.set_vec_tile_shapes(8, 64)
+    n = x.shape[0]
+    for idx in pypto.loop((n + tile_b - 1) // tile_b):
+        lo = idx * tile_b
+        hi = pypto.min(lo + tile_b, n)
+        part = pypto.view(x, [tile_b, 64], [lo, 0],
+                          valid_shape=[hi - lo, 64])
+        pypto.assemble(part + 1.0, [lo, 0], out)
+
+
+if __name__ == "__main__":
+    x = torch.randn(32, 64)
+    out = torch.zeros(32, 64)
+    rows_kernel(x, out, {"sim": 8, "npu": 16}[RUN_MODE])
+    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
+'''
+
 SHADOW_FILE = "shadow_op.py"
 SHADOW_CMD = [SHADOW_FILE, f"{SHADOW_FILE}::test_shadow", "--run_mode", "sim"]
 

@@ -12,6 +12,10 @@ over MCP stdio against the real server and the real simulator:
 2" the extent of a view that no loop moves along an axis (PyPTO's attention examples: ``head = 8`` in
    ``[tile, head, q_len, dim]`` at ``[b_offset, 0, 0, 0]``): a problem size, not a tile — SIM checks no values, and
    fewer heads ran faster; no knob, refused on both paths, and so is a valid_shape smaller than the view along it
+2‴ a constant valid_shape along the axis a loop moves, where the block is the kernel's int argument (PyPTO's
+   dynamic_mul): only the run knows the block, and one row of each block of 8 was admitted "unchecked"; now judged
+   on the view's shape as it ran — shorter or longer refused, the view's own extent admitted (and the valid_shape
+   written on the view's second line is live, not "dead")
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -32,7 +36,7 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
-from tests.knob_operators import DYN_AXIS_FILE, DYN_AXIS_OP, HEADS_FILE, HEADS_OP
+from tests.knob_operators import BLOCK_ARG_FILE, BLOCK_ARG_OP, DYN_AXIS_FILE, DYN_AXIS_OP, HEADS_FILE, HEADS_OP
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -127,6 +131,30 @@ async def _fixed_view_extent(s: Session, ws: Path) -> None:
     assert op.read_text() == src, "a refused change must not touch the file"
 
 
+async def _valid_part_of_a_run_time_block(s: Session, ws: Path) -> None:
+    op = ws / BLOCK_ARG_FILE
+    sid = await _to_frontend(s, ws, [BLOCK_ARG_FILE], [sys.executable, BLOCK_ARG_FILE, "--run-mode", "sim"])
+    src = op.read_text()
+    knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid, detail="full"))["knobs"]}
+    vs = knobs[f"{BLOCK_ARG_FILE}:rows_kernel.view#1.valid_shape"]
+    assert vs["live"] is True, vs  # the keyword sits on the view's second line; the probe records the first
+    fid = next(c for c in vs["catalog_ids"] if c.startswith("F-"))
+    tail = "valid_shape=[hi - lo, 64])"
+    for value, why in (([1, 64], "computes 1 of its 8 on every block"), ([16, 64], "claims 16 valid of a view of 8")):
+        ways = ({"knob": vs["id"], "value": value},
+                {"diff": _diff(BLOCK_ARG_FILE, src, src.replace(tail, f"valid_shape={value})"))})
+        for way in ways:
+            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id=fid, rationale="fewer rows",
+                                  **way)
+            assert "GATE legality:" in msg and why in msg and "ran with shape [8, 64]" in msg, msg
+    assert op.read_text() == src, "a refused change must not touch the file"
+    # the block's own extent, written as a constant, is what ran: admitted, checked on the run
+    ok = await s.ok("apply_tuning_patch", session_id=sid, knob=vs["id"], value=[8, 64], catalog_id=fid,
+                    rationale="the block as ran")
+    assert ok["round"] == 1 and "valid_shape=[8, 64])" in op.read_text()
+    assert any("valid extent 8 is the view's along axis 0" in c for c in ok["legality_checked"]), ok
+
+
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
     op = ws / "matmul_act.py"
     sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
@@ -160,8 +188,11 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     heads = tmp / "heads"
     heads.mkdir()
     (heads / HEADS_FILE).write_text(HEADS_OP)
+    block_arg = tmp / "block_arg"
+    block_arg.mkdir()
+    (block_arg / BLOCK_ARG_FILE).write_text(BLOCK_ARG_OP)
     played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters(),
-              "heads": Chapters()}
+              "heads": Chapters(), "block_arg": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
@@ -169,6 +200,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
             await played["matmul_act"].play("session", lambda: _cube_tile_l1_l0(s, matmul))
             await played["dynamic_axis"].play("session", lambda: _dynamic_axis_block(s, dynamic))
             await played["heads"].play("session", lambda: _fixed_view_extent(s, heads))
+            await played["block_arg"].play("session", lambda: _valid_part_of_a_run_time_block(s, block_arg))
 
     anyio.run(scenario)
     return played
@@ -191,6 +223,11 @@ def test_a_block_over_a_dynamic_axis_reached_through_a_name_is_checked_on_the_ax
 
 def test_the_extent_of_a_view_no_loop_moves_is_the_problems_not_a_tile(sessions: dict[str, Chapters]) -> None:
     sessions["heads"].check("session")
+
+
+def test_a_constant_valid_part_of_a_block_only_the_run_knows_is_judged_on_what_ran(
+        sessions: dict[str, Chapters]) -> None:
+    sessions["block_arg"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:

@@ -839,9 +839,10 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
                                        structural=structural, changed_names=_changed_names(sites_b, sites_a))
         # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
         for c, site in ((change, changed_site), *more) if runmap is not None else ():
-            blocks = runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, c, site)
-            report.checked.extend(blocks[0])
-            report.unchecked.extend(blocks[1])
+            for found in (runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, c, site),
+                          runcheck.valid_checks(fb, runmap, c, site)):
+                report.checked.extend(found[0])
+                report.unchecked.extend(found[1])
         if runmap is not None:
             report.unchecked = runcheck.annotate_unchecked(runmap, report.unchecked, report.checked)
     except KnobValueError as exc:

@@ -228,6 +228,72 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
     return checked, unchecked
 
 
+def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed_site: Site | None
+                 ) -> tuple[list[str], list[str]]:
+    """Domain C (I-9) on a changed ``valid_shape``, against the view's shape as it ran.
+
+    A constant entry smaller than the view's extent along its axis computes only part of that view, on every block
+    a loop cuts (a tail block is written as an expression of the loop index, which the run records as a symbol):
+    PyPTO's dynamic_mul views ``[tile_b, 128]`` with ``tile_b`` a kernel argument, so only the run knows the block
+    (8 and 16 at the test's shapes), and ``valid_shape=[1, 128]`` was admitted unchecked. Returns (checked,
+    unchecked); raises KnobValueError for an entry short of what ran."""
+    if changed_site is None or change is None or changed_site.knob.kind != "valid_shape" or not run.reported:
+        return [], []
+    new = change.after
+    if not isinstance(new, (list, tuple)):
+        return [], []
+    k = changed_site.knob
+    span = _call_span(files_before.get(k.file, ""), k.line)
+    if span is None:
+        return [], []
+    recs = [c for c in run.calls if c["file"] == k.file and span[0] <= c["line"] <= span[1]
+            and c["api"].rsplit(".", 1)[-1] in ("view", "reshape")]
+    checked: list[str] = []
+    unchecked: list[str] = []
+    for rec in recs:
+        args = rec.get("args") or []
+        shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
+        if shape is None or len(shape) != len(new):
+            continue
+        for axis, (want, ran) in enumerate(zip(new, shape)):
+            if not isinstance(want, int) or isinstance(want, bool):
+                continue  # an expression: the tail form, or a name the run evaluates
+            if not isinstance(ran, int):
+                unchecked.append(f"{k.id} = {new!r}: the view ran with extent {ran!r} along axis {axis}, a run-time "
+                                 f"value, so whether {want} covers it was not checked")
+                continue
+            if want != ran:
+                why = (f"computes {want} of its {ran} on every block, the rest would never be computed" if want < ran
+                       else f"claims {want} valid of a view of {ran}: past the view (and past the tensor on a tail "
+                       "block)")
+                raise KnobValueError(
+                    f"{k.id} = {new!r}: the view at {k.file}:{span[0]} ran with shape {shape} (kernel "
+                    f"{run.kernel_name(rec.get('kernel'))}); a constant valid extent of {want} along axis {axis} "
+                    f"{why}", rule="C/I-9", legal="a constant valid extent equal to the view's on every block (a "
+                    "smaller one only for the tail block, written as an expression of the loop index)",
+                    hint=f"keep axis {axis} at the view's extent ({ran}), or write the tail as pypto.min(n - i * B, B)")
+            line = (f"{k.file}:{span[0]} valid extent {want} is the view's along axis {axis} (kernel "
+                    f"{run.kernel_name(rec.get('kernel'))}, from the run)")
+            if line not in checked:
+                checked.append(line)
+    return checked, unchecked
+
+
+def _call_span(text: str, line: int) -> tuple[int, int] | None:
+    """Lines of the innermost call with a ``valid_shape`` keyword whose text holds ``line``."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    best: tuple[int, int] | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and any(kw.arg == "valid_shape" for kw in node.keywords):
+            lo, hi = node.lineno, node.end_lineno or node.lineno
+            if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
+                best = (lo, hi)
+    return best
+
+
 def annotate_unchecked(run: RunMap, unchecked: list[str], checked: list[str]) -> list[str]:
     """The static 'not checked' notes, less the loops the run check covered, and with the loops that never ran in
     this test said so (their value changes nothing this test measures)."""

@@ -295,10 +295,16 @@ class RunMap:
         return {(k["file"], _scope_of_qualname(k["qualname"])): k for k in self.kernels.values()}  # type: ignore[misc]
 
     def _span(self, file: str, line: int, apis: set[str]) -> tuple[int, int]:
-        for end, name in _calls(self.files.get(file, "")).get(line, []):
-            if name in {a.rsplit(".", 1)[-1] for a in apis}:
+        names = {a.rsplit(".", 1)[-1] for a in apis}
+        calls = _calls(self.files.get(file, ""))
+        for end, name in calls.get(line, []):
+            if name in names:
                 return line, end
-        return line, line
+        # a knob inside a call that starts on an earlier line (``valid_shape=`` on the view's second line): the
+        # innermost such call holds it, and the probe records the call at its first line
+        around = [(start, end) for start, found in calls.items() if start < line
+                  for end, name in found if name in names and end >= line]
+        return max(around) if around else (line, line)
 
     def calls_at(self, file: str, line: int, apis: set[str]) -> list[dict[str, Any]]:
         """Recorded calls of ``apis`` at the call that starts at ``file:line``."""
