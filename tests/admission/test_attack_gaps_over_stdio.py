@@ -15,7 +15,8 @@ over MCP stdio against the real server and the real simulator:
 2‴ a constant valid_shape along the axis a loop moves, where the block is the kernel's int argument (PyPTO's
    dynamic_mul): only the run knows the block, and one row of each block of 8 was admitted "unchecked"; now judged
    on the view's shape as it ran — shorter or longer refused, the view's own extent admitted (and the valid_shape
-   written on the view's second line is live, not "dead")
+   written on the view's second line is live, not "dead"); a new expression there, which the server cannot
+   evaluate before the run, is refused
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -147,6 +148,10 @@ async def _valid_part_of_a_run_time_block(s: Session, ws: Path) -> None:
             msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id=fid, rationale="fewer rows",
                                   **way)
             assert "GATE legality:" in msg and why in msg and "ran with shape [8, 64]" in msg, msg
+    # ... and so is a shorter tail written as another expression, which the server cannot evaluate before the run
+    msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id=fid, rationale="fewer rows",
+                          diff=_diff(BLOCK_ARG_FILE, src, src.replace(tail, "valid_shape=[hi - lo - 7, 64])")))
+    assert "GATE legality:" in msg and "'hi - lo - 7', an expression the server cannot evaluate" in msg, msg
     assert op.read_text() == src, "a refused change must not touch the file"
     # the block's own extent, written as a constant, is what ran: admitted, checked on the run
     ok = await s.ok("apply_tuning_patch", session_id=sid, knob=vs["id"], value=[8, 64], catalog_id=fid,

@@ -353,3 +353,63 @@ def test_without_a_reported_run_the_unchecked_notes_are_kept_as_they_are() -> No
     rm, text = _run_map(TWO_LOOPS, [], reported=False)
     notes = [f"{F}:{_line(text, 'pypto.loop(0, n // BLOCK, 2')} n // BLOCK: the axis length is a run-time value"]
     assert runcheck.annotate_unchecked(rm, notes, []) == notes
+
+
+# ------------------------------------------------------------------------------- the valid part of a view (I-9)
+
+# The block is a run-time value (a 24th of the rows) of a ceil-division loop; the view's valid part is written on
+# its second line, the tail as an expression of the loop index (PyPTO's dynamic_mul). The run recorded the view at
+# its first line, [4, 64].
+VALID_BODY = '''blk = n // 24
+for i in pypto.loop((n + blk - 1) // blk, name="ROWS", idx_name="i"):
+    lo = i * blk
+    hi = pypto.min(lo + blk, n)
+    part = pypto.view(x, [blk, 64], [lo, 0],
+                      valid_shape=[hi - lo, 64])
+    pypto.assemble(part * 2, [lo, 0], y)'''
+
+
+def _valid_change(new: str, recorded: list[int] | None = None) -> Admission:
+    before = _operator(VALID_BODY)
+    after = before.replace("valid_shape=[hi - lo, 64]", f"valid_shape={new}")
+    assert after != before
+    view = [{"$tensor": [96, 64], "dtype": "torch.float32"}, recorded or [4, 64], [{"$sym": "(i*4)"}, 0]]
+    run = _record(before, [("view", "part = pypto.view", view)],
+                  kwargs={"valid_shape": [{"$sym": "(RUNTIME_Min(((i*4)+4), 96)-(i*4))"}, 64]})
+    return admit({F: before}, {F: after}, run=run)
+
+
+@pytest.mark.parametrize("new, why", [
+    ("[1, 64]", "a constant valid extent of 1 along axis 0 computes 1 of its 4 on every block"),
+    ("[8, 64]", "a constant valid extent of 8 along axis 0 claims 8 valid of a view of 4"),
+    # along the axis no loop moves the static rule answers first, on the code
+    ("[hi - lo, 32]", "its valid_shape there (32) is no longer its extent (64)"),
+])
+def test_a_constant_valid_extent_other_than_the_views_as_it_ran_is_refused(new: str, why: str) -> None:
+    with pytest.raises(GateRefusal) as info:
+        _valid_change(new)
+    assert info.value.rule == "legality" and why in info.value.message, info.value.message
+    assert "ran with shape [4, 64]" in info.value.message or "no loop moves" in info.value.message
+
+
+@pytest.mark.parametrize("new", ["[hi - lo - 1, 64]", "[pypto.min(1, hi - lo), 64]", "[lo + 1 - lo, 64]"])
+def test_a_new_valid_expression_is_refused_it_cannot_be_evaluated_before_the_run(new: str) -> None:
+    with pytest.raises(GateRefusal) as info:
+        _valid_change(new)
+    # a call in the value is code, not data (the one-change gate); arithmetic is data the legality gate judges
+    assert ("an expression the server cannot evaluate before the run" in info.value.message
+            or "is code, not data" in info.value.message), info.value.message
+
+
+def test_the_views_own_extent_is_admitted_as_a_constant_or_as_its_code() -> None:
+    as_ran = _valid_change("[4, 64]")
+    assert f"{F}:{_line(_operator(VALID_BODY), 'part = pypto.view')} valid extent 4 is the view's along axis 0 " \
+           "(kernel kernel, from the run)" in as_ran.checked, as_ran.checked
+    as_code = _valid_change("[blk, 64]")
+    assert any("valid extent along axis 0 is the view's own (blk)" in c for c in as_code.checked), as_code.checked
+
+
+def test_a_view_whose_extent_ran_as_a_symbol_leaves_a_constant_valid_extent_unchecked_and_says_so() -> None:
+    adm = _valid_change("[4, 64]", recorded=[{"$sym": "RUNTIME_GetInputShapeDim(ARG_x,0)"}, 64])
+    assert any("a run-time value, so whether 4 is that extent was not checked" in u for u in adm.unchecked), \
+        adm.unchecked

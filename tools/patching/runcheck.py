@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import KnobValueError
 from . import roles
 from .derive import NoValue, _call_and_function, _Deriver, _visible_assignments, derive, feeder
+from ._cst import EXPR_KEY, is_expr
 from .effective import UNKNOWN, SiteValue
 from .extract import Site
 from .runmap import RunMap
@@ -230,48 +231,75 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
 
 def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed_site: Site | None
                  ) -> tuple[list[str], list[str]]:
-    """Domain C (I-9) on a changed ``valid_shape``, against the view's shape as it ran.
+    """Domain C (I-9) on a changed ``valid_shape``: what part of each view the kernel computes, never a tile.
 
-    A constant entry smaller than the view's extent along its axis computes only part of that view, on every block
-    a loop cuts (a tail block is written as an expression of the loop index, which the run records as a symbol):
-    PyPTO's dynamic_mul views ``[tile_b, 128]`` with ``tile_b`` a kernel argument, so only the run knows the block
-    (8 and 16 at the test's shapes), and ``valid_shape=[1, 128]`` was admitted unchecked. Returns (checked,
-    unchecked); raises KnobValueError for an entry short of what ran."""
-    if changed_site is None or change is None or changed_site.knob.kind != "valid_shape" or not run.reported:
-        return [], []
-    new = change.after
-    if not isinstance(new, (list, tuple)):
+    * An entry written as an expression must stay the one recorded there, or be the view's own extent (the same
+      code): any other expression may compute less of every view (``pypto.min(1, hi - lo)``), and the server
+      cannot evaluate it before the run.
+    * A constant entry must be the view's extent as it ran: shorter computes part of every block a loop cuts,
+      longer claims data past the view (and past the tensor on a tail block). PyPTO's dynamic_mul views
+      ``[tile_b, 128]`` with ``tile_b`` a kernel argument, so only the run knows the block (8 and 16 at the test's
+      shapes), and ``valid_shape=[1, 128]`` was admitted unchecked.
+
+    Returns (checked, unchecked); raises KnobValueError."""
+    if changed_site is None or change is None or changed_site.knob.kind != "valid_shape":
         return [], []
     k = changed_site.knob
-    span = _call_span(files_before.get(k.file, ""), k.line)
-    if span is None:
+    call = _valid_call(files_before.get(k.file, ""), k.line)
+    if call is None:
         return [], []
+    span = (call.lineno, call.end_lineno or call.lineno)
+    new, old = change.after, change.before
+    legal = ("a valid_shape whose entries are the view's extent, or the recorded tail expression of the loop "
+             "index (only the tail block is shorter)")
+    if new == old:
+        return [], []
+    if not isinstance(new, (list, tuple)):
+        raise KnobValueError(f"{k.id} = {new!r}: a valid_shape spelled as one expression the server cannot "
+                             "evaluate before the run; it says how much of the view is computed", rule="C/I-9",
+                             legal=legal, hint="keep the recorded valid_shape, or list the view's extents")
+    shape = call.args[1] if len(call.args) > 1 and isinstance(call.args[1], (ast.List, ast.Tuple)) else None
+    olds = list(old) if isinstance(old, (list, tuple)) and len(old) == len(new) else [None] * len(new)
+    checked: list[str] = []
+    for axis, (want, was) in enumerate(zip(new, olds)):
+        if not is_expr(want) or want == was:
+            continue
+        extent = shape.elts[axis] if shape is not None and axis < len(shape.elts) else None
+        if extent is not None and _same_code(want[EXPR_KEY], extent):
+            checked.append(f"{k.file}:{span[0]} valid extent along axis {axis} is the view's own "
+                           f"({ast.unparse(extent)})")
+            continue
+        raise KnobValueError(
+            f"{k.id} = {new!r}: along axis {axis} the valid extent becomes {want[EXPR_KEY]!r}, an expression the "
+            f"server cannot evaluate before the run, neither the recorded one ({_code(was)}) nor the view's extent "
+            f"({ast.unparse(extent) if extent is not None else '?'}): it could compute part of every view",
+            rule="C/I-9", legal=legal, hint="keep the recorded expression, or write the view's extent")
+    if not run.reported:
+        return checked, []
     recs = [c for c in run.calls if c["file"] == k.file and span[0] <= c["line"] <= span[1]
             and c["api"].rsplit(".", 1)[-1] in ("view", "reshape")]
-    checked: list[str] = []
     unchecked: list[str] = []
     for rec in recs:
         args = rec.get("args") or []
-        shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
-        if shape is None or len(shape) != len(new):
+        ran_shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
+        if ran_shape is None or len(ran_shape) != len(new):
             continue
-        for axis, (want, ran) in enumerate(zip(new, shape)):
+        for axis, (want, ran) in enumerate(zip(new, ran_shape)):
             if not isinstance(want, int) or isinstance(want, bool):
-                continue  # an expression: the tail form, or a name the run evaluates
+                continue  # an expression: judged above
             if not isinstance(ran, int):
                 unchecked.append(f"{k.id} = {new!r}: the view ran with extent {ran!r} along axis {axis}, a run-time "
-                                 f"value, so whether {want} covers it was not checked")
+                                 f"value, so whether {want} is that extent was not checked")
                 continue
             if want != ran:
                 why = (f"computes {want} of its {ran} on every block, the rest would never be computed" if want < ran
                        else f"claims {want} valid of a view of {ran}: past the view (and past the tensor on a tail "
                        "block)")
                 raise KnobValueError(
-                    f"{k.id} = {new!r}: the view at {k.file}:{span[0]} ran with shape {shape} (kernel "
+                    f"{k.id} = {new!r}: the view at {k.file}:{span[0]} ran with shape {ran_shape} (kernel "
                     f"{run.kernel_name(rec.get('kernel'))}); a constant valid extent of {want} along axis {axis} "
-                    f"{why}", rule="C/I-9", legal="a constant valid extent equal to the view's on every block (a "
-                    "smaller one only for the tail block, written as an expression of the loop index)",
-                    hint=f"keep axis {axis} at the view's extent ({ran}), or write the tail as pypto.min(n - i * B, B)")
+                    f"{why}", rule="C/I-9", legal=legal,
+                    hint=f"keep axis {axis} at the view's extent ({ran}), or the recorded tail expression")
             line = (f"{k.file}:{span[0]} valid extent {want} is the view's along axis {axis} (kernel "
                     f"{run.kernel_name(rec.get('kernel'))}, from the run)")
             if line not in checked:
@@ -279,19 +307,30 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
     return checked, unchecked
 
 
-def _call_span(text: str, line: int) -> tuple[int, int] | None:
-    """Lines of the innermost call with a ``valid_shape`` keyword whose text holds ``line``."""
+def _valid_call(text: str, line: int) -> ast.Call | None:
+    """The innermost call with a ``valid_shape`` keyword whose text holds ``line``."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return None
-    best: tuple[int, int] | None = None
+    best: ast.Call | None = None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and any(kw.arg == "valid_shape" for kw in node.keywords):
             lo, hi = node.lineno, node.end_lineno or node.lineno
-            if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
-                best = (lo, hi)
+            if lo <= line <= hi and (best is None or hi - lo < (best.end_lineno or 0) - best.lineno):
+                best = node
     return best
+
+
+def _same_code(code: str, node: ast.AST) -> bool:
+    try:
+        return ast.dump(ast.parse(code.strip(), mode="eval").body) == ast.dump(node)
+    except SyntaxError:
+        return False
+
+
+def _code(value: Any) -> str:
+    return repr(value[EXPR_KEY]) if is_expr(value) else repr(value)
 
 
 def annotate_unchecked(run: RunMap, unchecked: list[str], checked: list[str]) -> list[str]:
