@@ -258,7 +258,7 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
         raise KnobValueError(f"{k.id} = {new!r}: a valid_shape spelled as one expression the server cannot "
                              "evaluate before the run; it says how much of the view is computed", rule="C/I-9",
                              legal=legal, hint="keep the recorded valid_shape, or list the view's extents")
-    shape = call.args[1] if len(call.args) > 1 and isinstance(call.args[1], (ast.List, ast.Tuple)) else None
+    shape = _shape_arg(call)
     olds = list(old) if isinstance(old, (list, tuple)) and len(old) == len(new) else [None] * len(new)
     checked: list[str] = []
     for axis, (want, was) in enumerate(zip(new, olds)):
@@ -320,6 +320,16 @@ def _valid_call(text: str, line: int) -> ast.Call | None:
             if lo <= line <= hi and (best is None or hi - lo < (best.end_lineno or 0) - best.lineno):
                 best = node
     return best
+
+
+def _shape_arg(call: ast.Call) -> ast.List | ast.Tuple | None:
+    """The view's shape as written: ``pypto.view(x, shape, …)``, or ``x.view(shape, …)`` (the probe records the
+    method with the tensor first, so a record's shape is its second argument either way)."""
+    lists = (ast.List, ast.Tuple)
+    if call.args and isinstance(call.args[0], lists):  # the method form: a tensor is never a list display
+        return call.args[0]
+    arg = call.args[1] if len(call.args) > 1 else None
+    return arg if isinstance(arg, lists) else None
 
 
 def _same_code(code: str, node: ast.AST) -> bool:
