@@ -662,7 +662,8 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
     measured only without effect goes behind the kinds nobody has tried yet."""
     by_id = {k.id: k for k in ctx.knobs}
     model = learn.fit(ctx.history, lambda t: _point(ctx, by_id.get(t.knob_id), t.knob_id, t.value,
-                                                    t.before_value, t.from_kept_hash, t.stage), ctx.kept_hash)
+                                                    t.before_value, t.from_kept_hash, t.stage), ctx.kept_hash,
+                      here=_from_here(ctx, by_id))
     keep: list[tuple[_Raw, learn.Point]] = []
     for raw in raws:
         pt = _point(ctx, raw.knob, raw.knob.id, raw.value, raw.knob.value, ctx.kept_hash, ctx.stage)
@@ -678,6 +679,30 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
         raw.score = raw.learnt.score
         raw.tier = 1 if untried and pt.kind not in untried and model.unresponsive(pt.group, pt.kind) else 0
     return [raw for raw, _ in keep], model
+
+
+def _from_here(ctx: _Context, by_id: dict[str, Knob]) -> Callable[[TriedChange], tuple[learn.Point, float] | None]:
+    """A trial made from an earlier kept state whose configuration is one knob away from the kept state's, read as
+    that knob's move from here: (its point from here, log2(kept time / its time)). None for the others. The knob may
+    be another than the trial's: a trial that set a value the kept state has since reached by another way, from a
+    state the kept state has since left in one other knob."""
+    now = {i: k.value for i, k in by_id.items()}
+    states = learn.state_configs(ctx.history, now, ctx.kept_hash)
+    kept_us = _kept_us(ctx)
+
+    def read(t: TriedChange) -> tuple[learn.Point, float] | None:
+        if (t.from_kept_hash == ctx.kept_hash or t.from_kept_hash not in states or kept_us is None
+                or not t.after_us or t.pair_with is not None):
+            return None
+        config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value)}
+        apart = [i for i in sorted(set(config) | set(now)) if norm_value(config.get(i)) != norm_value(now.get(i))]
+        if len(apart) != 1 or apart[0] not in by_id:
+            return None
+        k = by_id[apart[0]]  # the trial's own knob, or the one the kept state moved since (the trial set its value)
+        return (_point(ctx, k, k.id, config[k.id], k.value, ctx.kept_hash, t.stage),
+                math.log2(kept_us / t.after_us))
+
+    return read
 
 
 #: how many leading places the batch order decides (run_candidates' batches are 1-4 trials)
