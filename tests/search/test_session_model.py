@@ -6,7 +6,9 @@
   known, not proposed;
 * every candidate says what moved it: the session's trials (round, knob, Δ %, their part) and the prior's part;
 * the model itself: the prior decides where nothing was measured, the measurements where they were, a gain raises
-  its neighbours, and the answer is the same for the same ledger.
+  its neighbours, and the answer is the same for the same ledger;
+* a run one knob away from the kept state is that knob's move from here, its effect the two times' ratio: a gain
+  banked from an earlier state no longer lifts the values around it.
 """
 
 from __future__ import annotations
@@ -152,6 +154,32 @@ def test_same_ledger_same_ranking():
     hist = [_trial(TILE, [2, 64], [1, 64], here, 35.46, 20.0, 7), _trial(BLOCK, 8, 4, here, 35.46, 35.46, 8)]
     a, b = _search(kept, hist), _search(kept, list(hist))
     assert [(c.id, c.score, c.why) for c in a.candidates] == [(c.id, c.score, c.why) for c in b.candidates]
+
+
+def test_a_run_one_knob_away_from_the_kept_state_is_read_as_a_move_from_here_at_the_ratio_of_the_two_times():
+    # from the shipped state (tile [1, 64], 35.46 µs) a batch tried [2, 64] (20.0 µs, kept) and [4, 64] (21.0 µs):
+    # from the kept state, [4, 64] is 5 % slower, not the 69 % gain it was from the shipped state
+    shipped, kept = code_hash(_rows(4)), _rows(4, "2, 64")
+    hist = [_trial(TILE, [2, 64], [1, 64], shipped, 35.460556, 20.0, 1),
+            _trial(TILE, [4, 64], [1, 64], shipped, 35.460556, 21.0, 2, outcome="not-chosen")]
+    prop = _search(kept, hist)
+    near = next(c for c in prop.candidates if c.knob == TILE and c.value == [4, 128])
+    r2 = next(m for m in near.evidence["session"]["moved_by"] if m["round"] == 2)
+    assert r2["part"] < 0, near.evidence["session"]  # read from here it lowers its neighbour
+    # once the block has moved too (kept), that run is two knobs away: it stays a reading of where it was made
+    far = _search(_rows(8, "2, 64"), hist + [_trial(BLOCK, 8, 4, code_hash(kept), 20.0, 19.0, 3)])
+    near_far = next(c for c in far.candidates if c.knob == TILE and c.value == [4, 128])
+    assert all(m["part"] > 0 for m in near_far.evidence["session"]["moved_by"] if m["round"] == 2)
+
+
+def test_the_no_effect_rules_still_count_a_trial_where_it_was_made():
+    # a no-effect trial from another state, one knob away from here: the model reads it from here, the rule "twice
+    # from this state" does not count it here
+    p_here = _pt("k", (2.0,), state="s1")
+    t = TriedChange(knob_id="k", value=4, outcome="no-gain", round=1, before_us=10.0, after_us=10.0,
+                    from_kept_hash="s0")
+    m = learn.SessionModel([learn.Observation(_pt("k", (2.0,), state="s0"), 0.0, t, p_here, -0.1)], "s1")
+    assert m.exhausted_here("k", "s1") == [] and m.predict(p_here, 0.0).mean < 0
 
 
 # --------------------------------------------------------------------------------------------- the model alone

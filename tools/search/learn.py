@@ -7,8 +7,10 @@ upper confidence bound of its posterior:
 
 * **observations** — every decided trial of the session: its change as a point (below) and the move's effect
   ``y = log2(before / after)`` (a gain is positive, "no effect" 0); a trial that failed (compile failure, invalid
-  run) counts as ``FAILED_Y``; a move measured from another kept state is a noisy reading of the same move from here
-  (``NOISE_ELSEWHERE``): a gain the session has banked lifts the way it came, not every value of its kind;
+  run) counts as ``FAILED_Y``; a run whose configuration is one knob away from the kept state's is read as that
+  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``); any other move
+  measured from another kept state is a noisy reading of the same move from here (``NOISE_ELSEWHERE``): a gain the
+  session has banked lifts the way it came, not every value of its kind;
 * **points** — a change seen the same way whatever its knob: the knob (tile calls sharing a site count as one), the
   kind of knob (vector tile, cube tile, block size, unroll list, buffer count, one kind per option), the log2 of the
   *effective* extents after the change (a tile clamped to the view it tiles, a cube tile to the matmul's M, K, N),
