@@ -341,7 +341,8 @@ def _tile_constant(v: Any, ctx: dict[str, Any]) -> Any:
     return v
 
 
-VALID_SHAPE_LEGAL = "list with one entry per dim (int ≥ 1 or an expression {'$expr': ...}); only the last block needs it"
+VALID_SHAPE_LEGAL = ("one entry per dim: the view's extent there (as it ran, or its own code), or the recorded tail "
+                     "expression; it says how much of the view is computed, and only the last block is shorter")
 
 
 def _valid_shape(v: Any, ctx: dict[str, Any]) -> Any:

@@ -19,6 +19,7 @@ from .derive import NoValue, _call_and_function, _Deriver, _visible_assignments,
 from ._cst import EXPR_KEY, is_expr
 from .effective import UNKNOWN, SiteValue
 from .extract import Site
+from .legality import VALID_SHAPE_LEGAL
 from .runmap import RunMap
 
 
@@ -250,8 +251,7 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
         return [], []
     span = (call.lineno, call.end_lineno or call.lineno)
     new, old = change.after, change.before
-    legal = ("a valid_shape whose entries are the view's extent, or the recorded tail expression of the loop "
-             "index (only the tail block is shorter)")
+    legal = VALID_SHAPE_LEGAL
     if new == old:
         return [], []
     if not isinstance(new, (list, tuple)):
