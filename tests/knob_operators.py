@@ -189,6 +189,16 @@ if __name__ == "__main__":
     print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
 '''
 
+# The same kernel with its block in a config object and its valid part written as a constant: the valid part
+# covers the block of 8, so a block of 16 would compute 8 of every 16 rows
+CFG_BLOCK_FILE = "cfg_block_op.py"
+CFG_BLOCK_OP = (BLOCK_ARG_OP
+                .replace("RUN_MODE = sys", "from dataclasses import dataclass\n\n\n@dataclass\nclass Cfg:\n"
+                         "    block: int = 8\n\n\nRUN_MODE = sys")
+                .replace("valid_shape=[hi - lo, 64])", "valid_shape=[8, 64])")
+                .replace("    x = torch.randn(32, 64)", "    cfg = Cfg(block=8)\n    x = torch.randn(32, 64)")
+                .replace('{"sim": 8, "npu": 16}[RUN_MODE]', "cfg.block"))
+
 SHADOW_FILE = "shadow_op.py"
 SHADOW_CMD = [SHADOW_FILE, f"{SHADOW_FILE}::test_shadow", "--run_mode", "sim"]
 

@@ -16,7 +16,8 @@ over MCP stdio against the real server and the real simulator:
    dynamic_mul): only the run knows the block, and one row of each block of 8 was admitted "unchecked"; now judged
    on the view's shape as it ran — shorter or longer refused, the view's own extent admitted (and the valid_shape
    written on the view's second line is live, not "dead"); a new expression there, which the server cannot
-   evaluate before the run, is refused
+   evaluate before the run, is refused; and a config's block that a constant valid part no longer covers (8 of
+   every 16 rows) is refused on both paths
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -37,7 +38,7 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
-from tests.knob_operators import BLOCK_ARG_FILE, BLOCK_ARG_OP, DYN_AXIS_FILE, DYN_AXIS_OP, HEADS_FILE, HEADS_OP
+from tests.knob_operators import BLOCK_ARG_FILE, BLOCK_ARG_OP, CFG_BLOCK_FILE, CFG_BLOCK_OP, DYN_AXIS_FILE, DYN_AXIS_OP, HEADS_FILE, HEADS_OP
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -160,6 +161,21 @@ async def _valid_part_of_a_run_time_block(s: Session, ws: Path) -> None:
     assert any("valid extent 8 is the view's along axis 0" in c for c in ok["legality_checked"]), ok
 
 
+async def _block_past_a_constant_valid_part(s: Session, ws: Path) -> None:
+    op = ws / CFG_BLOCK_FILE
+    sid = await _to_frontend(s, ws, [CFG_BLOCK_FILE], [sys.executable, CFG_BLOCK_FILE, "--run-mode", "sim"])
+    src = op.read_text()
+    knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+    block = knobs[f"{CFG_BLOCK_FILE}:Cfg(block)"]
+    assert block["tunable"] and block["value"] == 8
+    for way in ({"knob": block["id"], "value": 16},
+                {"diff": _diff(CFG_BLOCK_FILE, src, src.replace("Cfg(block=8)", "Cfg(block=16)"))}):
+        msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-7", rationale="larger block",
+                              **way)
+        assert "GATE legality:" in msg and "its valid part is the constant 8: 8 of every 16 would be computed" in msg, msg
+    assert op.read_text() == src, "a refused change must not touch the file"
+
+
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
     op = ws / "matmul_act.py"
     sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
@@ -196,8 +212,11 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     block_arg = tmp / "block_arg"
     block_arg.mkdir()
     (block_arg / BLOCK_ARG_FILE).write_text(BLOCK_ARG_OP)
+    cfg_block = tmp / "cfg_block"
+    cfg_block.mkdir()
+    (cfg_block / CFG_BLOCK_FILE).write_text(CFG_BLOCK_OP)
     played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters(),
-              "heads": Chapters(), "block_arg": Chapters()}
+              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
@@ -206,6 +225,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
             await played["dynamic_axis"].play("session", lambda: _dynamic_axis_block(s, dynamic))
             await played["heads"].play("session", lambda: _fixed_view_extent(s, heads))
             await played["block_arg"].play("session", lambda: _valid_part_of_a_run_time_block(s, block_arg))
+            await played["cfg_block"].play("session", lambda: _block_past_a_constant_valid_part(s, cfg_block))
 
     anyio.run(scenario)
     return played
@@ -233,6 +253,11 @@ def test_the_extent_of_a_view_no_loop_moves_is_the_problems_not_a_tile(sessions:
 def test_a_constant_valid_part_of_a_block_only_the_run_knows_is_judged_on_what_ran(
         sessions: dict[str, Chapters]) -> None:
     sessions["block_arg"].check("session")
+
+
+def test_a_block_a_constant_valid_part_no_longer_covers_is_refused_on_both_paths(
+        sessions: dict[str, Chapters]) -> None:
+    sessions["cfg_block"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:

@@ -840,7 +840,8 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
         # the loops whose axis only the run knows (a factory parameter, a config field), after the static check
         for c, site in ((change, changed_site), *more) if runmap is not None else ():
             for found in (runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, c, site),
-                          runcheck.valid_checks(fb, runmap, c, site)):
+                          runcheck.valid_checks(fb, runmap, c, site),
+                          runcheck.block_valid_checks(prog_b, runmap, c, site)):
                 report.checked.extend(found[0])
                 report.unchecked.extend(found[1])
         if runmap is not None:

@@ -307,6 +307,49 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
     return checked, unchecked
 
 
+def block_valid_checks(program_before: roles.Program, run: RunMap, change: Any, changed_site: Site | None
+                       ) -> tuple[list[str], list[str]]:
+    """Domain C (I-9) on the views a changed block feeds: a view whose valid part ran as a constant covering the
+    whole block must still cover it. A config's ``block`` of 8 feeds ``pypto.view(x, [tile_b, 64], …,
+    valid_shape=[8, 64])`` through the kernel's argument; set to 16, every block of 16 rows computed 8, and the
+    change was admitted (only the run knows the view's extent). The view's extent along an axis is taken to follow
+    the block where it ran at the block's old value; elsewhere the view is listed unchecked. Returns (checked,
+    unchecked); raises KnobValueError."""
+    feed = feeder(program_before, changed_site)
+    if feed is None or change is None or not run.reported:
+        return [], []
+    old, new = change.before, change.after
+    if not (isinstance(old, int) and isinstance(new, int)) or isinstance(old, bool) or old == new:
+        return [], []
+    checked: list[str] = []
+    unchecked: list[str] = []
+    for kind, file, line in sorted(feed.consumer_sites):
+        if kind != "view":
+            continue
+        for rec in run.calls_at(file, line, {"view", "reshape", "Tensor.view", "Tensor.reshape"}):
+            args, valid = rec.get("args") or [], (rec.get("kwargs") or {}).get("valid_shape")
+            shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
+            if shape is None or not isinstance(valid, list) or len(valid) != len(shape):
+                continue
+            for axis, (ran, v) in enumerate(zip(shape, valid)):
+                if not isinstance(v, int) or isinstance(v, bool) or v != ran:
+                    continue  # a tail expression follows the block; a valid part short of its view is the code's
+                where = f"the view at {file}:{line} (kernel {run.kernel_name(rec.get('kernel'))})"
+                if ran != old:
+                    unchecked.append(f"{where} ran with extent {ran} along axis {axis} and a constant valid part "
+                                     f"of {v}; whether {change.knob_id} = {new!r} moves that extent was not checked")
+                    continue
+                raise KnobValueError(
+                    f"{change.knob_id} = {new!r} makes {where} {new} long along axis {axis}, and its valid part is "
+                    f"the constant {v}: {v} of every {new} would be computed" if new > v else
+                    f"{change.knob_id} = {new!r} makes {where} {new} long along axis {axis}, and its valid part is "
+                    f"the constant {v}, past the view", rule="C/I-9",
+                    legal="a block the view's valid part follows (write it as the tail expression of the loop index)",
+                    hint=f"keep {change.knob_id} at {old}, or make the valid part follow the block")
+            checked.append(f"the view at {file}:{line}: its valid part follows the block (from the run)")
+    return checked, unchecked
+
+
 def _valid_call(text: str, line: int) -> ast.Call | None:
     """The innermost call with a ``valid_shape`` keyword whose text holds ``line``."""
     try:
