@@ -413,3 +413,32 @@ def test_a_view_whose_extent_ran_as_a_symbol_leaves_a_constant_valid_extent_unch
     adm = _valid_change("[4, 64]", recorded=[{"$sym": "RUNTIME_GetInputShapeDim(ARG_x,0)"}, 64])
     assert any("a run-time value, so whether 4 is that extent was not checked" in u for u in adm.unchecked), \
         adm.unchecked
+
+
+# A local list the view's valid part is read from: the same part, spelled through a name (a local's change, not a
+# valid_shape's, so only what the name feeds can judge it)
+NAMED_VALID_BODY = '''blk = n // 24
+for i in pypto.loop((n + blk - 1) // blk, name="ROWS", idx_name="i"):
+    vs = [4, 64]
+    part = pypto.view(x, [blk, 64], [i * blk, 0], valid_shape=vs)
+    pypto.assemble(part * 2, [i * blk, 0], y)'''
+
+
+def _named_valid_change(new: str) -> Admission:
+    before = _operator(NAMED_VALID_BODY)
+    after = before.replace("vs = [4, 64]", f"vs = {new}")
+    view = [{"$tensor": [96, 64], "dtype": "torch.float32"}, [4, 64], [{"$sym": "(i*4)"}, 0]]
+    run = _record(before, [("view", "part = pypto.view", view)], kwargs={"valid_shape": [4, 64]})
+    return admit({F: before}, {F: after}, run=run)
+
+
+@pytest.mark.parametrize("new, why", [
+    ("[1, 64]", "along axis 0: 1 of a view that ran 4 long there (the rest would never be computed)"),
+    ("[4, 32]", "along axis 1: 32 of a view that ran 64 long there (the rest would never be computed)"),
+    ("[8, 64]", "along axis 0: 8 of a view that ran 4 long there (past the view)"),
+])
+def test_a_name_the_valid_part_is_read_from_is_judged_as_that_valid_part(new: str, why: str) -> None:
+    with pytest.raises(GateRefusal) as info:
+        _named_valid_change(new)
+    assert info.value.rule == "legality" and "is the valid part of the view at" in info.value.message
+    assert why in info.value.message, info.value.message

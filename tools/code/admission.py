@@ -841,7 +841,7 @@ def _legal(fb: dict[str, str], fa: dict[str, str], context: dict[str, str] | Non
         for c, site in ((change, changed_site), *more) if runmap is not None else ():
             for found in (runcheck.loop_checks({**(context or {}), **fb}, prog_b, runmap, c, site),
                           runcheck.valid_checks(fb, runmap, c, site),
-                          runcheck.block_valid_checks(prog_b, runmap, c, site)):
+                          runcheck.block_valid_checks(fb, prog_b, runmap, c, site)):
                 report.checked.extend(found[0])
                 report.unchecked.extend(found[1])
         if runmap is not None:

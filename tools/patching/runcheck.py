@@ -307,47 +307,94 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
     return checked, unchecked
 
 
-def block_valid_checks(program_before: roles.Program, run: RunMap, change: Any, changed_site: Site | None
-                       ) -> tuple[list[str], list[str]]:
-    """Domain C (I-9) on the views a changed block feeds: a view whose valid part ran as a constant covering the
-    whole block must still cover it. A config's ``block`` of 8 feeds ``pypto.view(x, [tile_b, 64], …,
-    valid_shape=[8, 64])`` through the kernel's argument; set to 16, every block of 16 rows computed 8, and the
-    change was admitted (only the run knows the view's extent). The view's extent along an axis is taken to follow
-    the block where it ran at the block's old value; elsewhere the view is listed unchecked. Returns (checked,
-    unchecked); raises KnobValueError."""
+def block_valid_checks(files_before: dict[str, str], program_before: roles.Program, run: RunMap, change: Any,
+                       changed_site: Site | None) -> tuple[list[str], list[str]]:
+    """Domain C (I-9) on the views a changed knob feeds: their valid part must still be the view's extent (or a tail
+    expression of the loop index).
+
+    * A name the view's ``valid_shape`` is read from (``vs = [8, 64]`` … ``valid_shape=vs``), whole or as one
+      entry: its new value there is judged as a changed ``valid_shape`` is (:func:`valid_checks`) — ``vs = [1, 64]``
+      computed one row of each block of 8, and ``[8, 32]`` half the columns, both admitted as a local's change.
+    * A block whose view's valid part ran as a constant covering the whole block must still cover it: a config's
+      ``block`` of 8 feeds ``pypto.view(x, [tile_b, 64], …, valid_shape=[8, 64])`` through the kernel's argument;
+      set to 16, every block of 16 rows computed 8. The view's extent is taken to follow the block where it ran at
+      the block's old value; elsewhere the view is listed unchecked.
+
+    Returns (checked, unchecked); raises KnobValueError."""
     feed = feeder(program_before, changed_site)
     if feed is None or change is None or not run.reported:
         return [], []
     old, new = change.before, change.after
-    if not (isinstance(old, int) and isinstance(new, int)) or isinstance(old, bool) or old == new:
-        return [], []
+    label = getattr(feed, "label", None) if getattr(feed, "kind", None) == "name" else None
     checked: list[str] = []
     unchecked: list[str] = []
     for kind, file, line in sorted(feed.consumer_sites):
         if kind != "view":
             continue
+        call = _view_call_at(files_before.get(file, ""), line)
+        written = next((kw.value for kw in call.keywords if kw.arg == "valid_shape"), None) if call else None
+        shape_code = _shape_arg(call) if call is not None else None
         for rec in run.calls_at(file, line, {"view", "reshape", "Tensor.view", "Tensor.reshape"}):
             args, valid = rec.get("args") or [], (rec.get("kwargs") or {}).get("valid_shape")
             shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
-            if shape is None or not isinstance(valid, list) or len(valid) != len(shape):
+            if shape is None:
+                continue
+            where = f"the view at {file}:{line} (kernel {run.kernel_name(rec.get('kernel'))})"
+            if label is not None and written is not None:
+                # the name is the valid part, or one entry of it: its new value is that part there
+                entries: dict[int, Any] = {}
+                if isinstance(written, ast.Name) and written.id == label and isinstance(new, (list, tuple)):
+                    entries = dict(enumerate(new))
+                elif isinstance(written, (ast.List, ast.Tuple)):
+                    for axis, e in enumerate(written.elts):
+                        same_as_shape = (shape_code is not None and axis < len(shape_code.elts)
+                                         and ast.dump(shape_code.elts[axis]) == ast.dump(e))
+                        if isinstance(e, ast.Name) and e.id == label and not same_as_shape:
+                            entries[axis] = new
+                for axis, want in entries.items():
+                    ran = shape[axis] if axis < len(shape) else None
+                    if not isinstance(want, int) or isinstance(want, bool) or not isinstance(ran, int):
+                        unchecked.append(f"{where}: its valid part along axis {axis} becomes {want!r} and the view "
+                                         f"ran {ran!r} long there; not checked")
+                        continue
+                    if want != ran:
+                        raise KnobValueError(
+                            f"{change.knob_id} = {new!r} is the valid part of {where} along axis {axis}: {want} of a "
+                            f"view that ran {ran} long there ({'the rest would never be computed' if want < ran else 'past the view'})",
+                            rule="C/I-9", legal=VALID_SHAPE_LEGAL,
+                            hint=f"keep {change.knob_id} at {old!r}: the valid part is how much of the view is "
+                                 "computed, never a tile")
+                    checked.append(f"{where}: valid part {want} along axis {axis} is the view's (from the run)")
+                continue
+            if not (isinstance(old, int) and isinstance(new, int)) or isinstance(old, bool) or old == new:
+                continue
+            if not isinstance(valid, list) or len(valid) != len(shape):
                 continue
             for axis, (ran, v) in enumerate(zip(shape, valid)):
                 if not isinstance(v, int) or isinstance(v, bool) or v != ran:
                     continue  # a tail expression follows the block; a valid part short of its view is the code's
-                where = f"the view at {file}:{line} (kernel {run.kernel_name(rec.get('kernel'))})"
                 if ran != old:
                     unchecked.append(f"{where} ran with extent {ran} along axis {axis} and a constant valid part "
                                      f"of {v}; whether {change.knob_id} = {new!r} moves that extent was not checked")
                     continue
                 raise KnobValueError(
                     f"{change.knob_id} = {new!r} makes {where} {new} long along axis {axis}, and its valid part is "
-                    f"the constant {v}: {v} of every {new} would be computed" if new > v else
-                    f"{change.knob_id} = {new!r} makes {where} {new} long along axis {axis}, and its valid part is "
-                    f"the constant {v}, past the view", rule="C/I-9",
+                    + (f"the constant {v}: {v} of every {new} would be computed" if new > v else
+                       f"the constant {v}, past the view"), rule="C/I-9",
                     legal="a block the view's valid part follows (write it as the tail expression of the loop index)",
                     hint=f"keep {change.knob_id} at {old}, or make the valid part follow the block")
             checked.append(f"the view at {file}:{line}: its valid part follows the block (from the run)")
     return checked, unchecked
+
+
+def _view_call_at(text: str, line: int) -> ast.Call | None:
+    """The view (or reshape) call that starts at ``line``."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line
+                 and roles.dotted(n.func).rsplit(".", 1)[-1] in ("view", "reshape")), None)
 
 
 def _valid_call(text: str, line: int) -> ast.Call | None:
