@@ -23,7 +23,7 @@ are in test_algorithm_stage_over_stdio.py, on the session that walks the configu
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
 softmax session that reaches SWIMLANE_1 anyway)
 
-The three operators' sessions run on one server (its sessions each name their workspace); each is played once by a module
+The operators' sessions run on one server (its sessions each name their workspace); each is played once by a module
 fixture and checked by its test (tests/sessions.Chapters).
 """
 
@@ -38,7 +38,8 @@ import pytest
 
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
-from tests.knob_operators import BLOCK_ARG_FILE, BLOCK_ARG_OP, CFG_BLOCK_FILE, CFG_BLOCK_OP, DYN_AXIS_FILE, DYN_AXIS_OP, HEADS_FILE, HEADS_OP
+from tests.knob_operators import (BLOCK_ARG_FILE, BLOCK_ARG_OP, CFG_BLOCK_FILE, CFG_BLOCK_OP, DYN_AXIS_FILE, DYN_AXIS_OP,
+                                  HEADS_FILE, HEADS_OP)
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -56,6 +57,15 @@ def _copy(tmp_path: Path, name: str) -> Path:
     return ws
 
 
+async def _refused_both_ways(s: Session, sid: str, knob: str, value: object, file: str, src: str, old: str,
+                             new: str, *, catalog_id: str, says: tuple[str, ...]) -> None:
+    """The change is refused with the legality gate's reason alike as a structured edit and as a diff (``old`` →
+    ``new`` in ``file``), and the file is left as it was."""
+    for way in ({"knob": knob, "value": value}, {"diff": _diff(file, src, src.replace(old, new))}):
+        msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id=catalog_id, rationale="attack", **way)
+        assert "GATE legality:" in msg and all(x in msg for x in says), msg
+
+
 async def _kernel_local_block_size(s: Session, ws: Path) -> None:
     op = ws / "softmax_op.py"
     cmd = [sys.executable, "softmax_op.py", "softmax_op.py::test_softmax", "--run_mode", "sim"]
@@ -70,12 +80,8 @@ async def _kernel_local_block_size(s: Session, ws: Path) -> None:
     # shape = (32, 32, 256): the server follows that call, so a block that drops rows (32 % 3 = 2) or
     # blocks nothing (64 > 32 rows: zero iterations) is refused on both paths, not measured
     for value, why in ((3, "the last 2 rows would never be computed"), (64, "exceeds the axis length 32")):
-        ways = ({"knob": TILE_B, "value": value},
-                {"diff": _diff("softmax_op.py", src, src.replace("tile_b = 4 ", f"tile_b = {value} "))})
-        for way in ways:
-            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3",
-                                  rationale="drops rows", **way)
-            assert "GATE legality:" in msg and why in msg and "batch // tile_b" in msg, msg
+        await _refused_both_ways(s, sid, TILE_B, value, "softmax_op.py", src, "tile_b = 4 ", f"tile_b = {value} ",
+                                 catalog_id="F-3", says=(why, "batch // tile_b"))
     assert op.read_text() == src
 
     # 2: a legal local block size is admitted as one structured edit, measured and recorded ...
@@ -99,12 +105,8 @@ async def _dynamic_axis_block(s: Session, ws: Path) -> None:
     src = op.read_text()
     # the axis is the input's first dimension at the shape the test passed (32), read through b = x.shape[0]
     for value, why in ((64, "exceeds the axis length 32"), (3, "the last 2 rows would never be computed")):
-        ways = ({"knob": DYN_BLOCK, "value": value},
-                {"diff": _diff(DYN_AXIS_FILE, src, src.replace("tile_b = 1\n", f"tile_b = {value}\n"))})
-        for way in ways:
-            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="past the axis",
-                                  **way)
-            assert "GATE legality:" in msg and why in msg, msg
+        await _refused_both_ways(s, sid, DYN_BLOCK, value, DYN_AXIS_FILE, src, "tile_b = 1\n", f"tile_b = {value}\n",
+                                 catalog_id="F-3", says=(why,))
     assert op.read_text() == src, "a refused change must not touch the file"
     # ... and a block that divides the axis is admitted, checked on that axis (the refusals opened no round)
     ok = await s.ok("apply_tuning_patch", session_id=sid, knob=DYN_BLOCK, value=8, catalog_id="F-3",
@@ -143,12 +145,8 @@ async def _valid_part_of_a_run_time_block(s: Session, ws: Path) -> None:
     fid = next(c for c in vs["catalog_ids"] if c.startswith("F-"))
     tail = "valid_shape=[hi - lo, 64])"
     for value, why in (([1, 64], "computes 1 of its 8 on every block"), ([16, 64], "claims 16 valid of a view of 8")):
-        ways = ({"knob": vs["id"], "value": value},
-                {"diff": _diff(BLOCK_ARG_FILE, src, src.replace(tail, f"valid_shape={value})"))})
-        for way in ways:
-            msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id=fid, rationale="fewer rows",
-                                  **way)
-            assert "GATE legality:" in msg and why in msg and "ran with shape [8, 64]" in msg, msg
+        await _refused_both_ways(s, sid, vs["id"], value, BLOCK_ARG_FILE, src, tail, f"valid_shape={value})",
+                                 catalog_id=fid, says=(why, "ran with shape [8, 64]"))
     # ... and so is a shorter tail written as another expression, which the server cannot evaluate before the run
     msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id=fid, rationale="fewer rows",
                           diff=_diff(BLOCK_ARG_FILE, src, src.replace(tail, "valid_shape=[hi - lo - 7, 64])")))
@@ -168,11 +166,8 @@ async def _block_past_a_constant_valid_part(s: Session, ws: Path) -> None:
     knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
     block = knobs[f"{CFG_BLOCK_FILE}:Cfg(block)"]
     assert block["tunable"] and block["value"] == 8
-    for way in ({"knob": block["id"], "value": 16},
-                {"diff": _diff(CFG_BLOCK_FILE, src, src.replace("Cfg(block=8)", "Cfg(block=16)"))}):
-        msg = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-7", rationale="larger block",
-                              **way)
-        assert "GATE legality:" in msg and "its valid part is the constant 8: 8 of every 16 would be computed" in msg, msg
+    await _refused_both_ways(s, sid, block["id"], 16, CFG_BLOCK_FILE, src, "Cfg(block=8)", "Cfg(block=16)",
+                             catalog_id="F-7", says=("its valid part is the constant 8: 8 of every 16 would be",))
     assert op.read_text() == src, "a refused change must not touch the file"
 
 

@@ -369,14 +369,21 @@ for i in pypto.loop((n + blk - 1) // blk, name="ROWS", idx_name="i"):
     pypto.assemble(part * 2, [lo, 0], y)'''
 
 
-def _valid_change(new: str, recorded: list[int] | None = None) -> Admission:
-    before = _operator(VALID_BODY)
-    after = before.replace("valid_shape=[hi - lo, 64]", f"valid_shape={new}")
+def _view_change(body: str, old: str, new: str, valid_ran: list[Any], recorded: list[Any] | None = None
+                 ) -> Admission:
+    """``old`` → ``new`` in the kernel ``body``, judged on a run whose view ran ``recorded`` (default [4, 64]) long
+    with the valid part ``valid_ran``."""
+    before = _operator(body)
+    after = before.replace(old, new)
     assert after != before
     view = [{"$tensor": [96, 64], "dtype": "torch.float32"}, recorded or [4, 64], [{"$sym": "(i*4)"}, 0]]
-    run = _record(before, [("view", "part = pypto.view", view)],
-                  kwargs={"valid_shape": [{"$sym": "(RUNTIME_Min(((i*4)+4), 96)-(i*4))"}, 64]})
+    run = _record(before, [("view", "part = pypto.view", view)], kwargs={"valid_shape": valid_ran})
     return admit({F: before}, {F: after}, run=run)
+
+
+def _valid_change(new: str, recorded: list[Any] | None = None) -> Admission:
+    return _view_change(VALID_BODY, "valid_shape=[hi - lo, 64]", f"valid_shape={new}",
+                        [{"$sym": "(RUNTIME_Min(((i*4)+4), 96)-(i*4))"}, 64], recorded)
 
 
 @pytest.mark.parametrize("new, why", [
@@ -425,11 +432,7 @@ for i in pypto.loop((n + blk - 1) // blk, name="ROWS", idx_name="i"):
 
 
 def _named_valid_change(new: str) -> Admission:
-    before = _operator(NAMED_VALID_BODY)
-    after = before.replace("vs = [4, 64]", f"vs = {new}")
-    view = [{"$tensor": [96, 64], "dtype": "torch.float32"}, [4, 64], [{"$sym": "(i*4)"}, 0]]
-    run = _record(before, [("view", "part = pypto.view", view)], kwargs={"valid_shape": [4, 64]})
-    return admit({F: before}, {F: after}, run=run)
+    return _view_change(NAMED_VALID_BODY, "vs = [4, 64]", f"vs = {new}", [4, 64])
 
 
 @pytest.mark.parametrize("new, why", [

@@ -358,9 +358,10 @@ def block_valid_checks(files_before: dict[str, str], program_before: roles.Progr
                                          f"ran {ran!r} long there; not checked")
                         continue
                     if want != ran:
+                        gone = "the rest would never be computed" if want < ran else "past the view"
                         raise KnobValueError(
                             f"{change.knob_id} = {new!r} is the valid part of {where} along axis {axis}: {want} of a "
-                            f"view that ran {ran} long there ({'the rest would never be computed' if want < ran else 'past the view'})",
+                            f"view that ran {ran} long there ({gone})",
                             rule="C/I-9", legal=VALID_SHAPE_LEGAL,
                             hint=f"keep {change.knob_id} at {old!r}: the valid part is how much of the view is "
                                  "computed, never a tile")
