@@ -13,6 +13,7 @@ import ast
 import math
 from typing import Any
 
+from ..code import pysource
 from ..errors import KnobValueError
 from . import roles
 from .derive import NoValue, _call_and_function, _Deriver, _visible_assignments, derive, feeder
@@ -391,7 +392,7 @@ def block_valid_checks(files_before: dict[str, str], program_before: roles.Progr
 def _view_call_at(text: str, line: int) -> ast.Call | None:
     """The view (or reshape) call that starts at ``line``."""
     try:
-        tree = ast.parse(text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return None
     return next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line
@@ -401,7 +402,7 @@ def _view_call_at(text: str, line: int) -> ast.Call | None:
 def _valid_call(text: str, line: int) -> ast.Call | None:
     """The innermost call with a ``valid_shape`` keyword whose text holds ``line``."""
     try:
-        tree = ast.parse(text)
+        tree = pysource.parse(text)
     except SyntaxError:
         return None
     best: ast.Call | None = None
@@ -425,7 +426,7 @@ def _shape_arg(call: ast.Call) -> ast.List | ast.Tuple | None:
 
 def _same_code(code: str, node: ast.AST) -> bool:
     try:
-        return ast.dump(ast.parse(code.strip(), mode="eval").body) == ast.dump(node)
+        return ast.dump(pysource.parse(code.strip(), mode="eval").body) == ast.dump(node)
     except SyntaxError:
         return False
 
