@@ -21,7 +21,9 @@ from ._cst import EXPR_KEY, is_expr
 from .effective import UNKNOWN, SiteValue
 from .extract import Site
 from .legality import VALID_SHAPE_LEGAL
-from .runmap import RunMap
+from .runmap import KIND_APIS, RunMap
+
+VIEW_APIS = KIND_APIS["valid_shape"]  # the calls a valid_shape is written in: view and reshape, both forms
 
 
 def overlay(files_before: dict[str, str], program_before: roles.Program, run: RunMap, sites_b: list[Site],
@@ -250,15 +252,13 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
     call = _valid_call(files_before.get(k.file, ""), k.line)
     if call is None:
         return [], []
-    span = (call.lineno, call.end_lineno or call.lineno)
     new, old = change.after, change.before
-    legal = VALID_SHAPE_LEGAL
     if new == old:
         return [], []
     if not isinstance(new, (list, tuple)):
         raise KnobValueError(f"{k.id} = {new!r}: a valid_shape spelled as one expression the server cannot "
                              "evaluate before the run; it says how much of the view is computed", rule="C/I-9",
-                             legal=legal, hint="keep the recorded valid_shape, or list the view's extents")
+                             legal=VALID_SHAPE_LEGAL, hint="keep the recorded valid_shape, or list the view's extents")
     shape = _shape_arg(call)
     olds = list(old) if isinstance(old, (list, tuple)) and len(old) == len(new) else [None] * len(new)
     checked: list[str] = []
@@ -267,20 +267,18 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
             continue
         extent = shape.elts[axis] if shape is not None and axis < len(shape.elts) else None
         if extent is not None and _same_code(want[EXPR_KEY], extent):
-            checked.append(f"{k.file}:{span[0]} valid extent along axis {axis} is the view's own "
+            checked.append(f"{k.file}:{call.lineno} valid extent along axis {axis} is the view's own "
                            f"({ast.unparse(extent)})")
             continue
         raise KnobValueError(
             f"{k.id} = {new!r}: along axis {axis} the valid extent becomes {want[EXPR_KEY]!r}, an expression the "
             f"server cannot evaluate before the run, neither the recorded one ({_code(was)}) nor the view's extent "
             f"({ast.unparse(extent) if extent is not None else '?'}): it could compute part of every view",
-            rule="C/I-9", legal=legal, hint="keep the recorded expression, or write the view's extent")
+            rule="C/I-9", legal=VALID_SHAPE_LEGAL, hint="keep the recorded expression, or write the view's extent")
     if not run.reported:
         return checked, []
-    recs = [c for c in run.calls if c["file"] == k.file and span[0] <= c["line"] <= span[1]
-            and c["api"].rsplit(".", 1)[-1] in ("view", "reshape")]
     unchecked: list[str] = []
-    for rec in recs:
+    for rec in run.calls_at(k.file, k.line, VIEW_APIS):
         args = rec.get("args") or []
         ran_shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
         if ran_shape is None or len(ran_shape) != len(new):
@@ -297,11 +295,11 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
                        else f"claims {want} valid of a view of {ran}: past the view (and past the tensor on a tail "
                        "block)")
                 raise KnobValueError(
-                    f"{k.id} = {new!r}: the view at {k.file}:{span[0]} ran with shape {ran_shape} (kernel "
+                    f"{k.id} = {new!r}: the view at {k.file}:{call.lineno} ran with shape {ran_shape} (kernel "
                     f"{run.kernel_name(rec.get('kernel'))}); a constant valid extent of {want} along axis {axis} "
-                    f"{why}", rule="C/I-9", legal=legal,
+                    f"{why}", rule="C/I-9", legal=VALID_SHAPE_LEGAL,
                     hint=f"keep axis {axis} at the view's extent ({ran}), or the recorded tail expression")
-            line = (f"{k.file}:{span[0]} valid extent {want} is the view's along axis {axis} (kernel "
+            line = (f"{k.file}:{call.lineno} valid extent {want} is the view's along axis {axis} (kernel "
                     f"{run.kernel_name(rec.get('kernel'))}, from the run)")
             if line not in checked:
                 checked.append(line)
@@ -332,10 +330,11 @@ def block_valid_checks(files_before: dict[str, str], program_before: roles.Progr
     for kind, file, line in sorted(feed.consumer_sites):
         if kind != "view":
             continue
-        call = _view_call_at(files_before.get(file, ""), line)
+        call = next((c for c in (_call_and_function(files_before.get(file, ""), line, name)[0]
+                                 for name in ("view", "reshape")) if c is not None), None)
         written = next((kw.value for kw in call.keywords if kw.arg == "valid_shape"), None) if call else None
         shape_code = _shape_arg(call) if call is not None else None
-        for rec in run.calls_at(file, line, {"view", "reshape", "Tensor.view", "Tensor.reshape"}):
+        for rec in run.calls_at(file, line, VIEW_APIS):
             args, valid = rec.get("args") or [], (rec.get("kwargs") or {}).get("valid_shape")
             shape = args[1] if len(args) > 1 and isinstance(args[1], list) else None
             if shape is None:
@@ -387,16 +386,6 @@ def block_valid_checks(files_before: dict[str, str], program_before: roles.Progr
                     hint=f"keep {change.knob_id} at {old}, or make the valid part follow the block")
             checked.append(f"the view at {file}:{line}: its valid part follows the block (from the run)")
     return checked, unchecked
-
-
-def _view_call_at(text: str, line: int) -> ast.Call | None:
-    """The view (or reshape) call that starts at ``line``."""
-    try:
-        tree = pysource.parse(text)
-    except SyntaxError:
-        return None
-    return next((n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno == line
-                 and roles.dotted(n.func).rsplit(".", 1)[-1] in ("view", "reshape")), None)
 
 
 def _valid_call(text: str, line: int) -> ast.Call | None:
