@@ -142,6 +142,10 @@ async def _valid_part_of_a_run_time_block(s: Session, ws: Path) -> None:
     knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid, detail="full"))["knobs"]}
     vs = knobs[f"{BLOCK_ARG_FILE}:rows_kernel.view#1.valid_shape"]
     assert vs["live"] is True, vs  # the keyword sits on the view's second line; the probe records the first
+    # listed as what it is: how much of the view is computed, no speed knob; asked for, the search says so
+    assert "not a speed knob" in vs["legal_here"] and "the view's extent as it ran" in vs["legal_here"], vs
+    asked = await s.ok("propose_candidates", session_id=sid, knob=vs["id"])
+    assert asked["candidates"] == [] and "the valid part of a view" in asked["notes"][0], asked
     fid = next(c for c in vs["catalog_ids"] if c.startswith("F-"))
     tail = "valid_shape=[hi - lo, 64])"
     for value, why in (([1, 64], "computes 1 of its 8 on every block"), ([16, 64], "claims 16 valid of a view of 8")):

@@ -436,9 +436,9 @@ def _named_valid_change(new: str) -> Admission:
 
 
 @pytest.mark.parametrize("new, why", [
-    ("[1, 64]", "along axis 0: 1 of a view that ran 4 long there (the rest would never be computed)"),
-    ("[4, 32]", "along axis 1: 32 of a view that ran 64 long there (the rest would never be computed)"),
-    ("[8, 64]", "along axis 0: 8 of a view that ran 4 long there (past the view)"),
+    ("[1, 64]", "along axis 0: it computes 1 of its 4 on every block, the rest would never be computed"),
+    ("[4, 32]", "along axis 1: it computes 32 of its 64 on every block, the rest would never be computed"),
+    ("[8, 64]", "along axis 0: it claims 8 valid of a view of 4: past the view"),
 ])
 def test_a_name_the_valid_part_is_read_from_is_judged_as_that_valid_part(new: str, why: str) -> None:
     with pytest.raises(GateRefusal) as info:

@@ -134,7 +134,6 @@ class ReportOps:
         st = self.ctx.state(h, session_id)
         from pypto_tune.tools.operations import probes
         from pypto_tune.tools.patching import roles
-        from pypto_tune.tools.patching.effective import describe_legal
         from pypto_tune.tools.patching.extract import sites_of
         from pypto_tune.tools.patching.runmap import RunMap
 
@@ -160,7 +159,7 @@ class ReportOps:
                 kernel_ran = any(kk["name"] == kernel for kk in runmap.kernels.values())
             out = KnobOut(
                 id=k.id, kind=k.kind, file=k.file, line=k.line, value=k.value, catalog_ids=list(k.catalog_ids),
-                legal=k.legal, tunable=k.tunable, legal_here=describe_legal(k, program, st.expected_sources),
+                legal=k.legal, tunable=k.tunable, legal_here=_legal_here(k, program, st.expected_sources),
                 not_tunable_because="; ".join(k.context.get("problem_uses", [])[:3]) if not k.tunable else "",
                 kernel=kernel, kernel_ran=kernel_ran, live=info.live, effective=info.effective,
                 ran_in=[f"kernel {n}" for n in info.kernels] + [f"test {t}" for t in info.tests],
@@ -225,6 +224,18 @@ class ReportOps:
         h = self.ctx.find(session_id)
         return build_snapshot(self.ctx.state(h, session_id))
 
+
+
+def _legal_here(k: Any, program: Any, sources: dict[str, str]) -> str:
+    """The knob's legal values for this operator, in words. A view's valid part is no speed knob: it says how much of
+    the view is computed, so only the view's extent as it ran (or the loop's tail expression) is legal, and the
+    search proposes no value for it."""
+    from pypto_tune.tools.patching.effective import describe_legal
+
+    if k.kind == "valid_shape":
+        return ("the view's extent as it ran, or the loop's tail expression: how much of the view is computed, not "
+                "a speed knob (the search proposes none; tune the block that sizes the view)")
+    return describe_legal(k, program, sources)
 
 
 def render_status_board(snap: Any, lang: str = "en") -> str:

@@ -21,7 +21,7 @@ from ._cst import EXPR_KEY, is_expr
 from .effective import UNKNOWN, SiteValue
 from .extract import Site
 from .legality import VALID_SHAPE_LEGAL
-from .runmap import KIND_APIS, RunMap
+from .runmap import KIND_APIS, RunMap, call_around
 
 VIEW_APIS = KIND_APIS["valid_shape"]  # the calls a valid_shape is written in: view and reshape, both forms
 
@@ -249,7 +249,9 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
     if changed_site is None or change is None or changed_site.knob.kind != "valid_shape":
         return [], []
     k = changed_site.knob
-    call = _valid_call(files_before.get(k.file, ""), k.line)
+    text = files_before.get(k.file, "")
+    around = call_around(text, k.line, {a.rsplit(".", 1)[-1] for a in VIEW_APIS})
+    call = _call_and_function(text, around[0], around[2])[0] if around else None
     if call is None:
         return [], []
     new, old = change.after, change.before
@@ -290,10 +292,8 @@ def valid_checks(files_before: dict[str, str], run: RunMap, change: Any, changed
                 unchecked.append(f"{k.id} = {new!r}: the view ran with extent {ran!r} along axis {axis}, a run-time "
                                  f"value, so whether {want} is that extent was not checked")
                 continue
-            if want != ran:
-                why = (f"computes {want} of its {ran} on every block, the rest would never be computed" if want < ran
-                       else f"claims {want} valid of a view of {ran}: past the view (and past the tensor on a tail "
-                       "block)")
+            why = _short_or_past(want, ran)
+            if why:
                 raise KnobValueError(
                     f"{k.id} = {new!r}: the view at {k.file}:{call.lineno} ran with shape {ran_shape} (kernel "
                     f"{run.kernel_name(rec.get('kernel'))}); a constant valid extent of {want} along axis {axis} "
@@ -357,11 +357,10 @@ def block_valid_checks(files_before: dict[str, str], program_before: roles.Progr
                         unchecked.append(f"{where}: its valid part along axis {axis} becomes {want!r} and the view "
                                          f"ran {ran!r} long there; not checked")
                         continue
-                    if want != ran:
-                        gone = "the rest would never be computed" if want < ran else "past the view"
+                    why = _short_or_past(want, ran)
+                    if why:
                         raise KnobValueError(
-                            f"{change.knob_id} = {new!r} is the valid part of {where} along axis {axis}: {want} of a "
-                            f"view that ran {ran} long there ({gone})",
+                            f"{change.knob_id} = {new!r} is the valid part of {where} along axis {axis}: it {why}",
                             rule="C/I-9", legal=VALID_SHAPE_LEGAL,
                             hint=f"keep {change.knob_id} at {old!r}: the valid part is how much of the view is "
                                  "computed, never a tile")
@@ -388,19 +387,14 @@ def block_valid_checks(files_before: dict[str, str], program_before: roles.Progr
     return checked, unchecked
 
 
-def _valid_call(text: str, line: int) -> ast.Call | None:
-    """The innermost call with a ``valid_shape`` keyword whose text holds ``line``."""
-    try:
-        tree = pysource.parse(text)
-    except SyntaxError:
-        return None
-    best: ast.Call | None = None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and any(kw.arg == "valid_shape" for kw in node.keywords):
-            lo, hi = node.lineno, node.end_lineno or node.lineno
-            if lo <= line <= hi and (best is None or hi - lo < (best.end_lineno or 0) - best.lineno):
-                best = node
-    return best
+def _short_or_past(want: int, ran: int) -> str:
+    """Why a constant valid extent ``want`` cannot stand for a view that ran ``ran`` long along an axis ('' when it
+    is that extent): the valid part is how much of the view is computed, never a tile."""
+    if want < ran:
+        return f"computes {want} of its {ran} on every block, the rest would never be computed"
+    if want > ran:
+        return f"claims {want} valid of a view of {ran}: past the view (and past the tensor on a tail block)"
+    return ""
 
 
 def _shape_arg(call: ast.Call) -> ast.List | ast.Tuple | None:

@@ -217,6 +217,19 @@ def call_span(text: str, line: int, name: str) -> tuple[int, int]:
     return next(((line, end) for end, n in _calls(text).get(line, []) if n == name), (line, line))
 
 
+def call_around(text: str, line: int, names: set[str] | frozenset[str]) -> tuple[int, int, str] | None:
+    """(first line, last line, short name) of the call of one of ``names`` that holds ``line``: the one that starts
+    there, else the innermost that started before (a ``valid_shape=`` on a view's second line, as PyPTO's examples
+    write it; the probe records a call at its first line). None when no such call holds the line."""
+    calls = _calls(text)
+    for end, name in calls.get(line, []):
+        if name in names:
+            return line, end, name
+    around = [(start, end, name) for start, found in calls.items() if start < line
+              for end, name in found if name in names and end >= line]
+    return max(around) if around else None
+
+
 @functools.lru_cache(maxsize=64)
 def _casts(text: str) -> dict[str, set[str]]:
     """(dotted) function scope → the dtypes its own ``pypto.cast(x, pypto.DT_…)`` calls name as their target."""
@@ -295,16 +308,8 @@ class RunMap:
         return {(k["file"], _scope_of_qualname(k["qualname"])): k for k in self.kernels.values()}  # type: ignore[misc]
 
     def _span(self, file: str, line: int, apis: set[str]) -> tuple[int, int]:
-        names = {a.rsplit(".", 1)[-1] for a in apis}
-        calls = _calls(self.files.get(file, ""))
-        for end, name in calls.get(line, []):
-            if name in names:
-                return line, end
-        # a knob inside a call that starts on an earlier line (``valid_shape=`` on the view's second line): the
-        # innermost such call holds it, and the probe records the call at its first line
-        around = [(start, end) for start, found in calls.items() if start < line
-                  for end, name in found if name in names and end >= line]
-        return max(around) if around else (line, line)
+        found = call_around(self.files.get(file, ""), line, {a.rsplit(".", 1)[-1] for a in apis})
+        return (found[0], found[1]) if found else (line, line)
 
     def calls_at(self, file: str, line: int, apis: set[str]) -> list[dict[str, Any]]:
         """Recorded calls of ``apis`` at the call that starts at ``file:line``."""

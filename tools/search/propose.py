@@ -1337,6 +1337,10 @@ def _why_none(ctx: _Context, knobs: list[Knob], group: StageGroup, excluded: dic
     k = knobs[0]
     name = k.id
     if not considered:
+        if k.kind == "valid_shape":
+            return (f"{name}: the valid part of a view is how much of the view is computed, not a speed knob: its "
+                    "legal values are the view's extent as it ran or the loop's tail expression, so the search "
+                    "proposes none — the block that sizes the view is the knob to tune (list_knobs)")
         if _has_expr(k.value):
             feeders = [o.id for o in ctx.knobs if o.tunable and o.kind == "tile_source"
                        and any(f == k.file and line <= k.line for f, line in linked.feeds(o))
