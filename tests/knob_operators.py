@@ -12,6 +12,10 @@ of one run of them in SIM, taken the way the server takes it.
   subscripts sets the tile (``tiles[0], tiles[1]``), and a tile call under ``if n == 1:`` only the never-executed
   variant reaches.
 
+``INIT_CFG_OP``: ``ROWS_OP`` with the config a plain class whose ``__init__`` stores the unroll list on the
+instance (``self.unroll_list = [2, 1]``, the test builds ``RowsConfig()``), as PyPTO's arctic LSTM model keeps its
+unroll list and hidden tile.
+
 ``DYN_AXIS_OP`` (``dyn_add.py``, run as ``python dyn_add.py --run-mode sim``): a row-block loop over a dynamic batch
 axis written as PyPTO's loop examples write it — the trip count bound to a name (``b_loop = b // tile_b``) from the
 input's dynamic first dimension (``b = x.shape[0]``); the test passes a (32, 32, 1, 256) tensor.
@@ -107,6 +111,19 @@ def main() -> int:
 if __name__ == "__main__":
     sys.exit(main())
 '''
+
+_DATACLASS_CFG = """@dataclass
+class RowsConfig:
+    unroll_list: list = field(default_factory=lambda: [1])
+    scale: float = 1.5
+"""
+_INIT_CFG = """class RowsConfig:
+    def __init__(self):
+        self.unroll_list = [2, 1]
+        self.scale = 1.5
+"""
+assert _DATACLASS_CFG in ROWS_OP and "RowsConfig(unroll_list=[2, 1])" in ROWS_OP
+INIT_CFG_OP = ROWS_OP.replace(_DATACLASS_CFG, _INIT_CFG).replace("RowsConfig(unroll_list=[2, 1])", "RowsConfig()")
 
 # A kernel over a dynamic batch axis, as PyPTO's own examples write one: its tensors' shapes come from the test.
 _DYN_OP = '''import sys

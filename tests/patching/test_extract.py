@@ -144,3 +144,48 @@ def test_fixture_operators_list_their_knobs_with_locations(name):
         assert k.line <= len(lines)
     kinds = {k.kind for k in tunable_present}
     assert kinds & {"vec_tile", "cube_tile", "tile_constant", "jit_option"}
+
+
+INIT_CONFIG = '''import pypto
+
+
+class Tiling:
+    def __init__(self):
+        self.unroll_list = [1, 2, 4]
+        self.h_tile = 4096
+        self.name = "lstm"
+
+
+def compute(x, y, tiling):
+    for off, n in pypto.loop_unroll(0, 32, 1, name="L", idx_name="i", unroll_list=tiling.unroll_list):
+        pypto.set_vec_tile_shapes(1, tiling.h_tile)
+        y[:] = x
+
+
+@pypto.frontend.jit()
+def kernel(x: pypto.Tensor((32, 4096), pypto.DT_FP32), y: pypto.Tensor((32, 4096), pypto.DT_FP32)):
+    compute(x, y, Tiling())
+'''
+
+
+def test_a_literal_an_init_stores_on_the_instance_is_a_knob_named_by_class_and_attribute():
+    knobs = by_id(extract_knobs({"lstm.py": INIT_CONFIG}))
+    unroll, tile = knobs["lstm.py:Tiling.unroll_list"], knobs["lstm.py:Tiling.h_tile"]
+    assert (unroll.kind, unroll.value, unroll.tunable) == ("tile_source", [1, 2, 4], True)
+    assert (tile.value, tile.tunable, tile.context["consumers"]) == (4096, True, ["vec_tile"])
+    assert not any(k.endswith("Tiling.name") for k in knobs)  # a string is no tile
+    from pypto_tune.tools.patching import plan_knob_edit
+
+    plan = plan_knob_edit({"lstm.py": INIT_CONFIG}, "lstm.py:Tiling.h_tile", 2048)
+    assert "        self.h_tile = 2048\n" in plan.new_sources["lstm.py"]
+
+
+def test_an_init_literal_stored_again_elsewhere_is_not_tunable():
+    src = INIT_CONFIG + "\n\ndef test_other():\n    t = Tiling()\n    t.h_tile = 8\n"  # this store wins at run time
+    tile = by_id(extract_knobs({"lstm.py": src}))["lstm.py:Tiling.h_tile"]
+    assert not tile.tunable and any("h_tile is assigned as an attribute" in u for u in tile.context["problem_uses"])
+
+
+def test_an_init_literal_under_a_branch_is_not_a_source():
+    src = INIT_CONFIG.replace("        self.h_tile = 4096\n", "        if True:\n            self.h_tile = 4096\n")
+    assert "lstm.py:Tiling.h_tile" not in by_id(extract_knobs({"lstm.py": src}))

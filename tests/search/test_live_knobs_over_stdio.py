@@ -10,7 +10,10 @@ One session:
   round: admitted, verified, measured, one ledger round naming the config field;
 * no answer of the session proposes a tile the unified buffer cannot hold at the dtypes that ran: the sigmoid
   kernel casts its FP16 input to FP32, so ``TILE`` stays within 96 KB of FP32 ([32, 1024] — 64 KB of FP16, 128 KB of
-  FP32 — fails to compile in SIM with ``Errcode: FFFFFF``), and the admission refuses it when the agent asks.
+  FP32 — fails to compile in SIM with ``Errcode: FFFFFF``), and the admission refuses it when the agent asks;
+* on the same server, the config as a plain class whose ``__init__`` stores the list (``self.unroll_list = [2,
+  1]``, PyPTO's arctic LSTM model's way): listed live and tunable as ``RowsConfig.unroll_list``, proposed when
+  ``unroll_list`` is asked for, and run as a gated round that writes the ``__init__``'s literal.
 """
 
 from __future__ import annotations
@@ -91,7 +94,29 @@ def test_a_config_unroll_list_is_proposed_and_run_and_no_tile_past_the_buffer_is
             assert refused["trials"] == [] and len(refused["refused"]) == 1, refused
             assert "128 KB" in refused["refused"][0] and "DT_FP32" in refused["refused"][0]
 
+            await _init_attribute_unroll_list(s, tmp_path / "init")
+
     anyio.run(scenario)
+
+
+async def _init_attribute_unroll_list(s: Any, ws: Path) -> None:
+    from tests.knob_operators import INIT_CFG_OP
+
+    write_rows_op(ws, INIT_CFG_OP)
+    sid = await to_frontend(s, ws, [ROWS_FILE], [sys.executable, *ROWS_CMD])
+    live = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+    attr = "rows_op.py:RowsConfig.unroll_list"
+    assert live[attr]["tunable"] and live[attr]["value"] == [2, 1] and live[attr]["effective"] == [[2, 1]], live
+    answer = await s.ok("propose_candidates", session_id=sid, knob="unroll_list", limit=4)
+    unroll = answer["candidates"]
+    assert unroll and {c["knob"] for c in unroll} == {attr}, answer
+    ran = await s.ok("run_candidates", session_id=sid, candidates=[unroll[0]["id"]])
+    trial, = ran["trials"]
+    assert trial["knob"] == attr and trial["verdict"] == "passed" and trial["operator_time_us"], trial
+    tables = json.loads((await s.client.read_resource(f"pypto-tune://sessions/{sid}/ledger")).contents[0].text)
+    row, = [t for t in tables["tables"]["trials"] if t["batch"] == ran["batch"]]
+    cand = json.loads(row["candidate"]) if isinstance(row["candidate"], str) else row["candidate"]
+    assert f"+        self.unroll_list = {unroll[0]['value']}" in cand["diff"], cand["diff"]
 
 
 def test_a_tile_replaced_before_any_operation_used_it_is_dead_and_never_proposed(tmp_path: Path) -> None:

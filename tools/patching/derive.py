@@ -51,6 +51,8 @@ class _Deriver:
         self.siblings: dict[str, Any] = {}
         if source.kind == "field":
             self.siblings = _sibling_keywords(files.get(source.file, ""), source.line, source.col)
+        elif source.kind == "attribute":
+            self.siblings = {k: _listify(v) for k, v in source.siblings.items()}
         self.aliases = set(getattr(source, "aliases", None) or ()) | {getattr(source, "owner", None)} - {None}
 
     def eval(self, node: ast.AST, env: dict[str, Any], locals_: dict[str, list[ast.AST]], depth: int = 0) -> Any:
@@ -63,7 +65,7 @@ class _Deriver:
         if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and src.kind == "comprehension" \
                 and node.elt.lineno == src.line and node.elt.col_offset == src.col:
             return Repeat(self.value)
-        if isinstance(node, ast.Attribute) and src.kind == "field":
+        if isinstance(node, ast.Attribute) and src.kind in ("field", "attribute"):
             if node.attr == src.field:
                 return self.value
             if node.attr in self.siblings:

@@ -469,6 +469,8 @@ class _Collector(cst.CSTVisitor):
         if len(node.targets) != 1:
             return
         target, value = node.targets[0].target, node.value
+        if isinstance(target, cst.Attribute):  # ``self.h_tile = 4096`` in an __init__ (flows.py: attribute sources)
+            self._source_node(value)
         if isinstance(target, cst.Name):
             self.assigns.setdefault((self.scope(), target.value), []).append(value)
         elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \

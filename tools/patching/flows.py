@@ -8,6 +8,8 @@ arguments to literals) or at its **source**:
 
 * a number literal that is the element of a list comprehension (every element it yields is that literal);
 * a literal keyword argument of a call that constructs a class defined in the workspace (a dataclass field);
+* a literal a class's ``__init__`` stores on its instance (``self.unroll_list = [1, 2, 4]``, read as
+  ``tile_config.unroll_list``: PyPTO's arctic LSTM model keeps its unroll list and hidden tile so);
 * a literal value of a dict bound once to a name and read only entry by entry with a constant key
   (``TILING = {"block": 2, "vec_tile": (2, 64)}``, read as ``TILING["block"]``), directly or after being passed
   whole to a function of the workspace (``build(shape, tiling)`` reading ``tiling["block"]``): each entry is its
@@ -38,7 +40,7 @@ MODULE = "<module>"
 # Names through which a field could be read without naming it (dotted forms as written).
 REFLECTION = {"getattr", "vars", "asdict", "astuple", "fields", "dataclasses.asdict", "dataclasses.astuple",
               "dataclasses.fields", "dataclasses.replace", "__dict__", "attrgetter", "operator.attrgetter"}
-SourceKind = Literal["comprehension", "field", "entry"]
+SourceKind = Literal["comprehension", "field", "attribute", "entry"]
 
 
 @dataclass
@@ -52,11 +54,12 @@ class Source:
     col: int
     value: Any
     label: str  # "tile_list[*]" (comprehension bound to tile_list) / "MatmulConfig.cube_tile_shape"
-    cls: str | None = None  # field sources: the class constructed
-    field: str | None = None  # field sources: the keyword; entry sources: the dict's key
+    cls: str | None = None  # field sources: the class constructed; attribute sources: the class whose __init__ sets it
+    field: str | None = None  # field sources: the keyword; attribute sources: its name; entry sources: the dict's key
     owner: str | None = None  # entry sources: the name the dict is bound to
     aliases: set[str] = dc_field(default_factory=set)  # entry sources: every name the dict is read through
-    siblings: dict[str, Any] = dc_field(default_factory=dict)  # entry sources: the other entries' literal values
+    # entry sources: the other entries' literal values; attribute sources: the other literals the __init__ stores
+    siblings: dict[str, Any] = dc_field(default_factory=dict)
     consumers: set[str] = dc_field(default_factory=set)
     consumer_sites: set[tuple[str, str, int]] = dc_field(default_factory=set)
     problems: list[str] = dc_field(default_factory=list)
@@ -205,7 +208,44 @@ def find_sources(a: "_Analysis") -> list[Source]:
                                       f"{cls[1]}.{kw.arg}", cls=cls[1], field=kw.arg,
                                       consumers={c[0] for c in consumers}, consumer_sites=set(consumers),
                                       problems=list(problems) + reflection[:3]))
+            elif isinstance(n, ast.Assign) and (owner := _init_attribute(f, n)) is not None:
+                value = _number_literal(n.value)
+                if value is None:
+                    continue
+                consumers, problems = _field_uses(a, owner[1], own=n.targets[0])
+                if not consumers:
+                    continue
+                if reflection is None:
+                    reflection = _reflection(a)
+                out.append(Source("attribute", f.path, MODULE, n.value.lineno, n.value.col_offset, value,
+                                  f"{owner[0]}.{owner[1]}", cls=owner[0], field=owner[1],
+                                  siblings=_init_literals(f, n, owner[1]), consumers={c[0] for c in consumers},
+                                  consumer_sites=set(consumers), problems=list(problems) + reflection[:3]))
     return out + _dict_entries(a)
+
+
+def _init_attribute(f: "_File", node: ast.Assign) -> tuple[str, str] | None:
+    """(class, attribute) when ``node`` is ``self.NAME = …`` written directly in a class's ``__init__`` (not under a
+    branch: then every instance holds that value until something stores another, which makes it a problem use)."""
+    target = node.targets[0] if len(node.targets) == 1 else None
+    fn = f.parents.get(id(node))
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+            and isinstance(fn, ast.FunctionDef) and fn.name == "__init__" and fn.args.args
+            and fn.args.args[0].arg == target.value.id):
+        return None
+    cls = f.parents.get(id(fn))
+    return (cls.name, target.attr) if isinstance(cls, ast.ClassDef) else None
+
+
+def _init_literals(f: "_File", node: ast.Assign, name: str) -> dict[str, Any]:
+    """The other literals the same ``__init__`` stores on the instance (what a derived tile reads beside ``name``)."""
+    out: dict[str, Any] = {}
+    fn = f.parents.get(id(node))
+    for stmt in getattr(fn, "body", []):
+        owner = _init_attribute(f, stmt) if isinstance(stmt, ast.Assign) else None
+        if owner is not None and owner[1] != name and (v := _number_literal(stmt.value)) is not None:
+            out[owner[1]] = v
+    return out
 
 
 def _dict_entries(a: "_Analysis") -> list[Source]:
@@ -308,13 +348,14 @@ def _passed_to(a: "_Analysis", f: "_File", use: ast.AST, parent: ast.AST | None)
     return (target[0], target[1], param)
 
 
-def _field_uses(a: "_Analysis", name: str) -> tuple[set["Consumer"], list[str]]:
-    """Consumers and problem uses of every ``<anything>.name`` load in the workspace."""
+def _field_uses(a: "_Analysis", name: str, own: ast.AST | None = None) -> tuple[set["Consumer"], list[str]]:
+    """Consumers and problem uses of every ``<anything>.name`` load in the workspace; any other store of it is a
+    problem (``own``: the store that is the source itself)."""
     consumers: set = set()
     problems: list[str] = []
     for f in a.files.values():
         for n in ast.walk(f.tree):
-            if isinstance(n, ast.Attribute) and n.attr == name:
+            if isinstance(n, ast.Attribute) and n.attr == name and n is not own:
                 if not isinstance(n.ctx, ast.Load):
                     problems.append(f"{f.path}:{n.lineno}: {name} is assigned as an attribute")
                     continue
