@@ -189,3 +189,40 @@ def test_an_init_literal_stored_again_elsewhere_is_not_tunable():
 def test_an_init_literal_under_a_branch_is_not_a_source():
     src = INIT_CONFIG.replace("        self.h_tile = 4096\n", "        if True:\n            self.h_tile = 4096\n")
     assert "lstm.py:Tiling.h_tile" not in by_id(extract_knobs({"lstm.py": src}))
+
+
+ROW_BLOCK = '''import pypto
+
+
+@pypto.frontend.jit()
+def gate_kernel(x: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32), w: pypto.Tensor([], pypto.DT_FP32),
+                y: pypto.Tensor([pypto.DYNAMIC, ...], pypto.DT_FP32)):
+    bs = x.shape[0]
+    h = x.shape[1]
+    view_shape = (32, h)
+    for i in pypto.loop((bs + view_shape[0] - 1) // view_shape[0], name="ROWS", idx_name="i"):
+        part = pypto.view(x, view_shape, [i * view_shape[0], 0],
+                          valid_shape=[(bs - i * view_shape[0]).min(view_shape[0]), h])
+        y[i * view_shape[0]:, 0:] = pypto.matmul(part, w, part.dtype, b_trans=True)
+'''
+
+
+def test_an_int_beside_run_time_values_in_a_shape_tuple_is_a_knob_of_its_own():
+    """PyPTO's GLM gate model blocks its rows as ``view_shape = (32, h_num)``: read by index for the loop, the offsets
+    and the tail's rows (``(bs - i * B).min(B)``, the method form of pypto.min), and passed whole as the view's
+    shape. The 32 is one knob; the run-time ``h`` is none."""
+    block = by_id(extract_knobs({"gate.py": ROW_BLOCK}))["gate.py:gate_kernel.view_shape[0]"]
+    assert (block.kind, block.value, block.tunable) == ("tile_source", 32, True), block.context
+    assert {"loop", "view", "slice"} <= set(block.context["consumers"])
+    from pypto_tune.tools.patching import plan_knob_edit
+
+    plan = plan_knob_edit({"gate.py": ROW_BLOCK}, block.id, 16)
+    assert "    view_shape = (16, h)\n" in plan.new_sources["gate.py"]
+
+
+def test_a_value_clamped_by_a_method_on_one_side_only_is_not_followed():
+    """``x.max(B)`` with B on one side only could be a tensor's reduction over axis B: the problem's, not a tile."""
+    src = ROW_BLOCK.replace("(bs - i * view_shape[0]).min(view_shape[0])", "part0.max(view_shape[0])")
+    src = src.replace("    for i in", "    part0 = x\n    for i in")
+    block = by_id(extract_knobs({"gate.py": src}))["gate.py:gate_kernel.view_shape[0]"]
+    assert not block.tunable and block.context["problem_uses"], block.context

@@ -70,6 +70,9 @@ class _Deriver:
                 return self.value
             if node.attr in self.siblings:
                 return self.siblings[node.attr]
+        if isinstance(node, ast.Constant) and src.kind == "element" and (node.lineno, node.col_offset) == \
+                (src.line, src.col):
+            return self.value
         if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
             return node.value
         if isinstance(node, ast.Name):
@@ -97,7 +100,7 @@ class _Deriver:
                 else:
                     out.append(ev(el))
             return out
-        if isinstance(node, ast.Subscript) and src.kind == "entry" and isinstance(node.value, ast.Name) \
+        if isinstance(node, ast.Subscript) and src.kind in ("entry", "element") and isinstance(node.value, ast.Name) \
                 and node.value.id in self.aliases and isinstance(node.slice, ast.Constant):
             # the dict, read where it was bound or through a parameter it was passed to (flows._entry_uses)
             if node.slice.value == src.field:

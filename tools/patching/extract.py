@@ -435,6 +435,20 @@ class _Collector(cst.CSTVisitor):
     def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
         self._source_node(node.elt)
 
+    def visit_Tuple(self, node: cst.Tuple) -> None:
+        self._elements(node)
+
+    def visit_List(self, node: cst.List) -> None:
+        self._elements(node)
+
+    def _elements(self, node: cst.Tuple | cst.List) -> None:
+        for el in node.elements:  # an int beside run-time values (flows.py: element sources)
+            if isinstance(el, cst.Element) and isinstance(el.value, cst.Integer):
+                # never in place of a display registered whole: libcst starts a parenthesised tuple at its first
+                # element, where ast starts it at the parenthesis
+                pos = self.get_metadata(PositionProvider, el.value).start
+                self.source_nodes.setdefault((pos.line, pos.column), el.value)
+
     def visit_Dict(self, node: cst.Dict) -> None:
         for el in node.elements:  # a tiling dict's entries (flows.py: entry sources)
             if isinstance(el, cst.DictElement):

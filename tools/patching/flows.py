@@ -13,7 +13,11 @@ arguments to literals) or at its **source**:
 * a literal value of a dict bound once to a name and read only entry by entry with a constant key
   (``TILING = {"block": 2, "vec_tile": (2, 64)}``, read as ``TILING["block"]``), directly or after being passed
   whole to a function of the workspace (``build(shape, tiling)`` reading ``tiling["block"]``): each entry is its
-  own source.
+  own source;
+* an int literal element of a tuple or list bound once to a name beside run-time values (``view_shape = (32,
+  h_num)``), read by constant index (``view_shape[0]``) or passed whole where a tile or view takes a shape: PyPTO's
+  GLM gate and expert-selection models block their rows so. Each literal element is its own source (a display of
+  literals only is a knob whole: a binding).
 
 A source is a knob only if everything it reaches is tuning (the role analysis's rule for names): every use of the
 comprehension's value, every load of an attribute with the field's name anywhere in the workspace (any object:
@@ -40,7 +44,7 @@ MODULE = "<module>"
 # Names through which a field could be read without naming it (dotted forms as written).
 REFLECTION = {"getattr", "vars", "asdict", "astuple", "fields", "dataclasses.asdict", "dataclasses.astuple",
               "dataclasses.fields", "dataclasses.replace", "__dict__", "attrgetter", "operator.attrgetter"}
-SourceKind = Literal["comprehension", "field", "attribute", "entry"]
+SourceKind = Literal["comprehension", "field", "attribute", "entry", "element"]
 
 
 @dataclass
@@ -55,9 +59,10 @@ class Source:
     value: Any
     label: str  # "tile_list[*]" (comprehension bound to tile_list) / "MatmulConfig.cube_tile_shape"
     cls: str | None = None  # field sources: the class constructed; attribute sources: the class whose __init__ sets it
-    field: str | None = None  # field sources: the keyword; attribute sources: its name; entry sources: the dict's key
-    owner: str | None = None  # entry sources: the name the dict is bound to
-    aliases: set[str] = dc_field(default_factory=set)  # entry sources: every name the dict is read through
+    # field sources: the keyword; attribute sources: its name; entry sources: the dict's key; element sources: the index
+    field: Any = None
+    owner: str | None = None  # entry and element sources: the name the dict or display is bound to
+    aliases: set[str] = dc_field(default_factory=set)  # entry and element sources: every name it is read through
     # entry sources: the other entries' literal values; attribute sources: the other literals the __init__ stores
     siblings: dict[str, Any] = dc_field(default_factory=dict)
     consumers: set[str] = dc_field(default_factory=set)
@@ -221,7 +226,7 @@ def find_sources(a: "_Analysis") -> list[Source]:
                                   f"{owner[0]}.{owner[1]}", cls=owner[0], field=owner[1],
                                   siblings=_init_literals(f, n, owner[1]), consumers={c[0] for c in consumers},
                                   consumer_sites=set(consumers), problems=list(problems) + reflection[:3]))
-    return out + _dict_entries(a)
+    return out + _dict_entries(a) + _sequence_elements(a)
 
 
 def _init_attribute(f: "_File", node: ast.Assign) -> tuple[str, str] | None:
@@ -275,13 +280,44 @@ def _dict_entries(a: "_Analysis") -> list[Source]:
     return out
 
 
+def _sequence_elements(a: "_Analysis") -> list[Source]:
+    """The element sources of every tuple or list display bound once to a name that holds int literals beside
+    run-time values (``view_shape = (32, h_num)``)."""
+    out: list[Source] = []
+    for f in a.files.values():
+        for sname, scope in f.scopes.items():
+            for name, sites in scope.bound.items():
+                if len(sites) != 1 or name in scope.params:
+                    continue
+                node = a._assigned_value(f, sites[0])
+                if not isinstance(node, (ast.Tuple, ast.List)) or any(isinstance(e, ast.Starred) for e in node.elts):
+                    continue
+                literals = {i: _number_literal(e) if isinstance(e, ast.Constant) else None
+                            for i, e in enumerate(node.elts)}
+                ints = [i for i, v in literals.items() if isinstance(v, int)]
+                if not ints or len(ints) == len(node.elts):
+                    continue
+                uses, whole, aliases = _entry_uses(a, (f.path, sname, name), set(literals), sequence=True)
+                for i in ints:
+                    consumers, problems = uses[i]
+                    if not consumers:
+                        continue
+                    e = node.elts[i]
+                    out.append(Source("element", f.path, sname, e.lineno, e.col_offset, literals[i], f"{name}[{i}]",
+                                      field=i, owner=name, consumers={c[0] for c in consumers},
+                                      consumer_sites=set(consumers), problems=list(problems) + whole[:3],
+                                      aliases=aliases, siblings={k: v for k, v in literals.items()
+                                                                 if k != i and v is not None}))
+    return out
+
+
 #: how many workspace functions deep a dict passed whole is followed (test → builder → helper is 2)
 PASS_DEPTH = 4
 
 
-def _entry_uses(a: "_Analysis", key: tuple[str, str, str], keys: set[str], depth: int = 0,
-                seen: set[tuple[str, str, str]] | None = None
-                ) -> tuple[dict[str, tuple[set, list[str]]], list[str], set[str]]:
+def _entry_uses(a: "_Analysis", key: tuple[str, str, str], keys: set[Any], depth: int = 0,
+                seen: set[tuple[str, str, str]] | None = None, sequence: bool = False
+                ) -> tuple[dict[Any, tuple[set, list[str]]], list[str], set[str]]:
     """How each entry of the dict bound at ``key`` is used, and the dict's whole uses that are problems.
 
     A constant-key read (``tiling["seq_chunk"]``) is that entry's use. The dict passed whole, as a plain argument,
@@ -289,7 +325,10 @@ def _entry_uses(a: "_Analysis", key: tuple[str, str, str], keys: set[str], depth
     examples build the tiling in the test and hand it to a kernel builder and a helper: issue #19's blind
     ``upstream_mean_pool``). Any other use that reaches anything (``**``, iteration, ``.get``, an entry written, an
     argument of a function outside the workspace or as ``*args``) makes every entry a problem. Returns the uses per
-    key, the problems of whole uses, and every name the dict is read through (its own and the parameters')."""
+    key, the problems of whole uses, and every name the dict is read through (its own and the parameters').
+
+    ``sequence``: the keys are a tuple's indices, and a whole use that ends only in tiling consumers (the display
+    passed as a view's shape) is a use of every element; any other whole use is a problem, as for a dict."""
     seen = seen if seen is not None else set()
     seen.add(key)
     uses: dict[str, tuple[set, list[str]]] = {k: (set(), []) for k in keys}
@@ -307,7 +346,7 @@ def _entry_uses(a: "_Analysis", key: tuple[str, str, str], keys: set[str], depth
         if target is not None and depth < PASS_DEPTH:
             if target in seen:
                 continue  # a recursive call: the parameter's uses are being counted already
-            sub, sub_whole, sub_aliases = _entry_uses(a, target, keys, depth + 1, seen)
+            sub, sub_whole, sub_aliases = _entry_uses(a, target, keys, depth + 1, seen, sequence)
             for k, (c, p) in sub.items():
                 uses[k][0].update(c)
                 uses[k][1].extend(p)
@@ -316,6 +355,10 @@ def _entry_uses(a: "_Analysis", key: tuple[str, str, str], keys: set[str], depth
             continue
         # any other use that reaches anything (tiling or not) cannot be told apart by entry
         c, p = a._use(uf, use)
+        if sequence and c and not p:
+            for k in keys:
+                uses[k][0].update(c)
+            continue
         if c or p:
             where = ast.unparse(parent)[:50] if parent is not None else key[2]
             whole.append(f"{uf.path}:{getattr(use, 'lineno', '?')}: {key[2]} is used whole or written ({where!r})")

@@ -633,6 +633,15 @@ class _Analysis:
             if isinstance(parent, ast.keyword):
                 child, parent = parent, f.parents.get(id(parent))
                 continue
+            if isinstance(parent, ast.Attribute) and _tail_clamp(f, f.parents.get(id(parent)), node) \
+                    and self.in_kernel(f, parent):
+                # ``(n - i * B).min(B)``: the tail block's rows, the method form of pypto.min — flows on
+                child = f.parents[id(parent)]
+                parent = f.parents.get(id(child))
+                continue
+            if isinstance(parent, ast.Call) and _tail_clamp(f, parent, node) and self.in_kernel(f, parent):
+                child, parent = parent, f.parents.get(id(parent))
+                continue
             if isinstance(parent, ast.Call):
                 fixed = self._fixed_view_axis(f, parent, child, element)
                 if fixed:
@@ -807,6 +816,18 @@ class _Analysis:
             consumers |= c
             problems.extend(p)
         return consumers, problems
+
+
+def _tail_clamp(f: _File, call: ast.AST | None, value: ast.AST) -> bool:
+    """``call`` is ``X.min(Y)`` / ``X.max(Y)`` with ``value`` written on both sides (``(n - i * B).min(B)``, as PyPTO's
+    GLM models write a tail block's rows on a symbolic scalar). With the value on one side only the method could be a
+    tensor's reduction over an axis, which is the problem's; so only the tail idiom flows on."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr in PYPTO_SCALAR_PASSTHROUGH and len(call.args) == 1 and not call.keywords):
+        return False
+    code = ast.dump(value)
+    return any(ast.dump(n) == code for n in ast.walk(call.func.value)) and \
+        any(ast.dump(n) == code for n in ast.walk(call.args[0]))
 
 
 def _in_raise(f: _File, node: ast.AST) -> bool:
