@@ -132,6 +132,19 @@ def test_an_unroll_list_of_one_runs_as_the_loop_without_one_and_is_known():
     assert known and known[0]["same_as_round"] == 2 and known[0]["operator_time_us"] == 30.0, prop.known_outcomes
 
 
+def test_the_state_a_kept_change_left_is_measured_and_stepping_back_to_it_is_known():
+    """The baseline was never a trial, yet it was measured: after an unroll list kept from it, ``[1]`` is the
+    baseline again (PyPTO's GLM expert selection ran it anew and measured the baseline's 11.27 µs to the digit)."""
+    before = _rows(4, tile="2, 64")
+    kept = {f: t.replace('idx_name="blk")', 'idx_name="blk", unroll_list=[4, 2, 1])') for f, t in before.items()}
+    hist = [_trial(UNROLL, [4, 2, 1], None, code_hash(before), 30.0, 25.0, 3)]
+    prop = _search(kept, hist, knob=UNROLL)
+    assert [1] not in [c.value for c in prop.candidates]
+    known = [k for k in prop.known_outcomes if k["value"] == [1]]
+    assert known == [{"knob": UNROLL, "value": [1], "same_as_round": 3, "operator_time_us": 30.0,
+                      "same_as": "the state kept before round 3"}], prop.known_outcomes
+
+
 def test_each_proposal_says_which_measurements_moved_it_and_the_priors_part():
     kept = _rows(4)
     here = code_hash(kept)

@@ -591,9 +591,10 @@ def _effective_key(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any], c
 
 
 def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Effective key → the measurement of that configuration in this session: the kept state itself, and every
-    trial that was measured (failures are left to the failure rules: a clamped tile that failed may fail on its raw
-    size)."""
+    """Effective key → the measurement of that configuration in this session: the kept state itself, every state
+    kept before it on the way here (the baseline too: setting a kept unroll list back to ``[1]`` is the baseline
+    again — PyPTO's GLM expert selection measured it anew, to the last digit), and every trial that was measured
+    (failures are left to the failure rules: a clamped tile that failed may fail on its raw size)."""
     states = learn.state_configs(ctx.history, now, ctx.kept_hash)
     out: dict[str, dict[str, Any]] = {}
     kept_us = _kept_us(ctx)
@@ -603,6 +604,10 @@ def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any]
         out[_effective_key(ctx, by_id, now, now)] = {"round": made[-1].round if made else None,
                                                      "operator_time_us": round(kept_us, 4), "what": "the kept state"}
     for t in sorted(ctx.history, key=lambda t: t.round or 0):
+        if t.outcome == "kept" and t.before_us is not None and t.from_kept_hash in states:
+            out.setdefault(_effective_key(ctx, by_id, now, states[t.from_kept_hash]),
+                           {"round": t.round, "operator_time_us": round(t.before_us, 4),
+                            "what": f"the state kept before round {t.round}"})
         if t.outcome == "failed" or t.after_us is None or t.from_kept_hash not in states:
             continue
         config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value)}
