@@ -206,6 +206,34 @@ if __name__ == "__main__":
     print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
 '''
 
+# A row block reshaped into groups and reduced per group, as PyPTO's GLM expert selection does: the group tile is
+# rank 3 over a [1, 4, 40] reshape, smaller on its middle axis than any 2-D tensor of the kernel
+GROUPS_FILE = "groups_op.py"
+GROUPS_OP = '''import sys
+
+import pypto
+import torch
+
+RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
+def groups_kernel(x: pypto.Tensor([32, 160], pypto.DT_FP32), out: pypto.Tensor([32, 8], pypto.DT_FP32)):
+    for idx in pypto.loop(32):
+        part = pypto.view(x, [1, 160], [idx, 0])
+        pypto.set_vec_tile_shapes(1, 160)
+        groups = pypto.reshape(pypto.sigmoid(part), [1, 4, 40])
+        pypto.set_vec_tile_shapes(1, 2, 40)
+        top = pypto.amax(groups, -1, False)
+        pypto.set_vec_tile_shapes(1, 8)
+        pypto.assemble(pypto.expand_clone(pypto.amax(top, -1, True), [1, 8]), [idx, 0], out)
+
+
+if __name__ == "__main__":
+    groups_kernel(torch.randn(32, 160), torch.zeros(32, 8))
+    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
+'''
+
 # The same kernel with its block in a config object and its valid part written as a constant: the valid part
 # covers the block of 8, so a block of 16 would compute 8 of every 16 rows
 CFG_BLOCK_FILE = "cfg_block_op.py"

@@ -13,7 +13,9 @@ One session:
   FP32 — fails to compile in SIM with ``Errcode: FFFFFF``), and the admission refuses it when the agent asks;
 * on the same server, the config as a plain class whose ``__init__`` stores the list (``self.unroll_list = [2,
   1]``, PyPTO's arctic LSTM model's way): listed live and tunable as ``RowsConfig.unroll_list``, proposed when
-  ``unroll_list`` is asked for, and run as a gated round that writes the ``__init__``'s literal.
+  ``unroll_list`` is asked for, and run as a gated round that writes the ``__init__``'s literal;
+* a rank-3 group tile over a [1, 4, 40] reshape (PyPTO's GLM expert selection) gets candidates within what ran on
+  every axis — before, values past its middle axis of 4 went out unadmitted and were refused at run, one by one.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def test_a_config_unroll_list_is_proposed_and_run_and_no_tile_past_the_buffer_is
             assert "128 KB" in refused["refused"][0] and "DT_FP32" in refused["refused"][0]
 
             await _init_attribute_unroll_list(s, tmp_path / "init")
+            await _rank_three_group_tile(s, tmp_path / "groups")
 
     anyio.run(scenario)
 
@@ -148,3 +151,14 @@ def test_a_tile_replaced_before_any_operation_used_it_is_dead_and_never_proposed
             assert live[("vec_tile", helper)]["id"] in proposed or live[("cube_tile", cube)]["id"] in proposed
 
     anyio.run(scenario)
+
+
+async def _rank_three_group_tile(s: Any, ws: Path) -> None:
+    from tests.knob_operators import GROUPS_FILE, GROUPS_OP
+
+    write_rows_op(ws, GROUPS_OP, GROUPS_FILE)
+    sid = await to_frontend(s, ws, [GROUPS_FILE], [sys.executable, GROUPS_FILE, "--run-mode", "sim"])
+    tile = f"{GROUPS_FILE}:groups_kernel.set_vec_tile_shapes#2"
+    answer = await s.ok("propose_candidates", session_id=sid, knob=tile, limit=64)
+    values = [c["value"] for c in answer["candidates"] if c["knob"] == tile]
+    assert values and all(len(v) == 3 and v[0] <= 1 and v[1] <= 4 and v[2] <= 40 for v in values), values

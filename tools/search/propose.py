@@ -398,13 +398,17 @@ def _loops_as_ran(ctx: _Context, knob: Knob, value: Any) -> None:
 
 
 def _ran_context(ctx: _Context, knob: Knob) -> dict[str, Any]:
-    """A tile call's legality context with the dtypes its kernels ran with and cast to, when the probe recorded them
-    (the admission judges on the same: tools/patching/runcheck.py)."""
+    """A tile call's legality context with the shapes and dtypes its kernels ran with and cast to, when the probe
+    recorded them (the admission judges each kernel on the same: tools/patching/runcheck.py). Without the shapes a
+    rank-3 tile over a [1, 1, 160] reshape was proposed as [1, 16, 1024] four times and refused at run each time
+    (PyPTO's GLM expert selection)."""
     out = dict(knob.context)
     site = runpicture.site_of(ctx.runmap, knob.id) if ctx.runmap is not None else None
     for e in ctx.runmap.executions(site) if site is not None else []:
         out["dtypes"] = sorted(set(out.get("dtypes", [])) | set(e.dtypes))
         out["cast_dtypes"] = sorted(set(out.get("cast_dtypes", [])) | set(e.cast_dtypes))
+        shapes = out.setdefault("tensor_shapes", [])
+        shapes += [list(s) for s in e.shapes if list(s) not in shapes]
     return out
 
 
