@@ -146,6 +146,10 @@ async def _valid_part_of_a_run_time_block(s: Session, ws: Path) -> None:
     assert "not a speed knob" in vs["legal_here"] and "the view's extent as it ran" in vs["legal_here"], vs
     asked = await s.ok("propose_candidates", session_id=sid, knob=vs["id"])
     assert asked["candidates"] == [] and "the valid part of a view" in asked["notes"][0], asked
+    # the loop's bound is a run-time value (32 rows in blocks of 8): its unroll lists stop at the 4 trips that ran
+    unroll = await s.ok("propose_candidates", session_id=sid, knob=f"{BLOCK_ARG_FILE}:rows_kernel.loop#1.unroll_list")
+    chains = [c["value"] for c in unroll["candidates"]]
+    assert chains and all(max(v) <= 4 for v in chains), chains
     fid = next(c for c in vs["catalog_ids"] if c.startswith("F-"))
     tail = "valid_shape=[hi - lo, 64])"
     for value, why in (([1, 64], "computes 1 of its 8 on every block"), ([16, 64], "claims 16 valid of a view of 8")):

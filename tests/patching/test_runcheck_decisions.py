@@ -445,3 +445,24 @@ def test_a_name_the_valid_part_is_read_from_is_judged_as_that_valid_part(new: st
         _named_valid_change(new)
     assert info.value.rule == "legality" and "is the valid part of the view at" in info.value.message
     assert why in info.value.message, info.value.message
+
+
+def test_a_loop_over_a_run_time_bound_is_counted_on_the_shapes_each_call_passed():
+    """pypto gives the probe a dynamic loop's bound as its symbolic expression over the kernel's inputs; PyPTO's
+    ``kernel_input.py`` loops ``(bs + tile - 1) // tile`` times over a batch of 8 in blocks of 8 — once — and a test
+    that calls the kernel at two batches runs the loop at each."""
+    from types import SimpleNamespace
+
+    from pypto_tune.tools.patching.runcheck import trips_as_ran
+
+    src = "import pypto\n\n\n@pypto.frontend.jit()\ndef attn(q, k, out, tile: int):\n    pass\n"
+    q = lambda b: {"$tensor": [b, 8, 64, 64], "dtype": "torch.float32"}  # noqa: E731
+    kernel = {"key": "a.py:4:attn", "file": "a.py", "line": 4, "name": "attn",
+              "inputs": [[q(8), q(8), q(8), 8], [q(20), q(20), q(20), 8]]}
+    run = SimpleNamespace(files={"a.py": src}, kernels={kernel["key"]: kernel})
+    bound = {"$sym": "(((RUNTIME_GetInputShapeDim(ARG_q,0)+8)-1)/8)"}
+    assert trips_as_ran(run, {"api": "loop", "args": [bound], "kernel": kernel["key"]}) == [1, 3]
+    assert trips_as_ran(run, {"api": "loop", "args": [0, bound, 1], "kernel": kernel["key"]}) == [1, 3]
+    assert trips_as_ran(run, {"api": "loop", "args": [4], "kernel": kernel["key"]}) is None  # the record says it
+    unknown = {"$sym": "RUNTIME_GetTensorData(ARG_k,0)"}  # a value of the data: nothing to evaluate before the run
+    assert trips_as_ran(run, {"api": "loop", "args": [unknown], "kernel": kernel["key"]}) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 from typing import Any
 
 from ..code import pysource
@@ -147,6 +148,76 @@ def _input_axis(node: ast.AST, locals_: dict[str, list[ast.AST]], fns: list[ast.
             return None
         seen.add(shape[dim])
     return sorted(seen) or None
+
+
+def trips_as_ran(run: RunMap, rec: dict[str, Any]) -> list[int] | None:
+    """Every trip count the recorded loop call ``rec`` ran at the test's shapes, where its bound is a run-time value:
+    pypto hands the probe the bound as its symbolic expression over the kernel's inputs
+    (``(((RUNTIME_GetInputShapeDim(ARG_q,0)+8)-1)/8)``), evaluated here on each call's input shapes. PyPTO's
+    ``kernel_input.py`` loops over a batch of 8 in blocks of 8: once, so no unroll list can change it. None when a
+    bound is anything else."""
+    args = rec.get("args") or []
+    if not 1 <= len(args) <= 3 or not any(isinstance(a, dict) and "$sym" in a for a in args):
+        return None
+    kernel = run.kernels.get(rec.get("kernel") or "") or {}
+    params = _kernel_params(run, kernel)
+    out = []
+    for call in kernel.get("inputs") or []:
+        values = [_sym_value(a, params, call) for a in args]
+        if any(v is None for v in values):
+            return None
+        start, stop, step = (0, values[0], 1) if len(values) == 1 else (values[0], values[1], 1) \
+            if len(values) == 2 else values
+        if not step or step < 0:
+            return None
+        out.append(max(0, -(-(stop - start) // step)))
+    return out or None
+
+
+_SHAPE_DIM = re.compile(r"RUNTIME_GetInputShapeDim\(ARG_(\w+),\s*(-?\d+)\)")
+_ARITHMETIC = re.compile(r"[0-9+\-*/() ]+")
+
+
+def _sym_value(arg: Any, params: list[str], call: list[Any]) -> int | None:
+    """A loop bound as it ran: an int, or a symbolic expression of input dimensions and integer arithmetic."""
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return arg
+    sym = arg.get("$sym") if isinstance(arg, dict) else None
+    if not isinstance(sym, str):
+        return None
+
+    def dim(m: re.Match) -> str:
+        name, i = m.group(1), int(m.group(2))
+        t = call[params.index(name)] if name in params and params.index(name) < len(call) else None
+        shape = t.get("$tensor") if isinstance(t, dict) else None
+        if not isinstance(shape, list) or not -len(shape) <= i < len(shape) or not isinstance(shape[i], int):
+            raise ValueError(name)
+        return str(shape[i])
+
+    try:
+        text = _SHAPE_DIM.sub(dim, sym)
+        if not _ARITHMETIC.fullmatch(text):
+            return None
+        # pypto's scalar division of non-negative ints truncates: Python's floor division, on these
+        value = eval(compile(ast.parse(text.replace("/", "//"), mode="eval"), "<bound>", "eval"),  # noqa: S307
+                     {"__builtins__": {}})
+    except (ValueError, SyntaxError, ZeroDivisionError, TypeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def _kernel_params(run: RunMap, kernel: dict[str, Any]) -> list[str]:
+    """The jit kernel's parameter names, in order (what ``ARG_<name>`` in a symbolic bound refers to)."""
+    try:
+        tree = pysource.parse(run.files.get(kernel.get("file", ""), ""))
+    except SyntaxError:
+        return []
+    line = kernel.get("line")
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == kernel.get("name") and \
+                line in {node.lineno, *(d.lineno for d in node.decorator_list)}:
+            return [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
+    return []
 
 
 def loop_checks(files_before: dict[str, str], program_before: roles.Program, run: RunMap, change: Any,

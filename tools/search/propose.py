@@ -776,6 +776,10 @@ def _knob_values(ctx: _Context, k: Knob, kernel: dict[str, Any] | None) -> list[
             kd["_axis_for_block"] = trips[0] * k.value  # the axis a `X // BLOCK` loop walks
     if "unroll" in k.context.get("consumers", []):
         kd = dict(kd or {}, _unroll_trip=_unroll_trip(ctx, k))
+    if k.kind == "loop_option" and k.name == "unroll_list" and k.context.get("trip_count") is None:
+        trip = _unroll_trip(ctx, k)  # a loop over a run-time bound: its trip count as the test ran it
+        if trip is not None:
+            k = k.model_copy(update={"context": {**k.context, "trip_count": trip}})
     if kd is not None:
         kd["ub_elem_bytes"] = _ub_elem(ctx, kd)
     reds = {ax for r in ctx.model.program.reductions.get(k.file, []) for ax in r.axes
@@ -815,6 +819,9 @@ def _unroll_trip(ctx: _Context, k: Knob) -> int | None:
                 a = [x for x in (c.get("args") or []) if isinstance(x, int) and not isinstance(x, bool)]
                 if len(a) == len(c.get("args") or []) and len(a) in (2, 3) and (a[2] if len(a) == 3 else 1) > 0:
                     return max(0, -(-(a[1] - a[0]) // (a[2] if len(a) == 3 else 1)))
+            for c in ctx.runmap.calls_at(f, line, {"loop", "loop_unroll"}):
+                if c.get("origin") == "direct" and (trips := runcheck.trips_as_ran(ctx.runmap, c)):
+                    return max(trips)
     from pypto_tune.tools.patching.runmap import call_span
 
     spans = {(f, *call_span(ctx.kept.get(f) or (ctx.context or {}).get(f, ""), line, "loop_unroll")) for f, line in fed}
@@ -1350,6 +1357,9 @@ def _why_none(ctx: _Context, knobs: list[Knob], group: StageGroup, excluded: dic
             return (f"{name}: the valid part of a view is how much of the view is computed, not a speed knob: its "
                     "legal values are the view's extent as it ran or the loop's tail expression, so the search "
                     "proposes none — the block that sizes the view is the knob to tune (list_knobs)")
+        if _is_unroll(k) and (trip := _unroll_trip(ctx, k)) is not None and trip <= 1:
+            return (f"{name}: the loop ran {trip} time(s) at the test's shapes (its bound as the run evaluated it), "
+                    "so no unroll factor above 1 can change what runs")
         if _has_expr(k.value):
             feeders = [o.id for o in ctx.knobs if o.tunable and o.kind == "tile_source"
                        and any(f == k.file and line <= k.line for f, line in linked.feeds(o))
