@@ -247,10 +247,13 @@ def test_the_way_back_to_an_earlier_kept_state_is_not_proposed(cache):
     values = [c.value for c in prop.candidates if c.knob == pin]
     assert values and [32, 32] not in values and prop.excluded.get("tried", 0) >= 1
     # once a change of another knob was kept since, [32, 32] is new code (the rest of the file moved on): proposed
-    other = TriedChange(knob_id=f"{ACT_FILE}:build_swiglu.swiglu_kernel.runtime_options(stitch_function_max_num)",
+    other = TriedChange(knob_id=f"{ACT_FILE}:build_swiglu.swiglu_kernel.runtime_options.stitch_function_max_num",
                         value=64, before_value=128, from_kept_hash="B", outcome="kept", before_us=8.184,
                         after_us=8.0, round=2)
-    prop = search(state_b, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=[kept, other],
+    swiglu = '@pypto.frontend.jit(runtime_options={"run_mode": mode, "stitch_function_max_num": 128})\n    def swiglu'
+    assert state_b[ACT_FILE].count(swiglu) == 1
+    state_c = {ACT_FILE: state_b[ACT_FILE].replace(swiglu, swiglu.replace("128", "64"))}
+    prop = search(state_c, stage="frontend", limit=None, cache=cache, budget_s=0.0, history=[kept, other],
                   kept_hash="C")
     assert [32, 32] in [c.value for c in prop.candidates if c.knob == pin]
 
