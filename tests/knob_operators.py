@@ -206,6 +206,16 @@ if __name__ == "__main__":
     print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
 '''
 
+# The block-argument kernel writing its block back through a named offset list beside the loop's offset, and
+# reading a fixed column offset through a name: where each result goes, never a tile
+OFFSET_FILE = "offset_op.py"
+OFFSET_OP = (BLOCK_ARG_OP
+             .replace("        pypto.assemble(part + 1.0, [lo, 0], out)",
+                      "        at = [lo, 0]\n        pypto.assemble(part + 1.0, at, out)")
+             .replace("    n = x.shape[0]\n", "    n = x.shape[0]\n    col = 0\n")
+             .replace("[lo, 0],\n                          valid_shape", "[lo, col],\n                          valid_shape"))
+assert OFFSET_OP.count("at = [lo, 0]") == 1 and OFFSET_OP.count("[lo, col]") == 1
+
 # A row block reshaped into groups and reduced per group, as PyPTO's GLM expert selection does: the group tile is
 # rank 3 over a [1, 4, 40] reshape, smaller on its middle axis than any 2-D tensor of the kernel
 GROUPS_FILE = "groups_op.py"

@@ -18,6 +18,9 @@ over MCP stdio against the real server and the real simulator:
    written on the view's second line is live, not "dead"); a new expression there, which the server cannot
    evaluate before the run, is refused; and a config's block that a constant valid part no longer covers (8 of
    every 16 rows) is refused on both paths
+2⁗ an offset written through a name — ``at = [lo, 0]`` passed to pypto.assemble, ``col = 0`` in a view's offsets —
+   says where results go or which columns are read: no knob (it was one as an int beside run-time values), and a
+   change of it is refused as an edit and as a diff
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -39,7 +42,7 @@ import pytest
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
 from tests.knob_operators import (BLOCK_ARG_FILE, BLOCK_ARG_OP, CFG_BLOCK_FILE, CFG_BLOCK_OP, DYN_AXIS_FILE, DYN_AXIS_OP,
-                                  HEADS_FILE, HEADS_OP)
+                                  HEADS_FILE, HEADS_OP, OFFSET_FILE, OFFSET_OP)
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -179,6 +182,24 @@ async def _block_past_a_constant_valid_part(s: Session, ws: Path) -> None:
     assert op.read_text() == src, "a refused change must not touch the file"
 
 
+async def _named_offsets(s: Session, ws: Path) -> None:
+    op = ws / OFFSET_FILE
+    sid = await _to_frontend(s, ws, [OFFSET_FILE], [sys.executable, OFFSET_FILE, "--run-mode", "sim"])
+    src = op.read_text()
+    listed = await s.ok("list_knobs", session_id=sid, detail="full")
+    ids = {k["id"] for k in listed["knobs"] + listed["dead_knobs"] if k["tunable"]}
+    assert not any(k.endswith(("rows_kernel.at[1]", "rows_kernel.col")) for k in ids), sorted(ids)
+    for knob, value, old, new in ((f"{OFFSET_FILE}:rows_kernel.at[1]", 8, "at = [lo, 0]", "at = [lo, 8]"),
+                                  (f"{OFFSET_FILE}:rows_kernel.col", 32, "col = 0\n", "col = 32\n")):
+        by_knob = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="attack",
+                                  knob=knob, value=value)
+        assert "no knob" in by_knob or "not tunable" in by_knob, by_knob
+        by_diff = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="attack",
+                                  diff=_diff(OFFSET_FILE, src, src.replace(old, new)))
+        assert "GATE one-change:" in by_diff or "GATE legality:" in by_diff, by_diff
+    assert op.read_text() == src, "a refused change must not touch the file"
+
+
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
     op = ws / "matmul_act.py"
     sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
@@ -218,8 +239,11 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     cfg_block = tmp / "cfg_block"
     cfg_block.mkdir()
     (cfg_block / CFG_BLOCK_FILE).write_text(CFG_BLOCK_OP)
+    offsets = tmp / "offsets"
+    offsets.mkdir()
+    (offsets / OFFSET_FILE).write_text(OFFSET_OP)
     played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters(),
-              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters()}
+              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters(), "offsets": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
@@ -229,6 +253,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
             await played["heads"].play("session", lambda: _fixed_view_extent(s, heads))
             await played["block_arg"].play("session", lambda: _valid_part_of_a_run_time_block(s, block_arg))
             await played["cfg_block"].play("session", lambda: _block_past_a_constant_valid_part(s, cfg_block))
+            await played["offsets"].play("session", lambda: _named_offsets(s, offsets))
 
     anyio.run(scenario)
     return played
@@ -261,6 +286,10 @@ def test_a_constant_valid_part_of_a_block_only_the_run_knows_is_judged_on_what_r
 def test_a_block_a_constant_valid_part_no_longer_covers_is_refused_on_both_paths(
         sessions: dict[str, Chapters]) -> None:
     sessions["cfg_block"].check("session")
+
+
+def test_an_offset_written_through_a_name_is_no_knob_on_either_path(sessions: dict[str, Chapters]) -> None:
+    sessions["offsets"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:

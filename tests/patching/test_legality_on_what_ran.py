@@ -15,7 +15,7 @@ import pytest
 
 from pypto_tune.tools.code.admission import admit
 from pypto_tune.tools.errors import GateRefusal
-from pypto_tune.tools.patching import plan_knob_edit
+from pypto_tune.tools.patching import extract_knobs, plan_knob_edit
 from pypto_tune.tools.patching.effective import UB_TILE_MAX_BYTES
 from pypto_tune.tools.patching.runmap import knob_map
 from tests.knob_operators import ROWS_FILE, ROWS_OP, line_of, probe_run, write_rows_op
@@ -191,8 +191,8 @@ def test_the_valid_part_of_a_view_no_loop_moves_is_the_whole_view_even_when_its_
     assert _admit(CONFIG_HEADS_OP, "heads_op.py", knob, [2, {"$expr": "heads"}, 16, 64]).kind == "knob"
 
 
-# the same view with its fixed offset spelled through a name: the knob list cannot tell the offset is fixed, the
-# admission can (it evaluates the offset)
+# the same view with its fixed offset spelled through a name: the knob list says so (a name passed as written into
+# a view's or assemble's offsets is no tile), and the admission, which evaluates the offset, refuses it as well
 NAMED_ORIGIN_OP = '''import pypto
 
 ORIGIN = 0
@@ -209,8 +209,12 @@ def heads_kernel(x: pypto.Tensor((4, 8, 16, 64), pypto.DT_FP32), out: pypto.Tens
 
 
 def test_a_view_no_loop_moves_keeps_its_offset_and_extent():
-    for knob, value, moved in (("heads_op.py:heads_kernel.heads", 2, "extent heads 8 → 2"),
-                               ("heads_op.py:ORIGIN", 4, "offset 0 → 4")):
-        with pytest.raises(GateRefusal) as refused:
-            _admit(NAMED_ORIGIN_OP, "heads_op.py", knob, value)
-        assert f"spans axis 1 from a fixed offset ({moved})" in refused.value.message, refused.value.message
+    with pytest.raises(GateRefusal) as refused:
+        _admit(NAMED_ORIGIN_OP, "heads_op.py", "heads_op.py:heads_kernel.heads", 2)
+    assert "spans axis 1 from a fixed offset (extent heads 8 → 2)" in refused.value.message, refused.value.message
+    origin = next(k for k in extract_knobs({"heads_op.py": NAMED_ORIGIN_OP}) if k.id == "heads_op.py:ORIGIN")
+    assert not origin.tunable and any("a fixed offset of pypto.view" in u for u in origin.context["problem_uses"])
+    with pytest.raises(GateRefusal) as refused:  # written by hand, as a diff would
+        admit({"heads_op.py": NAMED_ORIGIN_OP},
+              {"heads_op.py": NAMED_ORIGIN_OP.replace("ORIGIN = 0\n", "ORIGIN = 4\n")})
+    assert refused.value.rule in ("one-change", "legality"), refused.value

@@ -546,7 +546,7 @@ class _Analysis:
         consumers: set[Consumer] = set()
         problems: list[str] = []
         for f, use in self._uses(key):
-            c, p = self._use(f, use)
+            c, p = self._use(f, use, literal=key in self.bindings)
             consumers |= c
             problems.extend(p)
         self._active.discard(key)
@@ -599,8 +599,9 @@ class _Analysis:
             return False
         return (f"{target}.{rest}" if rest else target) == module
 
-    def _use(self, f: _File, node: ast.AST) -> tuple[set[Consumer], list[str]]:
-        """Follow one use upwards to what consumes it."""
+    def _use(self, f: _File, node: ast.AST, literal: bool = True) -> tuple[set[Consumer], list[str]]:
+        """Follow one use upwards to what consumes it. ``literal``: the use is of a knob candidate itself (a name
+        bound to a literal, a source's element or field), not of a name computed from one."""
         where = f"{f.path}:{getattr(node, 'lineno', '?')}"
         if _in_raise(f, node) or _in_guard_test(f, node):
             # it only words an error the run stops with, or decides whether the run stops (``if batch % rows:
@@ -609,10 +610,12 @@ class _Analysis:
             return set(), []
         child, parent = node, f.parents.get(id(node))
         element: tuple[ast.AST, ast.AST] | None = None  # (list, its element) the use last passed through
+        computed = not literal  # the value was computed on the way (``i * BLOCK``), not passed as written
         while parent is not None:
             if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Tuple, ast.List, ast.Set, ast.Starred)):
                 if isinstance(parent, (ast.Tuple, ast.List)):
                     element = (parent, child)
+                computed = computed or isinstance(parent, (ast.BinOp, ast.UnaryOp))
                 child, parent = parent, f.parents.get(id(parent))
                 continue
             if isinstance(parent, ast.Dict):
@@ -642,6 +645,11 @@ class _Analysis:
             if isinstance(parent, ast.Call) and _tail_clamp(f, parent, node) and self.in_kernel(f, parent):
                 child, parent = parent, f.parents.get(id(parent))
                 continue
+            if isinstance(parent, ast.Call) and not computed and _offsets_arg(f, parent, child):
+                # ``off = [0, 64]`` … ``pypto.assemble(y, off, out)``: which part of the tensor is read or written,
+                # as written — not a tile (an offset a loop moves is computed: ``[i * BLOCK, 0]``)
+                return set(), [f"{where}: a fixed offset of pypto.{roles_short(f, parent)} (which part of the tensor "
+                               "is read or written, not a tile)"]
             if isinstance(parent, ast.Call):
                 fixed = self._fixed_view_axis(f, parent, child, element)
                 if fixed:
@@ -816,6 +824,24 @@ class _Analysis:
             consumers |= c
             problems.extend(p)
         return consumers, problems
+
+
+#: the offsets argument of the calls that place a block: (position, keyword)
+OFFSET_ARGS = {"view": (2, "offsets"), "assemble": (1, "offsets")}
+
+
+def roles_short(f: _File, call: ast.Call) -> str:
+    return (f.qname(call.func) or dotted(call.func)).rsplit(".", 1)[-1]
+
+
+def _offsets_arg(f: _File, call: ast.Call, child: ast.AST) -> bool:
+    """``child`` is the offsets argument of a ``pypto.view`` / ``pypto.assemble`` call."""
+    spec = OFFSET_ARGS.get(roles_short(f, call)) if f.qname(call.func) is not None else None
+    if spec is None:
+        return False
+    pos, kw = spec
+    return (len(call.args) > pos and call.args[pos] is child) or \
+        any(k.arg == kw and k.value is child for k in call.keywords)
 
 
 def _tail_clamp(f: _File, call: ast.AST | None, value: ast.AST) -> bool:
