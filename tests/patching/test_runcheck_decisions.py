@@ -466,3 +466,6 @@ def test_a_loop_over_a_run_time_bound_is_counted_on_the_shapes_each_call_passed(
     assert trips_as_ran(run, {"api": "loop", "args": [4], "kernel": kernel["key"]}) is None  # the record says it
     unknown = {"$sym": "RUNTIME_GetTensorData(ARG_k,0)"}  # a value of the data: nothing to evaluate before the run
     assert trips_as_ran(run, {"api": "loop", "args": [unknown], "kernel": kernel["key"]}) is None
+    # the record is an output of the run: a bound that is no plain arithmetic costs the server nothing
+    for forged in ("9**9**9**9", "(" * 300 + "1" + ")" * 300, "__import__('os')"):
+        assert trips_as_ran(run, {"api": "loop", "args": [{"$sym": forged}], "kernel": kernel["key"]}) is None

@@ -648,7 +648,7 @@ class _Analysis:
             if isinstance(parent, ast.Call) and not computed and _offsets_arg(f, parent, child):
                 # ``off = [0, 64]`` … ``pypto.assemble(y, off, out)``: which part of the tensor is read or written,
                 # as written — not a tile (an offset a loop moves is computed: ``[i * BLOCK, 0]``)
-                return set(), [f"{where}: a fixed offset of pypto.{roles_short(f, parent)} (which part of the tensor "
+                return set(), [f"{where}: a fixed offset of pypto.{_short_name(f, parent)} (which part of the tensor "
                                "is read or written, not a tile)"]
             if isinstance(parent, ast.Call):
                 fixed = self._fixed_view_axis(f, parent, child, element)
@@ -830,13 +830,13 @@ class _Analysis:
 OFFSET_ARGS = {"view": (2, "offsets"), "assemble": (1, "offsets")}
 
 
-def roles_short(f: _File, call: ast.Call) -> str:
+def _short_name(f: _File, call: ast.Call) -> str:
     return (f.qname(call.func) or dotted(call.func)).rsplit(".", 1)[-1]
 
 
 def _offsets_arg(f: _File, call: ast.Call, child: ast.AST) -> bool:
     """``child`` is the offsets argument of a ``pypto.view`` / ``pypto.assemble`` call."""
-    spec = OFFSET_ARGS.get(roles_short(f, call)) if f.qname(call.func) is not None else None
+    spec = OFFSET_ARGS.get(_short_name(f, call)) if f.qname(call.func) is not None else None
     if spec is None:
         return False
     pos, kw = spec
