@@ -88,3 +88,49 @@ def test_the_reader_keeps_only_an_extent_in_the_form_the_hook_writes():
     assert _extent({"2": [None, 4]}) == {"2": [None, 4]}
     for bad in ({"2": [16]}, {"x": [1]}, {"1": [-3]}, {"1": [True]}, {"1": "16"}, [16], {}, None):
         assert _extent(bad) is None, bad
+
+
+LOOPED = '''import pypto
+
+ROWS = 4
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def gates(x: pypto.Tensor([32, 512], pypto.DT_FP32), y: pypto.Tensor([32, 128], pypto.DT_FP32)):
+    for i in pypto.loop(32 // ROWS):
+        block = pypto.view(x, [ROWS, 512], [i * ROWS, 0])
+        gate = pypto.view(block, [ROWS, 128], [0, 0])
+        pypto.set_vec_tile_shapes(1, 128)
+        pypto.assemble(pypto.sigmoid(gate), [i * ROWS, 0], y)
+'''
+LOOPED_KERNEL = f"{F}:6:gates"
+
+
+def _looped_record() -> dict[str, Any]:
+    def call(api: str, marker: str, args: list[Any], **extra: Any) -> dict[str, Any]:
+        return probed_call(LOOPED, F, LOOPED_KERNEL, api, marker, args, **extra)
+
+    calls = [call("loop", "pypto.loop(", [8]),
+             call("view", "block = pypto.view", [{"$tensor": [32, 512]}, [4, 512], [0, 0]], result_shape=[4, 512]),
+             call("view", "gate = pypto.view", [{"$tensor": [4, 512]}, [4, 128], [0, 0]], result_shape=[4, 128]),
+             call("set_vec_tile_shapes", "set_vec_tile_shapes", [1, 128], ops=2, extent={"2": [4, 128]})]
+    t = {"$tensor": [32, 512], "dtype": "torch.float32"}
+    kernel = {"key": LOOPED_KERNEL, "file": F, "qualname": "gates", "name": "gates", "line": 6, "ran": True,
+              "compiled": True, "inputs": [[t, {"$tensor": [32, 128], "dtype": "torch.float32"}]], "called_from": []}
+    return {"status": "reported", "kernels": [kernel], "calls": calls, "traced": {F: sorted({c["line"] for c in calls})}}
+
+
+def test_in_a_loop_the_tiles_own_operations_narrow_the_block_while_no_block_moves():
+    """The arctic LSTM's gate tile works on [*, 4096] slices of a [*, 16384] row block: a tile of 16384 columns runs
+    as one of 4096 (29.558 µs both). The recorded extent narrows the block while the trial keeps the views as
+    recorded; a trial that moves a block cannot rely on it."""
+    kept = {F: LOOPED}
+    ctx = _Context(kept, None, "frontend", None, [], load_priors(), code_hash(kept), _looped_record())
+    (vec,) = ctx.picture.features()[0]["vec"]
+    assert vec["block"] == [4, 128], vec
+    tile = next(k for k in ctx.knobs if k.kind == "vec_tile")
+    (wide,) = ctx.picture.features([(tile, [1, 512])])[0]["vec"]
+    assert wide["eff_tile"] == [1, 128]  # the same run as the kept tile
+    rows = next(k for k in ctx.knobs if k.id.endswith(":ROWS"))
+    moved = ctx.picture.features([(rows, 8), (tile, [1, 512])])
+    assert moved is None or moved[0]["vec"][0]["block"] != [4, 128]  # the recorded extent is not used there

@@ -145,6 +145,18 @@ def test_the_state_a_kept_change_left_is_measured_and_stepping_back_to_it_is_kno
                       "same_as": "the state kept before round 3"}], prop.known_outcomes
 
 
+def test_an_unroll_list_of_the_factors_a_kept_state_ran_is_that_state_in_any_order():
+    """The arctic LSTM ships ``[1, 2, 4]``; after a kept ``[16, 8, 4, 2, 1]``, ``[4, 2, 1]`` runs the shipped loop
+    (29.558 µs both, to the digit): known, not proposed."""
+    before = _rows(4, tile="2, 64")
+    shipped = {f: t.replace('idx_name="blk")', 'idx_name="blk", unroll_list=[1, 2, 4])') for f, t in before.items()}
+    kept = {f: t.replace('idx_name="blk")', 'idx_name="blk", unroll_list=[16, 8, 4, 2, 1])') for f, t in before.items()}
+    hist = [_trial(UNROLL, [16, 8, 4, 2, 1], [1, 2, 4], code_hash(shipped), 29.558, 28.139, 3)]
+    prop = _search(kept, hist, knob=UNROLL)
+    assert [4, 2, 1] not in [c.value for c in prop.candidates]
+    assert [k["value"] for k in prop.known_outcomes if k["same_as_round"] == 3] == [[4, 2, 1]], prop.known_outcomes
+
+
 def test_each_proposal_says_which_measurements_moved_it_and_the_priors_part():
     kept = _rows(4)
     here = code_hash(kept)

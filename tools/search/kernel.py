@@ -393,8 +393,11 @@ class KernelModel:
             return f
         same_rank = [b for b in blocks if len(b) == len(tile)]
         if same_rank:
-            # the largest block of the tile's rank: what one iteration tiles (its other views are operands of it)
+            # the largest block of the tile's rank: what one iteration tiles (its other views are operands of it),
+            # narrowed by what the tile's own operations took where the run recorded it
             block = max(same_rank, key=lambda b: math.prod(x or 1 for x in b))
+            if extent is not None and len(extent) == len(tile):
+                block = [e if e is not None and (b is None or e < b) else b for b, e in zip(block, extent)]
         elif extent is not None and len(extent) == len(tile):
             # the largest tensor the tile's operations worked on, as the run recorded it (the kernel's inputs are a
             # looser bound: PyPTO's FFN tiles a [16, 1024] matmul output while its weights are [1024, 128])

@@ -62,7 +62,7 @@ from pypto_tune.tools.search.models import (
     norm_value,
 )
 from pypto_tune.tools.search.priors import Priors, load_priors
-from pypto_tune.tools.search.values import Value, values_for
+from pypto_tune.tools.search.values import Value, unroll_factors, values_for
 
 Ranking = Literal["model", "plain"]
 ALL_SIGNALS = frozenset({"model", "history", "analysis", "knowledge"})
@@ -574,10 +574,12 @@ def _effective_tiles(pic: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _as_run(k: Knob, value: Any) -> Any:
     """A knob's value as the run takes it, where two spellings run alike: a loop without an unroll list and one with
     ``[1]`` both unroll nothing (PyPTO's dynamic-GELU FFN: ``unroll_list = [1]`` after a kept ``[16, 8, 4, 2, 1]``
-    measured 58.128 µs, the time of the state before the list was added, to the last digit)."""
+    measured 58.128 µs, the time of the state before the list was added, to the last digit), and lists of the same
+    factors in any order (the arctic LSTM's shipped ``[1, 2, 4]`` and a trial's ``[4, 2, 1]``: 29.558 µs both)."""
     if _is_unroll(k) and (value is None or norm_value(value) == [1]):
         return [1]
-    return value
+    factors = unroll_factors(value) if _is_unroll(k) else None
+    return list(factors) if factors is not None else value
 
 
 def _effective_key(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any], config: dict[str, Any]) -> str:

@@ -311,8 +311,11 @@ class _Trial:
         for t in k.tiles:
             value = self.tiles.get(id(t), t.value)
             if t.kind == "vec":
-                # the operations' extent bounds the tile where nothing a knob moves (a loop's views) sizes the data
-                extent = t.extent if not k.loops and not k.views else None
+                # the operations' extent bounds the tile where nothing a knob moves (a loop's views) sizes the data,
+                # and in a loop as long as this trial moves no block (its views and trips are the ones recorded):
+                # the arctic LSTM's gate tile [1, 16384] runs on [*, 4096] operations as [1, 4096] does
+                moved = bool(self.views) or bool(self.trips)
+                extent = t.extent if not (k.loops or k.views) or not moved else None
                 vec.append(KernelModel._vec_features(t.line, _ints(value), blocks, tensors, elem, extent))
             else:
                 cube = (t.line, value)
