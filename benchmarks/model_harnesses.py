@@ -57,6 +57,17 @@ class Harness:
     drop: tuple[str, ...] = ()  # regular expressions of NPU-only lines removed (format checks)
 
 
+def _glm_edits(options: str, wrap: str) -> tuple[tuple[str, str], ...]:
+    """The GLM models' harness edits: no NPU imports, the run mode first in the jit's runtime options (``options``:
+    their text as shipped; ``wrap``: what follows the run mode before the shipped first option), argv read by the
+    harness, and its own ``__main__``."""
+    return (("import torch_npu\n", ""), ("from utils.get_format import get_format\n", ""),
+            (options, options.replace("runtime_options={", "runtime_options={" + SIM_MODE + wrap, 1)),
+            ("import os\n", "import os\nimport sys\nimport argparse\n"), ('if __name__ == "__main__":\n    main()', ""))
+
+
+GLM_DROP = (r"\n\s*assert get_format\([a-z_]+\) == 'ND'",)  # a device format check: there is no device
+
 HARNESSES = (
     Harness("arctic", "models/arctic/sum_lstm.py", "sum_lstm", "test_sum_lstm",
             edits=(('runtime_options={"device_sched_mode": 1,', 'runtime_options={"run_mode": mode, "device_sched_mode": 1,'),
@@ -71,12 +82,7 @@ HARNESSES = (
     kernel = sum_lstm(run_mode="sim" if "sim" in sys.argv else "npu")
     kernel(states_4d, z4_4d, prev_cell, *w, h_out, c_out, LstmConfig(alpha=0.1, eps_cell=1e-6, eps_state=1e-6))'''),
     Harness("glm_gate", "models/glm_v4_5/glm_gate.py", "gate", "test_gate_sim",
-            edits=(("import torch_npu\n", ""), ("from utils.get_format import get_format\n", ""),
-                   ('    runtime_options={\n    "stitch_cfgcache_size": 2500000},',
-                    '    runtime_options={' + SIM_MODE + '\n    "stitch_cfgcache_size": 2500000},'),
-                   ("import os\n", "import os\nimport sys\nimport argparse\n"),
-                   ('if __name__ == "__main__":\n    main()', "")),
-            drop=(r"\n\s*assert get_format\([a-z_]+\) == 'ND'",),
+            edits=_glm_edits('    runtime_options={\n    "stitch_cfgcache_size": 2500000},', ""), drop=GLM_DROP,
             body='''    bs, ne, h_num = 64, 160, 5120
     torch.manual_seed(0)
     hidden_states = torch.rand((bs, h_num), dtype=torch.float32)
@@ -84,12 +90,7 @@ HARNESSES = (
     router_logits_out = torch.rand((bs, ne), dtype=torch.float32)
     gate(hidden_states, mm_weight, router_logits_out)'''),
     Harness("glm_select", "models/glm_v4_5/glm_select_experts.py", "select_experts", "test_select_experts_sim",
-            edits=(("import torch_npu\n", ""), ("from utils.get_format import get_format\n", ""),
-                   ('    runtime_options={"stitch_function_max_num": 128,',
-                    '    runtime_options={' + SIM_MODE + '\n                     "stitch_function_max_num": 128,'),
-                   ("import os\n", "import os\nimport sys\nimport argparse\n"),
-                   ('if __name__ == "__main__":\n    main()', "")),
-            drop=(r"\n\s*assert get_format\([a-z_]+\) == 'ND'",),
+            edits=_glm_edits('    runtime_options={"stitch_function_max_num": 128,', "\n" + " " * 21), drop=GLM_DROP,
             body='''    bs, ne, top_k = 32, 160, 8
     torch.manual_seed(0)
     router_logits = torch.rand((bs, ne), dtype=torch.float32)
