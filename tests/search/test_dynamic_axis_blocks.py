@@ -92,3 +92,15 @@ def test_a_cube_tile_is_prescreened_on_the_operand_dtypes_that_ran():
     _, why = _prescreen(ctx, cube, {"m": [8, 8], "k": [64, 128], "n": [256, 256]})
     assert "not a multiple of 16" in why and "FP16" in why, why
     assert _prescreen(ctx, cube, {"m": [16, 16], "k": [64, 128], "n": [256, 256]})[1] == ""
+
+
+def test_a_ceil_division_loop_over_the_dynamic_axis_takes_no_block_past_it():
+    """PyPTO's GLM gate loops ``(bs + B - 1) // B`` times over a dynamic batch of 64 (``view_shape = (32, h)``): the
+    axis is the input's first dimension, so no block past it is proposed (512 was, and ran into the 300 s timeout)."""
+    ceil = OPERATOR.replace("b // tile_b", "(b + tile_b - 1) // tile_b")
+    assert ceil != OPERATOR
+    rec = _record()
+    rec["calls"][1]["args"] = [{"$sym": "(((RUNTIME_GetInputShapeDim(ARG_x,0)+1)-1)/1)"}]
+    found = search({F: ceil}, stage="frontend", limit=None, knob=BLOCK, run=rec, budget_s=0.0)
+    values = [c.value for c in found.candidates if c.knob == BLOCK and c.kind != "pair"]
+    assert values and all(isinstance(v, int) and 1 <= v <= 32 for v in values), values

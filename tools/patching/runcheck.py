@@ -267,7 +267,12 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
                 continue
             # a dynamic axis ran as a symbol: the axis is then read where the code takes it, a dimension of one of
             # the kernel's inputs (``b = input0.shape[0]``), at the shape the test called the kernel with
-            shape_axes = None if isinstance(stop_ran, int) else _input_axis(stop_node.left, locals_, fns, run,
+            left = stop_node.left
+            ceil = (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub)
+                    and isinstance(left.left, ast.BinOp) and isinstance(left.left.op, ast.Add))
+            # ``(X + B - 1) // B`` (PyPTO's GLM gate over a dynamic batch): the axis is X
+            axis_node = left.left.left if ceil else left
+            shape_axes = None if isinstance(stop_ran, int) else _input_axis(axis_node, locals_, fns, run,
                                                                              rec.get("kernel"))
             if not isinstance(stop_ran, int) and shape_axes is None:
                 continue
@@ -286,9 +291,6 @@ def loop_checks(files_before: dict[str, str], program_before: roles.Program, run
                 continue
             if b_old == b_new or not isinstance(b_old, int) or not isinstance(b_new, int) or b_old < 1:
                 continue
-            left = stop_node.left
-            ceil = (isinstance(left, ast.BinOp) and isinstance(left.op, ast.Sub)
-                    and isinstance(left.left, ast.BinOp) and isinstance(left.left.op, ast.Add))
             if shape_axes is not None:
                 # the block must hold at every length the test passed: each is a run of the loop
                 runs = [(x, -(-x // b_old) if ceil else x // b_old) for x in shape_axes]
