@@ -49,9 +49,7 @@ class _Deriver:
         self.choice = choice or {}  # name bound several times → which binding the run took
         self.file = file  # the file of the call being derived: where a helper it calls is looked up
         self.siblings: dict[str, Any] = {}
-        if source.kind == "field":
-            self.siblings = _sibling_keywords(files.get(source.file, ""), source.line, source.col)
-        elif source.kind == "attribute":
+        if source.kind in ("field", "attribute"):  # read with the source (flows.py), not by parsing the file again
             self.siblings = {k: _listify(v) for k, v in source.siblings.items()}
         self.aliases = set(getattr(source, "aliases", None) or ()) | {getattr(source, "owner", None)} - {None}
 
@@ -184,25 +182,6 @@ class _Deriver:
         out = dict(zip(("m", "k", "n", "enable_split_k"), args))
         out.update({k: v for k, v in kwargs.items() if k in ("m", "k", "n", "enable_split_k")})
         return out
-
-
-def _sibling_keywords(text: str, line: int, col: int) -> dict[str, Any]:
-    """The other literal keywords of the call whose keyword value sits at ``line:col``."""
-    try:
-        tree = pysource.parse(text)
-    except SyntaxError:
-        return {}
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and any(kw.value.lineno == line and kw.value.col_offset == col
-                                           for kw in n.keywords):
-            out = {}
-            for kw in n.keywords:
-                try:
-                    out[kw.arg] = _listify(ast.literal_eval(kw.value))
-                except (ValueError, TypeError, SyntaxError):
-                    continue
-            return out
-    return {}
 
 
 def _listify(v: Any) -> Any:

@@ -63,8 +63,9 @@ class Source:
     field: Any = None
     owner: str | None = None  # entry and element sources: the name the dict or display is bound to
     aliases: set[str] = dc_field(default_factory=set)  # entry and element sources: every name it is read through
-    # entry sources: the other entries' literal values; attribute sources: the other literals the __init__ stores
-    siblings: dict[str, Any] = dc_field(default_factory=dict)
+    # what a derived tile reads beside the source: entry sources, the other entries' literal values; field sources,
+    # the construction's literal keywords; attribute sources, the other literals the __init__ stores
+    siblings: dict[Any, Any] = dc_field(default_factory=dict)
     consumers: set[str] = dc_field(default_factory=set)
     consumer_sites: set[tuple[str, str, int]] = dc_field(default_factory=set)
     problems: list[str] = dc_field(default_factory=list)
@@ -210,7 +211,7 @@ def find_sources(a: "_Analysis") -> list[Source]:
                     if reflection is None:
                         reflection = _reflection(a)
                     out.append(Source("field", f.path, sname, kw.value.lineno, kw.value.col_offset, value,
-                                      f"{cls[1]}.{kw.arg}", cls=cls[1], field=kw.arg,
+                                      f"{cls[1]}.{kw.arg}", cls=cls[1], field=kw.arg, siblings=_literal_keywords(n),
                                       consumers={c[0] for c in consumers}, consumer_sites=set(consumers),
                                       problems=list(problems) + reflection[:3]))
             elif isinstance(n, ast.Assign) and (owner := _init_attribute(f, n)) is not None:
@@ -227,6 +228,17 @@ def find_sources(a: "_Analysis") -> list[Source]:
                                   siblings=_init_literals(f, n, owner[1]), consumers={c[0] for c in consumers},
                                   consumer_sites=set(consumers), problems=list(problems) + reflection[:3]))
     return out + _dict_entries(a) + _sequence_elements(a)
+
+
+def _literal_keywords(call: ast.Call) -> dict[str | None, Any]:
+    """Every keyword of ``call`` written as a literal, by name."""
+    out: dict[str | None, Any] = {}
+    for kw in call.keywords:
+        try:
+            out[kw.arg] = ast.literal_eval(kw.value)
+        except (ValueError, TypeError, SyntaxError):
+            continue
+    return out
 
 
 def _init_attribute(f: "_File", node: ast.Assign) -> tuple[str, str] | None:
