@@ -80,6 +80,7 @@ W_KNOB = 0.5
 W_KIND = 0.1
 W_STATE = 0.2
 W_DIRECTION = 0.2
+SAME_PROBLEM = 0.5  # of a cube tile's knob part, what two tile calls of one matmul shape share (one call: all of it)
 NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
 # ... unless it changed nothing: a move that left the time as it was (a tile already clipped, a buffer count the
 # kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_read``); a tile the
@@ -138,6 +139,9 @@ class Point:
     direction: tuple[int, ...] | None  # sign of the move per component, from its kept state
     state: str  # the kept state it was (or would be) tried from
     stage: str
+    # a cube tile's matmul as it ran ("mkn:M×K×N"): two tile calls of one problem answer a move alike (PyPTO's
+    # tiling_config runtime test: two kernels, one matmul each, of the same shape, each with its own cube tile)
+    problem: str | None = None
 
 
 @dataclass
@@ -218,6 +222,13 @@ def direction(a: tuple[float, ...] | None, b: tuple[float, ...] | None) -> tuple
     return tuple((y > x) - (y < x) for x, y in zip(a, b))
 
 
+def levels_moved(p: Point) -> frozenset[str] | None:
+    """The levels of a cube tile a move changed: its m, k and n pairs are (L0, L1); None for other kinds."""
+    if p.kind != "cube-tile" or p.direction is None or len(p.direction) != 6:
+        return None
+    return frozenset(level for level, i in (("L0", 0), ("L1", 1)) if any(p.direction[i::2]))
+
+
 def _cos(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> float:
     """Cosine of two moves' directions (0 when either has none or they are not comparable)."""
     if a is None or b is None or len(a) != len(b):
@@ -245,6 +256,17 @@ def overlap(a: str, b: str) -> float:
     return len(sa & sb) / math.sqrt(len(sa) * len(sb))
 
 
+def _shared(p: Point, q: Point) -> float:
+    """How much two changes are moves of one knob: ``overlap`` of their knobs; for cube tiles also whether their
+    matmuls are one problem (``SAME_PROBLEM``). Within the cube-tile kind every point has a problem key (a tile of
+    an unknown matmul has its own knob's), so the part is a sum of two positive semi-definite kernels; other kinds
+    share nothing with cube tiles, so the block stays apart."""
+    shared = overlap(p.group, q.group)
+    if p.problem is None or q.problem is None:
+        return shared
+    return (1 - SAME_PROBLEM) * shared + SAME_PROBLEM * (p.problem == q.problem)
+
+
 def kernel(p: Point, q: Point) -> float:
     """Prior covariance of two changes' log2 speed-ups (see the module docstring). Within one knob: closeness of the
     effective extents (RBF), times a part for the same kept state and a signed part for the direction of the move
@@ -253,7 +275,7 @@ def kernel(p: Point, q: Point) -> float:
     if p.kind != q.kind:
         return 0.0
     k = W_KIND
-    shared = overlap(p.group, q.group)
+    shared = _shared(p, q)
     if shared:
         if p.extents is not None and q.extents is not None and len(p.extents) == len(q.extents):
             d2 = sum((a - b) ** 2 for a, b in zip(p.extents, q.extents))
@@ -367,6 +389,22 @@ class SessionModel:
             if len(measured) >= least and all(no_effect(o.trial) for o in measured):
                 return True
         return False
+
+    def flat_level(self, point: Point) -> list[TriedChange]:
+        """The trials that moved only the same level of a cube tile as ``point`` does (L1 only, or L0 only; any cube
+        tile of the session, from any state), when there are ``NO_EFFECT_LIMIT`` of them and every one measured no
+        effect; else empty. Such a move then waits behind every other candidate. PyPTO's tiling_config runtime test,
+        de-tuned: five moves of a cube tile's L1 alone (its L0 kept) measured the kept time to the last digit, on
+        both kernels and for k and n alike, while the L0 moves held a 12× grid. It is learnt, not assumed: an L1 can
+        matter (a 3-element k that keeps A resident in L1, domain F-9), and one such move with an effect keeps the
+        level in play."""
+        levels = levels_moved(point)
+        if levels is None or len(levels) != 1:
+            return []
+        same = [o for o in self.obs if o.point.kind == point.kind and levels_moved(o.point) == levels
+                and o.trial.outcome != "failed"]
+        return [o.trial for o in same] if len(same) >= NO_EFFECT_LIMIT and all(no_effect(o.trial) for o in same) \
+            else []
 
     def tried_kinds(self) -> set[str]:
         return {o.point.kind for o in self.obs}
@@ -496,4 +534,4 @@ def state_configs(history: list[TriedChange], now: dict[str, Any], kept_hash: st
 
 
 __all__ = ["Point", "Prediction", "SessionModel", "direction", "fit", "kind_of", "log2_extents", "no_effect",
-           "observation_y", "squash", "state_configs"]
+           "levels_moved", "observation_y", "squash", "state_configs"]

@@ -85,7 +85,8 @@ class _Raw:
     after_sig: str | None = None  # the kernel picture after the change (same picture: same prediction)
     prior_score: float = 0.0  # the prior's score (model, priors, store, history rules, analysis): the session model's prior
     learnt: learn.Prediction | None = None  # the session model's prediction (ranking "model")
-    tier: int = 0  # 1: a knob or kind measured without effect, behind every candidate of a kind not yet tried
+    tier: int = 0  # 1: waits (below) behind the candidates that do not
+    waits: str | None = None  # why it waits: its knob or kind measured only no effect, or its kind of move did
     effective: str | None = None  # the configuration as it would run (_effective_key), once computed
     twin_of: str | None = None  # a better-ranked candidate that runs the same configuration ("knob = value")
     point: learn.Point | None = None  # the change as the session model sees it (ranking "model")
@@ -537,10 +538,16 @@ def _point(ctx: _Context, k: Knob | None, knob_id: str, value: Any, before: Any,
     if k is None:  # a knob of an earlier state only: it stands alone
         ext, ext0 = learn.log2_extents(value), learn.log2_extents(before)
         return learn.Point(knob_id, "knob:" + knob_id, ext, learn.direction(ext0, ext), state, group)
-    clamp = _clamp(k, norm_value(value), ctx.kernel_of(k))
+    kernel = ctx.kernel_of(k)
+    clamp = _clamp(k, norm_value(value), kernel)
     ext, ext0 = learn.log2_extents(value, clamp), learn.log2_extents(before, clamp)
-    return learn.Point(_site_group(ctx, k), learn.kind_of(k.kind, k.name, k.context.get("consumers")), ext,
-                       learn.direction(ext0, ext), state, group)
+    kind, site = learn.kind_of(k.kind, k.name, k.context.get("consumers")), _site_group(ctx, k)
+    problem = None
+    if kind == "cube-tile":  # every cube-tile point has one (learn._shared): its matmul as it ran, else its own
+        mkn = ((kernel or {}).get("cube") or {}).get("mkn")
+        problem = ("mkn:" + "x".join(map(str, mkn)) if mkn and all(isinstance(x, int) for x in mkn)
+                   else "knob:" + site)
+    return learn.Point(site, kind, ext, learn.direction(ext0, ext), state, group, problem)
 
 
 def _pure_tile(ctx: _Context, k: Knob) -> bool:
@@ -688,7 +695,16 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
         raw.point = pt
         raw.learnt = model.predict(pt, raw.score)
         raw.score = raw.learnt.score
-        raw.tier = 1 if untried and pt.kind not in untried and model.unresponsive(pt.group, pt.kind) else 0
+        flat = model.flat_level(pt)
+        if untried and pt.kind not in untried and model.unresponsive(pt.group, pt.kind):
+            raw.waits = ("its knob (or every knob of its kind) measured only no effect so far, so it waits for the "
+                         f"kinds not tried yet ({', '.join(sorted(untried))})")
+        elif flat:
+            level = next(iter(learn.levels_moved(pt) or ()), "")
+            raw.waits = (f"it moves the cube tile's {level} only, and {len(flat)} such moves in this session "
+                         "measured no effect (rounds " + ", ".join(str(t.round) for t in flat) + "), so it waits "
+                         "behind every other candidate")
+        raw.tier = 1 if raw.waits else 0
     return [raw for raw, _ in keep], model
 
 
@@ -1045,6 +1061,8 @@ def _why(raw: _Raw, ranking: Ranking) -> str:
         label = t.source + (f" [prior {t.rule}]" if t.rule else "")
         parts.append(f"{label}: {t.text} ({t.score:+.2f})")
     head = f"score {raw.score:+.2f} for {raw.catalog_id} ({_catalog_title(raw.catalog_id)})"
+    if raw.waits:
+        head = f"{head}; ranked low because {raw.waits}"
     if raw.twin_of:
         head = (f"runs the same configuration as {raw.twin_of} (ranked above), so it comes after every distinct "
                 f"one; {head}")
