@@ -94,3 +94,31 @@ def test_a_pair_refused_when_run_is_not_proposed_again_from_this_kept_state():
                      "GATE legality: refused when run")
     assert not [c for c in _pairs(PLATEAU, cache) if c.value == 4 and c.pair_with.value == [4, 512]]
     assert [c for c in _pairs(PLATEAU, AdmissionCache()) if c.value == 4 and c.pair_with.value == [4, 512]]
+
+
+def test_pairs_that_run_one_configuration_are_one_candidate():
+    # [8, 512] and [4, 512] over a block of 4 rows are clipped to the same tile: one run, proposed once
+    wider = [*PLATEAU, _alone(TILE_FIELD, [8, 512], [1, 128], "regression", 10.05, 3)]
+    found = [c for c in _pairs(wider, AdmissionCache()) if c.value == 4]
+    assert len(found) == 1 and found[0].pair_with.value in ([4, 512], [8, 512])
+
+
+def test_a_pair_whose_configuration_a_pair_measured_is_not_proposed():
+    ran = TriedChange(knob_id=BLOCK, value=4, before_value=1, from_kept_hash=KEPT_HASH, outcome="regression",
+                      before_us=10.0, after_us=10.4, round=3,
+                      pair_with={"knob": TILE_FIELD, "value": [8, 512], "before": [1, 128]})
+    wider = [*PLATEAU, _alone(TILE_FIELD, [8, 512], [1, 128], "regression", 10.05, 4), ran]
+    assert not [c for c in _pairs(wider, AdmissionCache()) if c.value == 4]
+
+
+def test_two_pairs_of_a_link_that_did_not_gain_end_its_pairs_from_this_kept_state():
+    def paired(tile, n: int) -> TriedChange:
+        return TriedChange(knob_id=BLOCK, value=8, before_value=1, from_kept_hash=KEPT_HASH, outcome="regression",
+                           before_us=10.0, after_us=10.5, round=n,
+                           pair_with={"knob": TILE_FIELD, "value": tile, "before": [1, 128]})
+
+    assert _pairs([*PLATEAU, paired([8, 256], 3)], AdmissionCache())  # one crossing that failed: others remain
+    assert _pairs([*PLATEAU, paired([8, 256], 3), paired([8, 1024], 4)], AdmissionCache()) == []
+    elsewhere = [paired([8, 256], 3).model_copy(update={"from_kept_hash": "other"}),
+                 paired([8, 1024], 4).model_copy(update={"from_kept_hash": "other"})]
+    assert _pairs([*PLATEAU, *elsewhere], AdmissionCache())  # counted where they were tried

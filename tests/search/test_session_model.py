@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pypto_tune.tools.search import TriedChange, code_hash, search
 from pypto_tune.tools.search import learn
@@ -311,6 +312,51 @@ def test_knobs_that_set_some_of_the_same_tile_calls_are_partly_one_knob():
     cands = [(_pt(one, (4.0,), kind="cube-tile"), 2.0, 0), (_pt(both, (4.0,), kind="cube-tile"), 1.9, 0),
              (_pt("tile", (4.0,)), 1.7, 0)]
     assert _batch(learn.SessionModel([], "s"), cands, depth=2)[:2] == [0, 2]
+
+
+def _flat(p: learn.Point, rnd: int) -> learn.Observation:
+    return learn.Observation(p, 0.0, TriedChange(knob_id=p.group, value=1, outcome="no-gain", round=rnd,
+                                                 before_us=10.0, after_us=10.0))
+
+
+def _cube(group: str, problem: str | None, d=(0, 0, 1, 1, 0, 0), ext=(4.0, 4.0, 6.0, 8.0, 4.0, 4.0),
+          state: str = "s") -> learn.Point:
+    return learn.Point(group, "cube-tile", ext, d, state, "frontend", problem)
+
+
+def test_cube_tiles_of_one_matmul_shape_learn_from_each_other_and_the_kernel_stays_positive_definite():
+    """PyPTO's tiling_config runtime test: two kernels, each one matmul of the same shape, each its own cube tile. A
+    move measured on one says most of what the same move does on the other; a tile of another matmul shape, or one
+    whose matmul is unknown, learns only what any cube tile does."""
+    gain = learn.SessionModel([_obs(_cube("t64", "mkn:64x2048x2048"), 1.0, 1)], "s")
+    same_knob, same_problem, other_problem, unknown = (
+        gain.predict(_cube(g, pr), 0.0).mean for g, pr in (("t64", "mkn:64x2048x2048"),
+                                                           ("t32", "mkn:64x2048x2048"),
+                                                           ("t16", "mkn:16x64x64"), ("cfg", "knob:cfg")))
+    assert same_knob > same_problem > 0.4 and other_problem == pytest.approx(unknown) and unknown < 0.15
+    pts = [_cube(g, pr, d=d, ext=e) for g, pr in (("t64", "mkn:1x2x3"), ("t32", "mkn:1x2x3"), ("t16", "knob:t16"))
+           for d in ((0, 0, 1, 1, 0, 0), (0, 0, 0, 1, 0, 0)) for e in ((4.0, 4.0, 6.0, 8.0, 4.0, 4.0),
+                                                                        (4.0, 4.0, 7.0, 8.0, 4.0, 5.0))]
+    cov = np.array([[learn.kernel(a, b) for b in pts] for a in pts])
+    assert np.linalg.eigvalsh(cov).min() > -1e-9 and all(learn.kernel(p, p) == pytest.approx(1.0) for p in pts)
+
+
+def test_a_cube_tile_move_of_one_level_waits_once_two_such_moves_measured_no_effect():
+    """Two moves of a cube tile's L1 alone (L0 kept) that left the time as it was, on any cube tile of the session:
+    the next L1-only move waits behind the other candidates; an L0 move does not; one L1 move with an effect keeps the
+    level in play (an L1 can matter, domain F-9)."""
+    l1_k, l1_n, l0 = (0, 0, 0, 1, 0, 0), (0, 0, 0, 0, 0, 1), (0, 0, 1, 1, 0, 0)
+    one = [_flat(_cube("t32", "p", d=l1_n), 1)]
+    assert learn.SessionModel(one, "s").flat_level(_cube("t64", "p", d=l1_k)) == []  # one is not enough
+    two = one + [_flat(_cube("t64", "p", d=l1_k), 2)]
+    m = learn.SessionModel(two, "s")
+    assert [t.round for t in m.flat_level(_cube("t32", "p", d=l1_k))] == [1, 2]
+    assert m.flat_level(_cube("t32", "p", d=l0)) == [] and learn.levels_moved(_cube("t", "p", d=l0)) == {"L0", "L1"}
+    moved = two + [learn.Observation(_cube("t16", "q", d=l1_n), -0.3,
+                                     TriedChange(knob_id="t16", value=1, outcome="regression", round=3,
+                                                 before_us=10.0, after_us=12.3))]
+    assert learn.SessionModel(moved, "s").flat_level(_cube("t32", "p", d=l1_k)) == []
+    assert learn.levels_moved(_pt("v", (1.0,))) is None
 
 
 # ------------------------------------------------------------------------------------------- a batch of trials

@@ -16,7 +16,8 @@ when the kept state's run links the two (the links of :mod:`.linked` are the ker
   gain or slower). The joint points of the values tried, and the plan's best tile through each tried block, are the
   corner the single steps cannot reach.
 
-A pair tried from this kept state is not proposed again. Scoring is a hook: ``score(block, block_value, tile,
+A pair tried from this kept state is not proposed again, nor any pair of its link once ``PAIR_TRIES_HERE`` of them
+tried from it did not gain. Scoring is a hook: ``score(block, block_value, tile,
 tile_value)`` returns the terms the ranking adds up, as it does for a single change (the search passes the shape
 model's reading of the joint picture); a ranking that learns from the session scores the pair through the same
 hook. Pure: it plans and scores; admission is the server's (:func:`plan_edit` + ``admission.admit``).
@@ -42,6 +43,10 @@ from pypto_tune.tools.search.models import PairPart, TriedChange, norm_value
 PLATEAU_OUTCOMES = ("no-gain", "regression")
 #: Joint points proposed per link: the pair is a way past a plateau, not a grid over two knobs.
 MAX_POINTS_PER_LINK = 2
+#: Pairs of one link tried from one kept state without a gain, after which the link is not paired from it again: two
+#: crossings that failed say the plateau is this state's optimum for the two knobs (PyPTO's GLM gate: five pairs of
+#: one 16-row block with the cube tiles that had each regressed alone, every one slower, over three answers).
+PAIR_TRIES_HERE = 2
 
 Scorer = Callable[[Knob, Any, Knob, Any], list[R.Term]]
 
@@ -91,6 +96,13 @@ def tried_pairs(history: Iterable[TriedChange], kept_hash: str) -> set[tuple[str
     return out
 
 
+def _spent(link: linked.Link, history: list[TriedChange], kept_hash: str) -> list[TriedChange]:
+    """The link's pairs tried from this kept state that did not gain (ran slower, no better, or failed)."""
+    return [t for t in history if t.pair_with is not None and t.from_kept_hash == kept_hash
+            and t.knob_id == link.block.id and t.pair_with.knob == link.tile.id
+            and t.outcome in (*PLATEAU_OUTCOMES, "failed")]
+
+
 def _plateau(link: linked.Link, history: list[TriedChange], kept_hash: str
              ) -> tuple[list[TriedChange], list[TriedChange]]:
     """The block's and the tile's single trials from this kept state that ran and did not gain."""
@@ -116,6 +128,8 @@ def points(plans: dict[str, linked.PairPlan], history: Iterable[TriedChange], ke
         link = pl.link
         b, t = link.block, link.tile
         if knob is not None and knob not in (b.id, t.id):
+            continue
+        if len(_spent(link, hist, kept_hash)) >= PAIR_TRIES_HERE:
             continue
         found: dict[tuple[str, str], PairPoint] = {}
 

@@ -1268,6 +1268,7 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
     cache = cache if cache is not None else AdmissionCache()
     skey = admission_state_key(kept, context, ctx.run)
     out: list[Candidate] = []
+    running: set[str] = set()  # the effective configurations the answer's candidates run
     checked_all = True
     unchecked = 0
     for raw in order:
@@ -1290,6 +1291,8 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             unchecked += 1
             out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, "", admitted=False))
             order.stands(raw)
+            if raw.effective is not None:
+                running.add(raw.effective)
             continue
         entry = _admit(cache, skey, kept, context, raw, ctx.run)
         if not entry["ok"]:
@@ -1305,9 +1308,12 @@ def search(kept: dict[str, str], *, stage: str, context: dict[str, str] | None =
             continue
         out.append(_candidate(raw, kept_hash, ranking, priors, group, len(out) + 1, entry.get("diff", "")))
         order.stands(raw)
+        if raw.effective is not None:
+            running.add(raw.effective)
     if plans:
         out = _with_pairs(ctx, out, plans, hist + paired, knob, only, limit, cache, skey,
-                          None if budget_s is None else budget_s - (time.monotonic() - started), excluded, refusals)
+                          None if budget_s is None else budget_s - (time.monotonic() - started), excluded, refusals,
+                          running)
     notes = []
     if unchecked:
         notes.append(f"{unchecked} candidate(s) past the {budget_s:g} s answer budget were checked by the legality "
@@ -1426,10 +1432,26 @@ def _pair_score(ctx: _Context) -> pairs.Scorer:
     return score
 
 
+def _measured_pairs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any],
+                    history: list[TriedChange]) -> dict[str, dict[str, Any]]:
+    """Effective key → the linked-pair round of this session that measured it (``_measured_configs`` reads the
+    single changes)."""
+    states = learn.state_configs(ctx.history, now, ctx.kept_hash)
+    out: dict[str, dict[str, Any]] = {}
+    for t in history:
+        if t.pair_with is None or t.outcome == "failed" or t.after_us is None or t.from_kept_hash not in states:
+            continue
+        config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value),
+                  t.pair_with.knob: norm_value(t.pair_with.value)}
+        out.setdefault(_effective_key(ctx, by_id, now, config),
+                       {"round": t.round, "operator_time_us": round(t.after_us, 4)})
+    return out
+
+
 def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.PairPlan], history: list[TriedChange],
                 knob: str | None, only: Callable[[str, Any], bool] | None, limit: int | None,
                 cache: AdmissionCache, skey: str, budget_s: float | None, excluded: dict[str, int],
-                refusals: list[str]) -> list[Candidate]:
+                refusals: list[str], running: set[str]) -> list[Candidate]:
     """The linked pairs (:mod:`.pairs`) among the candidates, by score; each is admitted like a single change, as
     one change of two knobs (rule ``linked-pair``). A pair the plateau or the prediction calls for keeps a place
     within ``limit``: it is what the single changes cannot reach."""
@@ -1438,9 +1460,20 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
         # out unadmitted, and its tile must still fit what ran (a tensor's axis of 1 is no room a block opens)
         return (only is None or only(k.id, v)) and not _prescreen(ctx, k, v)[1]
 
+    by_id = {k.id: ctx.as_ran(k) for k in ctx.knobs}
+    now = {i: k.value for i, k in by_id.items()}
+    measured = {**_measured_pairs(ctx, by_id, now, history), **_measured_configs(ctx, by_id, now)}
     found: list[Candidate] = []
     for p in pairs.points(plans, history, ctx.kept_hash, _pair_score(ctx), knob=knob, allowed=allowed):
         b, t = p.link.block, p.link.tile
+        # a pair is one configuration as much as a single change is: none whose effective configuration was
+        # measured, nor one a single or another pair of this answer already runs (PyPTO's GLM gate: two pairs of
+        # one 16-row block, their cube tiles' m of 16 and 32 clipped alike, ran the same configuration in one batch)
+        effective = _effective_key(ctx, by_id, now, {**now, b.id: norm_value(p.block_value),
+                                                     t.id: norm_value(p.tile_value)})
+        if effective in measured or effective in running:
+            excluded["known"] = excluded.get("known", 0) + 1
+            continue
         cid = (choose_catalog_id(t, ctx.stage, p.tile_value, ctx.kernel_of(t), ctx.facts)
                or choose_catalog_id(b, ctx.stage, p.block_value, ctx.kernel_of(b), ctx.facts))
         if cid is None:
@@ -1467,6 +1500,7 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
                       "model": {tt.name: tt.evidence for tt in p.terms if tt.evidence} or {}},
             knob_name=b.name, before=b.value, score=round(p.score, 4), stage=ctx.stage, diff=diff,
             admitted=admitted, kind="pair", pair_with=p.second()))
+        running.add(effective)
     if not found:
         return out
     merged = list(out)  # the singles keep their order (the spread included); a pair goes before the first it beats
