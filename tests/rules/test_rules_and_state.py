@@ -56,6 +56,10 @@ class TestJudgement:
         ("error", "Run pass failed., func CompileFunction", "compile-failure"),
         ("failed", "PRECISION: failed (max abs diff 1.0)", "precision-failure"),
         ("error", "Segmentation fault", "runtime-error"),
+        ("failed", 'File ".../pypto/cost_model.py", line 67, in _cost_model_run_once_data_from_host\n'
+                   "    pypto_impl.CostModelRunOnceDataFromHost(input_datas, output_datas)\n"
+                   "RuntimeError: Errcode: FFFFFF!", "compile-failure"),
+        ("error", "RuntimeError: Errcode: FFFFFF! (aclrtSynchronizeStream)", "runtime-error"),
     ])
     def test_failures_map_to_the_round_table_result_types(self, verdict: str, out: str, kind: str) -> None:
         assert tuning_loop.classify_failure(verdict, out) == kind

@@ -54,6 +54,15 @@ def test_a_compile_failure_bounds_the_values_at_or_past_it_from_the_same_state()
     zero = TriedChange(knob_id=NBUF, value={-2: 1, -1: 0}, before_value=None, from_kept_hash="h", outcome="failed",
                        failure_type="compile-failure")
     assert bounded_by_failure([zero], "h", NBUF, {-2: 1, -1: 2}) is None  # zero buffers is no size
+    # an option absent before: its failure bounds the larger values once a smaller one ran from the same state
+    eight = zero.model_copy(update={"value": {-2: 1, -1: 8}})
+    ran = TriedChange(knob_id=NBUF, value={-2: 1, -1: 2}, before_value=None, from_kept_hash="h", outcome="regression",
+                      before_us=26.5, after_us=36.0)
+    assert bounded_by_failure([eight], "h", NBUF, {-2: 1, -1: 16}) is None  # nothing ran below it: no size known
+    assert bounded_by_failure([eight, ran], "h", NBUF, {-2: 1, -1: 16}) is eight
+    assert bounded_by_failure([eight, ran], "h", NBUF, {-2: 1, -1: 4}) is None
+    assert bounded_by_failure([eight, ran.model_copy(update={"from_kept_hash": "g"})], "h", NBUF,
+                              {-2: 1, -1: 16}) is None
     unroll = TriedChange(knob_id=CONFIG, value=[16, 8, 4, 2, 1], before_value=[2, 1], from_kept_hash="h",
                          outcome="failed", failure_type="compile-failure")
     assert bounded_by_failure([unroll], "h", CONFIG, [32, 16, 8, 4, 2, 1], unroll=True) is unroll

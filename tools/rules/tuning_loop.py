@@ -390,6 +390,11 @@ def classify_failure(verdict: str, key_output: str) -> Literal[
     compile_marks = ("run pass failed", "fc4000", "f21004", "invalid l1/l0", "compile", "syntaxerror", "codegen")
     if any(m in text for m in compile_marks):
         return "compile-failure"
+    if "errcode: ffffff" in text and "costmodelrunonce" in text.replace("_", ""):
+        # SIM: the cost model would not build what PyPTO compiled (its ParseInput::BuildFunction; PyPTO's arctic
+        # LSTM with ``vec_nbuffer_setting`` {-1: 8} or {-1: 16}): the candidate's value made no program the
+        # simulator runs, as a pass error does — not a value that came out wrong (SIM computes none)
+        return "compile-failure"
     if verdict == "failed":
         return "precision-failure"
     return "runtime-error"

@@ -50,12 +50,27 @@ def grew(t: TriedChange, *, unroll: bool = False) -> bool:
     return a is not None and b is not None and len(a) == len(b) and all(y >= x for x, y in zip(a, b)) and a != b
 
 
+def grew_past_a_run(t: TriedChange, history: Iterable[TriedChange], *, unroll: bool = False) -> bool:
+    """Did the failed change set a value past one of the same knob that ran from the same kept state? Where the knob
+    was absent before (an option the kernel did not set: no before-value to grow from), a smaller value that ran
+    says the same as growth does — the size broke it (PyPTO's arctic LSTM: ``vec_nbuffer_setting`` {-1: 2} ran,
+    {-1: 8} and then {-1: 16} did not compile)."""
+    mine = extent(t.value, unroll=unroll)
+    return any(u.knob_id == t.knob_id and u.from_kept_hash == t.from_kept_hash and u.outcome != "failed"
+               and u.after_us is not None and at_or_past(t.value, u.value, unroll=unroll)
+               and extent(u.value, unroll=unroll) != mine for u in history)
+
+
 def bounded_by_failure(history: Iterable[TriedChange], kept_hash: str, knob_id: str, value: Any, *,
                        unroll: bool = False) -> TriedChange | None:
-    """The compile failure, from this same kept state and on this same knob, of a change that grew the knob, which
-    ``value`` is at or past (so it would not compile either); None when there is none."""
-    return next((t for t in compile_failures(history, kept_hash, knob_id)
-                 if grew(t, unroll=unroll) and at_or_past(value, t.value, unroll=unroll)), None)
+    """The compile failure, from this same kept state and on this same knob, of a change that grew the knob (or set
+    it past a value that ran, :func:`grew_past_a_run`), which ``value`` is at or past (so it would not compile
+    either); None when there is none."""
+    hist = list(history)
+    return next((t for t in compile_failures(hist, kept_hash, knob_id)
+                 if (grew(t, unroll=unroll) or grew_past_a_run(t, hist, unroll=unroll))
+                 and at_or_past(value, t.value, unroll=unroll)), None)
 
 
-__all__ = ["COMPILE_FAILURE", "at_or_past", "bounded_by_failure", "compile_failures", "extent", "grew"]
+__all__ = ["COMPILE_FAILURE", "at_or_past", "bounded_by_failure", "compile_failures", "extent", "grew",
+           "grew_past_a_run"]
