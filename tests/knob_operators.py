@@ -207,14 +207,15 @@ if __name__ == "__main__":
 '''
 
 # The block-argument kernel writing its block back through a named offset list beside the loop's offset, and
-# reading a fixed column offset through a name: where each result goes, never a tile
+# reading a fixed column offset through a name: where each result goes, never a tile. Each reaches its call through a
+# copy (``edge = at``, ``col = home``), which computes nothing
 OFFSET_FILE = "offset_op.py"
 OFFSET_OP = (BLOCK_ARG_OP
              .replace("        pypto.assemble(part + 1.0, [lo, 0], out)",
-                      "        at = [lo, 0]\n        pypto.assemble(part + 1.0, at, out)")
-             .replace("    n = x.shape[0]\n", "    n = x.shape[0]\n    col = 0\n")
+                      "        at = [lo, 0]\n        edge = at\n        pypto.assemble(part + 1.0, edge, out)")
+             .replace("    n = x.shape[0]\n", "    n = x.shape[0]\n    home = 0\n    col = home\n")
              .replace("[lo, 0],\n                          valid_shape", "[lo, col],\n                          valid_shape"))
-assert OFFSET_OP.count("at = [lo, 0]") == 1 and OFFSET_OP.count("[lo, col]") == 1
+assert OFFSET_OP.count("at = [lo, 0]") == 1 and OFFSET_OP.count("[lo, col]") == 1 and "edge = at" in OFFSET_OP
 
 # A row block reshaped into groups and reduced per group, as PyPTO's GLM expert selection does: the group tile is
 # rank 3 over a [1, 4, 40] reshape, smaller on its middle axis than any 2-D tensor of the kernel

@@ -18,9 +18,10 @@ over MCP stdio against the real server and the real simulator:
    written on the view's second line is live, not "dead"); a new expression there, which the server cannot
    evaluate before the run, is refused; and a config's block that a constant valid part no longer covers (8 of
    every 16 rows) is refused on both paths
-2⁗ an offset written through a name — ``at = [lo, 0]`` passed to pypto.assemble, ``col = 0`` in a view's offsets —
-   says where results go or which columns are read: no knob (it was one as an int beside run-time values), and a
-   change of it is refused as an edit and as a diff
+2⁗ an offset written through a name — ``at = [lo, 0]`` passed to pypto.assemble, ``col = 0`` in a view's offsets,
+   each through a copy (``edge = at``, ``col = home``) — says where results go or which columns are read: no knob (it
+   was one as an int beside run-time values, and through a copy), and a change of it is refused as an edit and as a
+   diff
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -188,9 +189,9 @@ async def _named_offsets(s: Session, ws: Path) -> None:
     src = op.read_text()
     listed = await s.ok("list_knobs", session_id=sid, detail="full")
     ids = {k["id"] for k in listed["knobs"] + listed["dead_knobs"] if k["tunable"]}
-    assert not any(k.endswith(("rows_kernel.at[1]", "rows_kernel.col")) for k in ids), sorted(ids)
+    assert not any(k.endswith(("rows_kernel.at[1]", "rows_kernel.home", "rows_kernel.col")) for k in ids), sorted(ids)
     for knob, value, old, new in ((f"{OFFSET_FILE}:rows_kernel.at[1]", 8, "at = [lo, 0]", "at = [lo, 8]"),
-                                  (f"{OFFSET_FILE}:rows_kernel.col", 32, "col = 0\n", "col = 32\n")):
+                                  (f"{OFFSET_FILE}:rows_kernel.home", 32, "home = 0\n", "home = 32\n")):
         by_knob = await s.refused("apply_tuning_patch", session_id=sid, catalog_id="F-3", rationale="attack",
                                   knob=knob, value=value)
         assert "no knob" in by_knob or "not tunable" in by_knob, by_knob

@@ -342,8 +342,8 @@ class _Analysis:
         self.reductions: dict[str, list[Reduction]] = {}
         self.transposes: dict[str, list[Transpose]] = {}
         self.reach: dict[tuple[str, str], set[tuple[str, str]]] = {}  # jit → what it runs (find_kernels)
-        self._memo: dict[tuple[str, str, str], tuple[frozenset[str], tuple[str, ...]]] = {}
-        self._active: set[tuple[str, str, str]] = set()
+        self._memo: dict[tuple[tuple[str, str, str], bool], tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._active: set[tuple[tuple[str, str, str], bool]] = set()
         self._returning: set[tuple[str, str]] = set()  # functions whose return value is being followed
         self._calls: dict[tuple[str, str], list[tuple[_File, _Scope, ast.Call]]] | None = None
 
@@ -535,23 +535,28 @@ class _Analysis:
             self.transposes[f.path] = out
 
     # ---- uses
-    def classify(self, key: tuple[str, str, str]) -> tuple[frozenset[Consumer], tuple[str, ...]]:
+    def classify(self, key: tuple[str, str, str], written: bool = False
+                 ) -> tuple[frozenset[Consumer], tuple[str, ...]]:
         """(tuning consumers, problem uses) of the name bound at ``key`` (file, scope, name), following it on.
-        A consumer is (kind, file, line): what it is and where the run meets it."""
-        if key in self._memo:
-            return self._memo[key]
-        if key in self._active:
+        A consumer is (kind, file, line): what it is and where the run meets it. ``written``: the name holds a
+        literal as written — bound to one, or a copy of one made without computing (``Y = X``, ``at = [lo, Y]``,
+        passed as an argument): such a value in a view's or assemble's offsets is where data goes, however many
+        names it passed through."""
+        memo = (key, written or key in self.bindings)
+        if memo in self._memo:
+            return self._memo[memo]
+        if memo in self._active:
             return frozenset(), ()  # a cycle adds nothing new
-        self._active.add(key)
+        self._active.add(memo)
         consumers: set[Consumer] = set()
         problems: list[str] = []
         for f, use in self._uses(key):
-            c, p = self._use(f, use, literal=key in self.bindings)
+            c, p = self._use(f, use, literal=memo[1])
             consumers |= c
             problems.extend(p)
-        self._active.discard(key)
+        self._active.discard(memo)
         result = (frozenset(consumers), tuple(problems))
-        self._memo[key] = result
+        self._memo[memo] = result
         return result
 
     def _uses(self, key: tuple[str, str, str]):
@@ -654,13 +659,13 @@ class _Analysis:
                 fixed = self._fixed_view_axis(f, parent, child, element)
                 if fixed:
                     return set(), [f"{where}: {fixed}"]
-                return self._call_use(f, parent, child, where)
+                return self._call_use(f, parent, child, where, written=not computed)
             if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 if getattr(parent, "value", None) is not child:
                     return set(), [f"{where}: used in an assignment target"]
                 if self._in_class_body(f, parent):
                     return set(), [f"{where}: stored as a class attribute (followed no further)"]
-                return self._flow_into_targets(f, parent, where)
+                return self._flow_into_targets(f, parent, where, written=not computed)
             if isinstance(parent, ast.NamedExpr):
                 return set(), [f"{where}: bound by ':='"]
             if isinstance(parent, ast.For) and parent.iter is child:
@@ -759,7 +764,8 @@ class _Analysis:
             p = f.parents.get(id(p))
         return False
 
-    def _call_use(self, f: _File, call: ast.Call, child: ast.AST, where: str) -> tuple[set[Consumer], list[str]]:
+    def _call_use(self, f: _File, call: ast.Call, child: ast.AST, where: str,
+                  written: bool = False) -> tuple[set[Consumer], list[str]]:
         if call.func is child:
             return set(), [f"{where}: called"]
         kw = next((k for k in call.keywords if k is child), None)
@@ -798,11 +804,12 @@ class _Analysis:
             param = kw.arg if kw is not None else (names[pos] if pos is not None and pos < len(names) else None)
             if param is None:
                 return set(), [f"{where}: passed to {d}() as *args/**kwargs"]
-            c, p = self.classify((target[0], target[1], param))
+            c, p = self.classify((target[0], target[1], param), written)
             return set(c), list(p)
         return set(), [f"{where}: argument of {d or 'a call'}()"]
 
-    def _flow_into_targets(self, f: _File, stmt: ast.AST, where: str) -> tuple[set[Consumer], list[str]]:
+    def _flow_into_targets(self, f: _File, stmt: ast.AST, where: str,
+                           written: bool = False) -> tuple[set[Consumer], list[str]]:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         consumers: set[Consumer] = set()
         problems: list[str] = []
@@ -820,7 +827,7 @@ class _Analysis:
             if owner is None:
                 problems.append(f"{where}: stored into {n.id}")
                 continue
-            c, p = self.classify((f.path, owner.name, n.id))
+            c, p = self.classify((f.path, owner.name, n.id), written)
             consumers |= c
             problems.extend(p)
         return consumers, problems
