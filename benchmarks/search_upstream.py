@@ -918,7 +918,7 @@ def run_variant(cache: Cache, op: Operator, variant: str, args: argparse.Namespa
                        remeasured=remeasured(base, ses["trials"]),
                        failed=failed_trials(ses["trials"]), refused=sum(1 for t in ses["trials"] if t.get("refused")),
                        failed_kept=sum(1 for t in ses["trials"] if t["time_us"] is None and t["decision"] == "kept"),
-                       stages=ses.get("stages"), search_stop=ses.get("search_stop"),
+                       stages=ses.get("stages"), search_stop=ses.get("search_stop"), rankings=ses.get("rankings"),
                        trials=ses["trials"])
         if "xgb" in arms and tuner_dir is not None:
             try:

@@ -119,6 +119,7 @@ class _Kernel:
     views: list[_View] = field(default_factory=list)
     tiles: list[_Tile] = field(default_factory=list)
     matmuls: list[dict[str, Any]] = field(default_factory=list)  # recorded matmul calls, when the probe has them
+    operands: dict[str, Any] | None = None  # the first matmul under a cube tile: its A and B shapes, transposes
 
 
 class RunPicture:
@@ -165,6 +166,7 @@ class RunPicture:
                 elif api == "set_cube_tile_shapes":
                     kern.tiles.append(_Tile(c["file"], c["line"], "cube", runmap.effective_value(
                         _KindOnly("cube_tile"), c)))
+                    kern.operands = kern.operands or c.get("operands")
                 elif api == "matmul":
                     kern.matmuls.append(c)
             self.kernels.append(kern)
@@ -292,7 +294,7 @@ class _Trial:
         blocks = [list(v) for v in views] if k.loops else []
         has_cube = any(t.kind == "cube" for t in k.tiles) or bool(k.matmuls)
         # the matmul's shape, read once for the vector blocks and the cube features alike
-        lead = self._batched(views) if has_cube else None
+        lead = (self._recorded_product() or self._batched(views)) if has_cube else None
         mkn = self._mkn(views, lead) if has_cube else None
         if blocks and has_cube:
             # a matmul's output of one iteration is data too: the vector work after it (a softmax, an activation)
@@ -374,6 +376,24 @@ class _Trial:
         b = others[0]
         n = b[1] if b[0] == kdim else b[0]
         return (a[0], kdim, n)
+
+    def _recorded_product(self) -> tuple[list[int], tuple[int, int, int]] | None:
+        """The batch dims and M, K, N of the matmul the probe saw under the cube tile, transposes read (PyPTO's
+        tiling_config runtime test: [4, 64, 512] @ [4, 128, 512] with b_trans is four 64 × 512 × 128 products, which
+        no view shows). Only in a kernel without loops: there the operands are its inputs, which no knob changes;
+        inside a loop they are one iteration's blocks, which a trial's block size changes (read from the views)."""
+        ops = self.kern.operands
+        if not ops or self.kern.loops:
+            return None
+        a, b = ops.get("a") or [], ops.get("b") or []
+        if len(a) < 2 or len(b) < 2:
+            return None
+        m, k = (a[-1], a[-2]) if ops.get("a_trans") else (a[-2], a[-1])
+        n = b[-2] if ops.get("b_trans") else b[-1]
+        lead = a[:-2]
+        if not all(isinstance(x, int) for x in (m, k, n, *lead)):
+            return None
+        return list(lead), (m, k, n)
 
     def _batched(self, views: list[list[int]]) -> tuple[list[int], tuple[int, int, int]] | None:
         """The batch dims and M, K, N of a batched matmul read from one iteration's views: the one pair of views of

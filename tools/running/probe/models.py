@@ -41,6 +41,15 @@ class UnrollVariant(BaseModel):
         return None if self.iterations is None else self.iterations > 0
 
 
+class MatmulOperands(BaseModel):
+    """What a cube tile cuts: the matmul's A and B as built (null: a dimension known only at run time)."""
+
+    a: list[int | None]
+    b: list[int | None]
+    a_trans: bool = False
+    b_trans: bool = False
+
+
 class ProbeCall(BaseModel):
     """One distinct call of a tiling / option / loop / view API: same site, kernel and effective values."""
 
@@ -67,6 +76,8 @@ class ProbeCall(BaseModel):
         None, description="vector tile calls: rank -> the largest extent of each dimension over the tensors the "
         "vector operations under this tile worked on (null: known only at run time); a tile dimension at or past it "
         "is clamped to the data")
+    operands: MatmulOperands | None = Field(None, description="cube tile calls: the first matmul built under the "
+                                            "tile, its operands' shapes and transposes")
     stack: list[Frame] = Field(default_factory=list)
     unroll: list[UnrollVariant] = Field(default_factory=list, description="the loop_unroll variants (outermost "
                                         "first) whose body was being traced when the call was made")

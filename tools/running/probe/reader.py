@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from pypto_tune.tools.running.sandbox import run_env
 
-from .models import Frame, ProbeCall, ProbeKernel, ProbeRecord, UnrollVariant
+from .models import Frame, MatmulOperands, ProbeCall, ProbeKernel, ProbeRecord, UnrollVariant
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 DIR_ENV = "PYPTO_TUNE_PROBE_DIR"
@@ -56,6 +56,18 @@ def _extent(raw: Any) -> dict[str, list[int | None]] | None:
             return None
         out[rank] = dims
     return out
+
+
+def _operands(raw: Any) -> MatmulOperands | None:
+    """A cube tile call's matmul operands as the hook wrote them, or None where they are not in that form."""
+    if not isinstance(raw, dict):
+        return None
+    shapes = [raw.get("a"), raw.get("b")]
+    if not all(isinstance(d, list) and 2 <= len(d) <= 8 and all(x is None or (type(x) is int and x > 0) for x in d)
+               for d in shapes) or not all(type(raw.get(t, False)) is bool for t in ("a_trans", "b_trans")):
+        return None
+    return MatmulOperands(a=shapes[0], b=shapes[1], a_trans=raw.get("a_trans", False),
+                          b_trans=raw.get("b_trans", False))
 
 
 def _relative(path: str, roots: list[str]) -> tuple[str, bool]:
@@ -142,6 +154,7 @@ def _merge(raws: list[dict[str, Any]], roots: list[str], bad: list[str]) -> Prob
                 origin=c.get("origin", "direct"), args=list(c.get("args") or []), kwargs=dict(c.get("kwargs") or {}),
                 result_shape=c.get("result_shape"), count=int(c.get("count", 1)),
                 ops=c["ops"] if type(c.get("ops")) is int else None, extent=_extent(c.get("extent")),
+                operands=_operands(c.get("operands")),
                 stack=[_frame(fr, roots) for fr in c.get("stack") or []],
                 unroll=[UnrollVariant(file=_relative(str(u[0]), roots)[0], line=int(u[1]),
                                       factor=u[2] if isinstance(u[2], int) else None)

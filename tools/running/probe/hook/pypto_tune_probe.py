@@ -184,16 +184,19 @@ class _Probe:
             self.op("assemble", args)
         self.dirty = True
 
-    def op(self, name: str, args: "tuple | list" = ()) -> None:
+    def op(self, name: str, args: "tuple | list" = (), kwargs: "dict | None" = None) -> None:
         """An operation was built: it counts for the tile of its kind in force (global state in pypto, like the tile
         itself: a tile set in a helper stays in force after it returns); a vector operation's tensors widen the
-        tile's ``extent``."""
+        tile's ``extent``; the first matmul under a cube tile leaves its operands' shapes and transposes (what M, K
+        and N the tile cuts)."""
         cube = name in _CUBE_OPS
         rec = self.in_force.get("cube" if cube else "vec")
         if rec is not None and "ops" in rec:
             rec["ops"] += 1
             if not cube:
                 _widen(rec.setdefault("extent", {}), args)
+            elif name == "matmul" and "operands" not in rec:
+                _operands(rec, args, kwargs or {})
 
     def kernel_key(self, wrapper) -> str:
         fn = getattr(wrapper, "_original_func", None)
@@ -403,6 +406,19 @@ def _widen(extent: dict, args: "tuple | list") -> None:
                                                     for x, y in zip(old, dims)]
 
 
+def _operands(rec: dict, args: "tuple | list", kwargs: dict) -> None:
+    """A matmul's A and B shapes (null: a dimension only known at run time) and its a_trans / b_trans."""
+    shapes = []
+    for t in list(args)[:2]:
+        shape = getattr(t, "shape", None)
+        if not isinstance(shape, (list, tuple)):
+            return
+        shapes.append([d if type(d) is int else None for d in shape])
+    if len(shapes) == 2:
+        rec["operands"] = {"a": shapes[0], "b": shapes[1], "a_trans": bool(kwargs.get("a_trans")),
+                           "b_trans": bool(kwargs.get("b_trans"))}
+
+
 def _count_operations(p: "_Probe") -> None:
     """Every operation pypto builds passes ``_op_wrapper``'s wrapper, which calls ``set_source_location()`` (looked
     up in that module at call time) with the operation function in its closure as ``func``."""
@@ -417,7 +433,7 @@ def _count_operations(p: "_Probe") -> None:
         if q is not None:
             try:
                 caller = sys._getframe(1).f_locals
-                q.op(getattr(caller.get("func"), "__name__", ""), caller.get("args") or ())
+                q.op(getattr(caller.get("func"), "__name__", ""), caller.get("args") or (), caller.get("kwargs"))
             except Exception:
                 q.fault("count an operation")
         # one frame more between the original and the operation's caller: the location pypto records (and writes
