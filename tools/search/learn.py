@@ -82,6 +82,7 @@ W_STATE = 0.2
 W_DIRECTION = 0.2
 SAME_PROBLEM = 0.5  # of a cube tile's knob part, what two tile calls of one matmul shape share (one call: all of it)
 NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
+PAIRED_NOISE = 0.05  # the same move read from two runs of another context that differ only in it (``fit``'s ``here``)
 # ... unless it changed nothing: a move that left the time as it was (a tile already clipped, a buffer count the
 # kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_read``); a tile the
 # kept change gave room differs in its effective extents, so it is another point. Measured on PyPTO's FFN (dynamic
@@ -153,6 +154,7 @@ class Observation:
     # the rules' business (``point``, ``trial``); the model reads this
     here: Point | None = None
     y_here: float | None = None
+    noise_here: float | None = None  # the here-reading's variance, where it is not exact (a paired reading)
 
 
 @dataclass
@@ -285,7 +287,7 @@ def kernel(p: Point, q: Point) -> float:
         cos = _cos(p.direction, q.direction)
         if p == q and not any(p.direction or ()):
             cos = 1.0  # a move without a direction is still fully correlated with itself (identity kernel: PSD)
-        k += shared * near * (W_KNOB + W_DIRECTION * cos + (W_STATE if p.state == q.state else 0))
+        k += shared * (near * (W_KNOB + (W_STATE if p.state == q.state else 0)) + W_DIRECTION * cos)
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
 
 
@@ -305,7 +307,10 @@ def _target(obs: Observation) -> float:
 
 
 def _noise(obs: Observation, state: str) -> float:
-    """An observation's variance: a move measured from another kept state is a noisy reading of it from here."""
+    """An observation's variance: a move measured from another kept state is a noisy reading of it from here; a
+    paired reading (``fit``'s ``here``) says how sure it is."""
+    if obs.here is not None and obs.noise_here is not None:
+        return obs.noise_here
     return NOISE if _read(obs, state).state == state else NOISE_ELSEWHERE
 
 
@@ -496,7 +501,9 @@ def observation_y(t: TriedChange) -> float | None:
 
 
 def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point | None],
-        state: str = "", here: Callable[[TriedChange], tuple[Point, float] | None] | None = None) -> SessionModel:
+        state: str = "",
+        here: Callable[[TriedChange], tuple[Point, float] | tuple[Point, float, float] | None] | None = None
+        ) -> SessionModel:
     """The model of this session: every decided trial the caller can place (``point_of``) with its target; a trial
     tried from another kept state than ``state`` (the kept one) counts with more noise — unless ``here`` reads it
     as a move from the kept state: a run whose configuration is one knob away from the kept state's is that knob's
@@ -512,7 +519,7 @@ def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point 
         p = point_of(t)
         if p is not None:
             moved = here(t) if here is not None and t.outcome != "failed" else None
-            obs.append(Observation(p, y, t, *(moved or (None, None))))
+            obs.append(Observation(p, y, t, *(moved or (None, None))))  # (point, y) or (point, y, its noise)
     return SessionModel(obs, state)
 
 
