@@ -754,8 +754,6 @@ def _from_here(ctx: _Context, by_id: dict[str, Knob]
         k = by_id.get(t.knob_id)
         if k is None:
             return None
-        if not apart:
-            return _point(ctx, k, k.id, k.value, k.value, ctx.kept_hash, t.stage), 0.0
         if norm_value(k.value) == norm_value(t.value):
             return None
         other = times.get(key({**config, k.id: norm_value(k.value)}))
