@@ -715,13 +715,9 @@ def _from_here(ctx: _Context, by_id: dict[str, Knob]
     * its configuration is one knob away from the kept state's: that knob's move from here, log2(kept time / its
       time), exact. The knob may be another than the trial's: a trial that set a value the kept state has since
       reached by another way, from a state the kept state has since left in one other knob;
-    * its configuration is the kept state's (the trial that made it, or one that ran it before): no move, no effect —
-      a gain banked from an earlier state no longer lifts the values around the one it reached (PyPTO's tiling_config
-      runtime test, de-tuned: the cube tile's −84 % from the de-tuned state lifted its own L1 neighbours, which then
-      measured nothing);
     * another run of the session differs from it only in the trial's knob, which it has at the kept value: the two
       are the same move measured in another context (the other knobs differ), log2(that run's time / its time), with
-      ``learn.PAIRED_NOISE`` (the same test: a cube tile value that measured the time of the value kept beside it, from
+      ``learn.PAIRED_NOISE`` (PyPTO's tiling_config runtime test, de-tuned: a cube tile value that measured the time of the value kept beside it, from
       a state since left in the other kernel's tile, is no move from here either; read as made, it was the −84 % of
       the state it was tried from).
 
