@@ -717,9 +717,9 @@ def _from_here(ctx: _Context, by_id: dict[str, Knob]
       reached by another way, from a state the kept state has since left in one other knob;
     * another run of the session differs from it only in the trial's knob, which it has at the kept value: the two
       are the same move measured in another context (the other knobs differ), log2(that run's time / its time), with
-      ``learn.PAIRED_NOISE`` (PyPTO's tiling_config runtime test, de-tuned: a cube tile value that measured the time of the value kept beside it, from
-      a state since left in the other kernel's tile, is no move from here either; read as made, it was the −84 % of
-      the state it was tried from).
+      ``learn.PAIRED_NOISE`` (PyPTO's tiling_config runtime test, de-tuned: a cube tile value that measured the time
+      of the value kept beside it, from a state since left in the other kernel's tile, is no move from here either;
+      read as made, it was the −84 % of the state it was tried from).
 
     None for the others."""
     now = {i: k.value for i, k in by_id.items()}
