@@ -246,6 +246,17 @@ def test_a_gain_raises_its_neighbours_more_than_the_far_values():
     assert m.predict(_pt("k", (1.5,)), 0.0).mean > m.predict(_pt("k", (5.0,)), 0.0).mean > 0
 
 
+def test_a_move_that_regressed_lowers_moves_the_same_way_however_far_and_lifts_the_way_back():
+    """The direction of a move correlates its trials whatever the distance: PyPTO's GLM gate measured four cube tiles
+    with k's L0 and L1 cut (2.3–7.5× slower), each far from the others in m or n (distance kills the extents part),
+    and the model still took the next k cut for an untried point."""
+    cut = learn.SessionModel([_obs(_cube("t", "p", d=(0, 0, -1, -1, 0, 0), ext=(3.0, 3.0, 6.0, 8.0, 7.0, 7.0)),
+                                   -1.5, 1)], "s")
+    far_cut = _cube("t", "p", d=(-1, -1, -1, -1, 0, 0), ext=(7.0, 7.0, 6.0, 8.0, 3.0, 3.0))
+    far_back = _cube("t", "p", d=(0, 0, 1, 1, 0, 0), ext=(7.0, 7.0, 10.0, 11.0, 3.0, 3.0))
+    assert cut.predict(far_cut, 0.0).mean < -0.1 < 0.1 < cut.predict(far_back, 0.0).mean
+
+
 def test_a_move_that_changed_nothing_elsewhere_is_read_as_nearly_exact_a_gain_elsewhere_is_not():
     # the same move measured from the previous kept state (s0; the kept change since was another knob's): PyPTO's
     # dynamic-GELU FFN tried its kernel's vector tile again from the next state, +0.0 % both times

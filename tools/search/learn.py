@@ -8,16 +8,18 @@ upper confidence bound of its posterior:
 * **observations** — every decided trial of the session: its change as a point (below) and the move's effect
   ``y = log2(before / after)`` (a gain is positive, "no effect" 0); a trial that failed (compile failure, invalid
   run) counts as ``FAILED_Y``; a run whose configuration is one knob away from the kept state's is read as that
-  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``); any other move
-  measured from another kept state is a noisy reading of the same move from here (``NOISE_ELSEWHERE``): a gain the
-  session has banked lifts the way it came, not every value of its kind;
+  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``); a run beside which
+  another ran with the knob at its kept value, the rest alike, is the same move measured in another context
+  (``PAIRED_NOISE``); any other move measured from another kept state is a noisy reading of the same move from here
+  (``NOISE_ELSEWHERE``): a gain the session has banked lifts the way it came, not every value of its kind;
 * **points** — a change seen the same way whatever its knob: the knob (tile calls sharing a site count as one), the
   kind of knob (vector tile, cube tile, block size, unroll list, buffer count, one kind per option), the log2 of the
   *effective* extents after the change (a tile clamped to the view it tiles, a cube tile to the matmul's M, K, N),
   the direction of the move from its kept state, and the stage group;
-* **kernel** — changes of one knob are correlated by how close their effective extents are, and signed by the
-  direction of the moves (a step back the way a gain came is anti-correlated with it); changes of one kind share a
-  small part; other kinds share nothing (a measured vector tile says
+* **kernel** — changes of one knob are correlated by how close their effective extents are, and, at any distance, by
+  the direction of the moves (a step back the way a gain came is anti-correlated with it; a k cut that regressed
+  lowers the next k cut whatever m and n it has); two cube tiles of one matmul shape are half one knob; changes of
+  one kind share a small part; other kinds share nothing (a measured vector tile says
   nothing about the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and the
   cube tile held a 4.5× gain);
 * **prior** — the prior score of the candidate, squashed to a plausible log2 speed-up (``PRIOR_SCALE``), weighs by
@@ -32,8 +34,10 @@ upper confidence bound of its posterior:
 Two rules bound the model where a wrong guess would cost a run: a knob (or tile site) measured with **no effect
 twice from the same kept state** is not proposed from it again (:meth:`SessionModel.exhausted_here`); and while a
 candidate of an **untried kind** is left, a knob whose every measured trial had no effect — one is enough — or a
-kind whose every trial had none — at least two — goes behind it (:meth:`SessionModel.unresponsive`). "No effect" is the keep rule's own judgement (no-gain: in
-SIM exactly the same time, on the NPU within its noise margin) or ``|Δ| <= NO_EFFECT_PCT``.
+kind whose every trial had none — at least two — goes behind it (:meth:`SessionModel.unresponsive`); a cube tile
+move of one level (L1 alone, or L0 alone) waits once two such moves had no effect and none had one
+(:meth:`SessionModel.flat_level`). "No effect" is the keep rule's own judgement (no-gain: in SIM exactly the same
+time, on the NPU within its noise margin) or ``|Δ| <= NO_EFFECT_PCT``.
 
 Why a GP with UCB, and these settings. It is deterministic for a ledger (tests and the benchmark replay repeat
 without a seed, which Thompson sampling would need), it keeps the prior as its mean (a per-knob bandit would drop the
@@ -51,6 +55,13 @@ upstream style, not PyPTO's own examples. A first version whose targets were mea
 lost multi_stage's 8 (9); one that spread a kept gain to every value of its kind through a large kind part (0.2)
 spent a trial walking back. β and the kernel weights were set once from these
 considerations, not tuned per grid; Thompson sampling and scikit-learn's GP were not measured.
+
+The direction part at any distance, the paired reading and the shared matmul shape were measured on PyPTO's own
+``tiling_config.py`` runtime test (two kernels, one cube tile each; ``benchmarks/search_upstream.py``, batch 2), where
+the de-tuned row reached 99 % of its grid at trial 11 without them and at 7 with them (the shipped row: 7 and 9), and
+replayed offline: unchanged on every grid above but bmm_scale (6 → 7). An anchor that read the trial which made the
+kept state as "no move, no effect" there stopped the walk on upstream_activation after three trials (its neighbours
+all predicted flat) and is not used.
 """
 
 from __future__ import annotations
