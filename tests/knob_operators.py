@@ -163,6 +163,10 @@ DYN_AXIS_OP = _dyn_op("add_kernel", """    pypto.set_vec_tile_shapes(1, 4, 1, 64
         pypto.assemble(part + 1.0, [lo, 0, 0, 0], out)
 """, "32, 32, 1, 256")
 
+# The same kernel counting its blocks by ceil division, as PyPTO's GLM gate does over its dynamic batch
+DYN_CEIL_OP = DYN_AXIS_OP.replace("b_loop = b // tile_b", "b_loop = (b + tile_b - 1) // tile_b")
+assert DYN_CEIL_OP != DYN_AXIS_OP
+
 # PyPTO's attention examples view [tile, head, q_len, dim] at [b_offset, 0, 0, 0] with ``head = 8`` a kernel local:
 # the loop moves the view along the batch, nothing moves it along the heads, so ``heads`` is how much of the tensor
 # is computed (2 computes a quarter, faster, and SIM checks no values)

@@ -8,7 +8,9 @@ over MCP stdio against the real server and the real simulator:
 2' the same block written as PyPTO's own examples write it over a dynamic axis (``b = x.shape[0]``,
    ``b_loop = b // tile_b``, ``pypto.loop(b_loop)``): the run records the trip count as a symbol and the count
    reaches the loop through a name, the indirection an agent could use to slip a block past the loop check; a block
-   past the axis the test passed (64 > 32, zero iterations) or one that drops rows is refused on both paths
+   past the axis the test passed (64 > 32, zero iterations) or one that drops rows is refused on both paths; counted
+   by ceil division (``(b + tile_b - 1) // tile_b``, PyPTO's GLM gate), a block past the axis is refused alike and
+   one that leaves a tail (3 of 32) is admitted
 2" the extent of a view that no loop moves along an axis (PyPTO's attention examples: ``head = 8`` in
    ``[tile, head, q_len, dim]`` at ``[b_offset, 0, 0, 0]``): a problem size, not a tile — SIM checks no values, and
    fewer heads ran faster; no knob, refused on both paths, and so is a valid_shape smaller than the view along it
@@ -43,7 +45,7 @@ import pytest
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
 from tests.knob_operators import (BLOCK_ARG_FILE, BLOCK_ARG_OP, CFG_BLOCK_FILE, CFG_BLOCK_OP, DYN_AXIS_FILE, DYN_AXIS_OP,
-                                  HEADS_FILE, HEADS_OP, OFFSET_FILE, OFFSET_OP)
+                                  DYN_CEIL_OP, HEADS_FILE, HEADS_OP, OFFSET_FILE, OFFSET_OP)
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -117,6 +119,21 @@ async def _dynamic_axis_block(s: Session, ws: Path) -> None:
                     rationale="legal")
     assert ok["round"] == 1 and "tile_b = 8" in op.read_text()
     assert any("axis 32 (from the run) in 4 block(s) of 8" in c for c in ok["legality_checked"]), ok
+
+
+async def _ceil_dynamic_axis_block(s: Session, ws: Path) -> None:
+    """The loop counts its blocks by ceil division, ``(b + tile_b - 1) // tile_b``, as PyPTO's GLM gate does over a
+    dynamic batch: any block up to the axis covers it, a block past it is checked on the axis the test passed."""
+    op = ws / DYN_AXIS_FILE
+    sid = await _to_frontend(s, ws, [DYN_AXIS_FILE], [sys.executable, DYN_AXIS_FILE, "--run-mode", "sim"])
+    src = op.read_text()
+    await _refused_both_ways(s, sid, DYN_BLOCK, 64, DYN_AXIS_FILE, src, "tile_b = 1\n", "tile_b = 64\n",
+                             catalog_id="F-3", says=("exceeds the axis length 32",))
+    assert op.read_text() == src, "a refused change must not touch the file"
+    ok = await s.ok("apply_tuning_patch", session_id=sid, knob=DYN_BLOCK, value=3, catalog_id="F-3",
+                    rationale="legal: the last block is the tail")
+    assert ok["round"] == 1 and "tile_b = 3" in op.read_text()
+    assert any("axis 32 (from the run) in 11 block(s) of 3" in c for c in ok["legality_checked"]), ok
 
 
 async def _fixed_view_extent(s: Session, ws: Path) -> None:
@@ -231,6 +248,9 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     dynamic = tmp / "dynamic_axis"
     dynamic.mkdir()
     (dynamic / DYN_AXIS_FILE).write_text(DYN_AXIS_OP)
+    ceil = tmp / "dynamic_ceil"
+    ceil.mkdir()
+    (ceil / DYN_AXIS_FILE).write_text(DYN_CEIL_OP)
     heads = tmp / "heads"
     heads.mkdir()
     (heads / HEADS_FILE).write_text(HEADS_OP)
@@ -244,13 +264,14 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     offsets.mkdir()
     (offsets / OFFSET_FILE).write_text(OFFSET_OP)
     played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters(),
-              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters(), "offsets": Chapters()}
+              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters(), "offsets": Chapters(), "dynamic_ceil": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
             await played["upstream_softmax"].play("session", lambda: _kernel_local_block_size(s, softmax))
             await played["matmul_act"].play("session", lambda: _cube_tile_l1_l0(s, matmul))
             await played["dynamic_axis"].play("session", lambda: _dynamic_axis_block(s, dynamic))
+            await played["dynamic_ceil"].play("session", lambda: _ceil_dynamic_axis_block(s, ceil))
             await played["heads"].play("session", lambda: _fixed_view_extent(s, heads))
             await played["block_arg"].play("session", lambda: _valid_part_of_a_run_time_block(s, block_arg))
             await played["cfg_block"].play("session", lambda: _block_past_a_constant_valid_part(s, cfg_block))
@@ -273,6 +294,11 @@ def test_a_cube_tile_with_l1_not_a_multiple_of_l0_is_refused_alike_as_an_edit_an
 def test_a_block_over_a_dynamic_axis_reached_through_a_name_is_checked_on_the_axis_the_test_passed(
         sessions: dict[str, Chapters]) -> None:
     sessions["dynamic_axis"].check("session")
+
+
+def test_a_ceil_division_loop_over_a_dynamic_axis_takes_no_block_past_it_on_either_path(
+        sessions: dict[str, Chapters]) -> None:
+    sessions["dynamic_ceil"].check("session")
 
 
 def test_the_extent_of_a_view_no_loop_moves_is_the_problems_not_a_tile(sessions: dict[str, Chapters]) -> None:
