@@ -192,16 +192,10 @@ def test_a_run_one_knob_away_from_the_kept_state_is_read_as_a_move_from_here_at_
     near = next(c for c in prop.candidates if c.knob == TILE and c.value == [4, 128])
     r2 = [m["part"] for m in near.evidence["session"]["moved_by"] if m["round"] == 2]
     assert r2 and sum(r2) < 0, near.evidence["session"]  # read from here too, it lowers its neighbour
-    # once the block has moved too (kept), that run is two knobs away; but [2, 64] ran beside it from the same state
-    # (20.0 µs against 21.0): the same move, measured where the block was 4 — it still lowers its neighbour
+    # once the block has moved too (kept), that run is two knobs away: it stays a reading of where it was made
     far = _search(_rows(8, "2, 64"), hist + [_trial(BLOCK, 8, 4, code_hash(kept), 20.0, 19.0, 3)])
     near_far = next(c for c in far.candidates if c.knob == TILE and c.value == [4, 128])
-    r2 = [m["part"] for m in near_far.evidence["session"]["moved_by"] if m["round"] == 2]
-    assert r2 and sum(r2) < 0, near_far.evidence["session"]
-    # without the run beside it, it stays a reading of where it was made: 69 % faster than the shipped state
-    alone = _search(_rows(8, "2, 64"), [hist[1], _trial(BLOCK, 8, 4, code_hash(kept), 20.0, 19.0, 3)])
-    lifted = next(c for c in alone.candidates if c.knob == TILE and c.value == [4, 128])
-    assert all(m["part"] > 0 for m in lifted.evidence["session"]["moved_by"] if m["round"] == 2)
+    assert all(m["part"] > 0 for m in near_far.evidence["session"]["moved_by"] if m["round"] == 2)
 
 
 def test_the_no_effect_rules_count_a_trial_once_where_it_was_made():
@@ -244,17 +238,6 @@ def test_measurements_outweigh_the_prior_near_them_and_not_elsewhere():
 def test_a_gain_raises_its_neighbours_more_than_the_far_values():
     m = learn.SessionModel([_obs(_pt("k", (1.0,)), 1.0, 1)], "s")
     assert m.predict(_pt("k", (1.5,)), 0.0).mean > m.predict(_pt("k", (5.0,)), 0.0).mean > 0
-
-
-def test_a_move_that_regressed_lowers_moves_the_same_way_however_far_and_lifts_the_way_back():
-    """The direction of a move correlates its trials whatever the distance: PyPTO's GLM gate measured four cube tiles
-    with k's L0 and L1 cut (2.3–7.5× slower), each far from the others in m or n (distance kills the extents part),
-    and the model still took the next k cut for an untried point."""
-    cut = learn.SessionModel([_obs(_cube("t", "p", d=(0, 0, -1, -1, 0, 0), ext=(3.0, 3.0, 6.0, 8.0, 7.0, 7.0)),
-                                   -1.5, 1)], "s")
-    far_cut = _cube("t", "p", d=(-1, -1, -1, -1, 0, 0), ext=(7.0, 7.0, 6.0, 8.0, 3.0, 3.0))
-    far_back = _cube("t", "p", d=(0, 0, 1, 1, 0, 0), ext=(7.0, 7.0, 10.0, 11.0, 3.0, 3.0))
-    assert cut.predict(far_cut, 0.0).mean < -0.1 < 0.1 < cut.predict(far_back, 0.0).mean
 
 
 def test_a_move_that_changed_nothing_elsewhere_is_read_as_nearly_exact_a_gain_elsewhere_is_not():

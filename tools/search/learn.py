@@ -8,18 +8,17 @@ upper confidence bound of its posterior:
 * **observations** — every decided trial of the session: its change as a point (below) and the move's effect
   ``y = log2(before / after)`` (a gain is positive, "no effect" 0); a trial that failed (compile failure, invalid
   run) counts as ``FAILED_Y``; a run whose configuration is one knob away from the kept state's is read as that
-  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``); a run beside which
-  another ran with the knob at its kept value, the rest alike, is the same move measured in another context
-  (``PAIRED_NOISE``); any other move measured from another kept state is a noisy reading of the same move from here
-  (``NOISE_ELSEWHERE``): a gain the session has banked lifts the way it came, not every value of its kind;
+  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``); any other move
+  measured from another kept state is a noisy reading of the same move from here (``NOISE_ELSEWHERE``): a gain the
+  session has banked lifts the way it came, not every value of its kind;
 * **points** — a change seen the same way whatever its knob: the knob (tile calls sharing a site count as one), the
   kind of knob (vector tile, cube tile, block size, unroll list, buffer count, one kind per option), the log2 of the
   *effective* extents after the change (a tile clamped to the view it tiles, a cube tile to the matmul's M, K, N),
   the direction of the move from its kept state, and the stage group;
-* **kernel** — changes of one knob are correlated by how close their effective extents are, and, at any distance, by
-  the direction of the moves (a step back the way a gain came is anti-correlated with it; a k cut that regressed
-  lowers the next k cut whatever m and n it has); two cube tiles of one matmul shape are half one knob; changes of
-  one kind share a small part; other kinds share nothing (a measured vector tile says
+* **kernel** — changes of one knob are correlated by how close their effective extents are, and signed by the
+  direction of the moves (a step back the way a gain came is anti-correlated with it); two cube tiles of one matmul
+  shape are half one knob; changes of one kind share a small part; other kinds share nothing (a measured vector tile
+  says
   nothing about the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and the
   cube tile held a 4.5× gain);
 * **prior** — the prior score of the candidate, squashed to a plausible log2 speed-up (``PRIOR_SCALE``), weighs by
@@ -56,12 +55,15 @@ lost multi_stage's 8 (9); one that spread a kept gain to every value of its kind
 spent a trial walking back. β and the kernel weights were set once from these
 considerations, not tuned per grid; Thompson sampling and scikit-learn's GP were not measured.
 
-The direction part at any distance, the paired reading and the shared matmul shape were measured on PyPTO's own
-``tiling_config.py`` runtime test (two kernels, one cube tile each; ``benchmarks/search_upstream.py``, batch 2), where
-the de-tuned row reached 99 % of its grid at trial 11 without them and at 7 with them (the shipped row: 7 and 9), and
-replayed offline: unchanged on every grid above but bmm_scale (6 → 7). An anchor that read the trial which made the
-kept state as "no move, no effect" there stopped the walk on upstream_activation after three trials (its neighbours
-all predicted flat) and is not used.
+Measured and not kept, on PyPTO's own examples (``benchmarks/search_upstream.py``, batches of 2) and the offline
+replay: the direction part at any distance (not damped by the extents' closeness) with a run read from here as the
+same move where another ran beside it with the knob at its kept value. On ``tiling_config.py``'s runtime test,
+de-tuned, it took 99 % of the grid from trial 11 to 7, but as shipped from 7 to 9, on ``basic_ops.py``'s matmul
+as shipped from 7 to never in 16 (98 %: the last 2 % is ``k [128, 128]`` on top of a kept ``n [32, 64]``, which
+the upper confidence bound put 27th behind untried values), and offline upstream_bmm_scale from 6 to 7. An anchor
+that read the kept state itself as "no move, no effect" stopped the walk on upstream_activation after three trials.
+The common cause is the model's unit: a move of one knob from a kept state, not a configuration's time, so a gain
+measured beside another is read relative to the state it was tried from.
 """
 
 from __future__ import annotations
@@ -93,7 +95,6 @@ W_STATE = 0.2
 W_DIRECTION = 0.2
 SAME_PROBLEM = 0.5  # of a cube tile's knob part, what two tile calls of one matmul shape share (one call: all of it)
 NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
-PAIRED_NOISE = 0.2  # the same move read from two runs of another context that differ only in it (``fit``'s ``here``)
 # ... unless it changed nothing: a move that left the time as it was (a tile already clipped, a buffer count the
 # kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_read``); a tile the
 # kept change gave room differs in its effective extents, so it is another point. Measured on PyPTO's FFN (dynamic
@@ -165,7 +166,6 @@ class Observation:
     # the rules' business (``point``, ``trial``); the model reads this
     here: Point | None = None
     y_here: float | None = None
-    noise_here: float | None = None  # the here-reading's variance, where it is not exact (a paired reading)
 
 
 @dataclass
@@ -298,7 +298,7 @@ def kernel(p: Point, q: Point) -> float:
         cos = _cos(p.direction, q.direction)
         if p == q and not any(p.direction or ()):
             cos = 1.0  # a move without a direction is still fully correlated with itself (identity kernel: PSD)
-        k += shared * (near * (W_KNOB + (W_STATE if p.state == q.state else 0)) + W_DIRECTION * cos)
+        k += shared * near * (W_KNOB + W_DIRECTION * cos + (W_STATE if p.state == q.state else 0))
     return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
 
 
@@ -318,10 +318,7 @@ def _target(obs: Observation) -> float:
 
 
 def _noise(obs: Observation, state: str) -> float:
-    """An observation's variance: a move measured from another kept state is a noisy reading of it from here; a
-    paired reading (``fit``'s ``here``) says how sure it is."""
-    if obs.here is not None and obs.noise_here is not None:
-        return obs.noise_here
+    """An observation's variance: a move measured from another kept state is a noisy reading of it from here."""
     return NOISE if _read(obs, state).state == state else NOISE_ELSEWHERE
 
 
@@ -512,9 +509,7 @@ def observation_y(t: TriedChange) -> float | None:
 
 
 def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point | None],
-        state: str = "",
-        here: Callable[[TriedChange], tuple[Point, float] | tuple[Point, float, float] | None] | None = None
-        ) -> SessionModel:
+        state: str = "", here: Callable[[TriedChange], tuple[Point, float] | None] | None = None) -> SessionModel:
     """The model of this session: every decided trial the caller can place (``point_of``) with its target; a trial
     tried from another kept state than ``state`` (the kept one) counts with more noise — unless ``here`` reads it
     as a move from the kept state: a run whose configuration is one knob away from the kept state's is that knob's
@@ -530,7 +525,7 @@ def fit(history: Iterable[TriedChange], point_of: Callable[[TriedChange], Point 
         p = point_of(t)
         if p is not None:
             moved = here(t) if here is not None and t.outcome != "failed" else None
-            obs.append(Observation(p, y, t, *(moved or (None, None))))  # (point, y) or (point, y, its noise)
+            obs.append(Observation(p, y, t, *(moved or (None, None))))
     return SessionModel(obs, state)
 
 

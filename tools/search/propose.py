@@ -708,55 +708,26 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
     return [raw for raw, _ in keep], model
 
 
-def _from_here(ctx: _Context, by_id: dict[str, Knob]
-               ) -> Callable[[TriedChange], tuple[learn.Point, float] | tuple[learn.Point, float, float] | None]:
-    """A trial made from an earlier kept state, read as a move from the kept state where the session's runs allow:
-
-    * its configuration is one knob away from the kept state's: that knob's move from here, log2(kept time / its
-      time), exact. The knob may be another than the trial's: a trial that set a value the kept state has since
-      reached by another way, from a state the kept state has since left in one other knob;
-    * another run of the session differs from it only in the trial's knob, which it has at the kept value: the two
-      are the same move measured in another context (the other knobs differ), log2(that run's time / its time), with
-      ``learn.PAIRED_NOISE`` (PyPTO's tiling_config runtime test, de-tuned: a cube tile value that measured the time
-      of the value kept beside it, from a state since left in the other kernel's tile, is no move from here either;
-      read as made, it was the −84 % of the state it was tried from).
-
-    None for the others."""
+def _from_here(ctx: _Context, by_id: dict[str, Knob]) -> Callable[[TriedChange], tuple[learn.Point, float] | None]:
+    """A trial made from an earlier kept state whose configuration is one knob away from the kept state's, read as
+    that knob's move from here: (its point from here, log2(kept time / its time)). None for the others. The knob may
+    be another than the trial's: a trial that set a value the kept state has since reached by another way, from a
+    state the kept state has since left in one other knob."""
     now = {i: k.value for i, k in by_id.items()}
     states = learn.state_configs(ctx.history, now, ctx.kept_hash)
     kept_us = _kept_us(ctx)
 
-    def key(config: dict[str, Any]) -> str:
-        return value_key(sorted((i, value_key(norm_value(_as_run(by_id[i], v) if i in by_id else v)))
-                                for i, v in config.items() if v is not None))
-
-    times: dict[str, float] = {}  # every configuration the session measured (a kept state, a trial) → its time
-    for t in ctx.history:
-        if t.from_kept_hash in states and t.before_us:
-            times.setdefault(key(states[t.from_kept_hash]), t.before_us)
-        if t.outcome != "failed" and t.after_us and t.from_kept_hash in states:
-            times.setdefault(key({**states[t.from_kept_hash], t.knob_id: norm_value(t.value)}), t.after_us)
-
-    def read(t: TriedChange) -> tuple[learn.Point, float] | tuple[learn.Point, float, float] | None:
+    def read(t: TriedChange) -> tuple[learn.Point, float] | None:
         if (t.from_kept_hash == ctx.kept_hash or t.from_kept_hash not in states or kept_us is None
                 or not t.after_us or t.pair_with is not None):
             return None
         config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value)}
         apart = [i for i in sorted(set(config) | set(now)) if norm_value(config.get(i)) != norm_value(now.get(i))]
-        if len(apart) == 1 and apart[0] in by_id:
-            k = by_id[apart[0]]  # the trial's own knob, or the one the kept state moved since (the trial set its value)
-            return (_point(ctx, k, k.id, config[k.id], k.value, ctx.kept_hash, t.stage),
-                    math.log2(kept_us / t.after_us))
-        k = by_id.get(t.knob_id)
-        if k is None:
+        if len(apart) != 1 or apart[0] not in by_id:
             return None
-        if norm_value(k.value) == norm_value(t.value):
-            return None
-        other = times.get(key({**config, k.id: norm_value(k.value)}))
-        if other is None:
-            return None
-        return (_point(ctx, k, k.id, t.value, k.value, ctx.kept_hash, t.stage), math.log2(other / t.after_us),
-                learn.PAIRED_NOISE)
+        k = by_id[apart[0]]  # the trial's own knob, or the one the kept state moved since (the trial set its value)
+        return (_point(ctx, k, k.id, config[k.id], k.value, ctx.kept_hash, t.stage),
+                math.log2(kept_us / t.after_us))
 
     return read
 
