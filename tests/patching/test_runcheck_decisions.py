@@ -469,3 +469,14 @@ def test_a_loop_over_a_run_time_bound_is_counted_on_the_shapes_each_call_passed(
     # the record is an output of the run: a bound that is no plain arithmetic costs the server nothing
     for forged in ("9**9**9**9", "(" * 300 + "1" + ")" * 300, "__import__('os')"):
         assert trips_as_ran(run, {"api": "loop", "args": [{"$sym": forged}], "kernel": kernel["key"]}) is None
+
+
+@pytest.mark.parametrize(("bounds", "trips"), [
+    ([8], 8), ([0], 0), ([2, 10], 8), ([0, 10, 3], 4), ([10, 2], 0),  # a loop that never runs has no iteration
+    ([0, 10, 0], None), ([0, 10, -1], None),  # a step that never gets there is no count
+    ([{"$sym": "N"}], None), ([True], None), ([], None), ([1, 2, 3, 4], None), ("8", None),
+])
+def test_one_reading_of_a_loops_trip_count_from_its_bounds(bounds: Any, trips: int | None) -> None:
+    from pypto_tune.tools.patching.legality import loop_trips
+
+    assert loop_trips(bounds) == trips

@@ -204,19 +204,12 @@ def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, Si
 
 def _loop_trips(call: ast.Call, env: dict[str, Any]) -> int | None:
     pos = [a for a in call.args if not isinstance(a, ast.Starred)]
+    if not 1 <= len(pos) <= 3:
+        return None
     try:
-        if len(pos) == 1:
-            start, stop, step = 0, evaluate(pos[0], env), 1
-        elif len(pos) in (2, 3):
-            start, stop = evaluate(pos[0], env), evaluate(pos[1], env)
-            step = evaluate(pos[2], env) if len(pos) == 3 else 1
-        else:
-            return None
+        return legality.loop_trips([evaluate(a, env) for a in pos])
     except _Unknown:
         return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, stop, step)) or step <= 0:
-        return None
-    return max(0, -(-(stop - start) // step))
 
 
 def _block_of(expr: ast.AST, var: str, env: dict[str, Any]) -> int | None:

@@ -271,6 +271,18 @@ def _cube_tile(v: Any, ctx: dict[str, Any]) -> Any:
     return out
 
 
+def loop_trips(bounds: Any) -> int | None:
+    """How often ``pypto.loop(stop)`` / ``loop(start, stop[, step])`` (or ``loop_unroll``'s same bounds) iterates with
+    these bound values: None unless they are one to three ints and the step is positive. The one reading of a loop's
+    trip count, for the bounds the run recorded, the bounds read from the code and the symbolic bounds evaluated on the
+    shapes that ran."""
+    vals = list(bounds) if isinstance(bounds, (list, tuple)) else []
+    if not 1 <= len(vals) <= 3 or not all(_is_int(v) for v in vals):
+        return None
+    start, stop, step = (0, vals[0], 1) if len(vals) == 1 else (vals[0], vals[1], vals[2] if len(vals) == 3 else 1)
+    return max(0, -(-(stop - start) // step)) if step > 0 else None
+
+
 UNROLL_LEGAL = "non-empty list of ints ≥ 1 (e.g. [8, 4, 2, 1]); innermost loop only; max ≤ the trip count"
 
 

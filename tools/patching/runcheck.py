@@ -21,7 +21,7 @@ from .derive import NoValue, _call_and_function, _Deriver, _visible_assignments,
 from ._cst import EXPR_KEY, is_expr
 from .effective import UNKNOWN, SiteValue
 from .extract import Site
-from .legality import VALID_SHAPE_LEGAL
+from .legality import VALID_SHAPE_LEGAL, loop_trips
 from .runmap import KIND_APIS, RunMap, call_around
 
 VIEW_APIS = KIND_APIS["valid_shape"]  # the calls a valid_shape is written in: view and reshape, both forms
@@ -163,14 +163,10 @@ def trips_as_ran(run: RunMap, rec: dict[str, Any]) -> list[int] | None:
     params = _kernel_params(run, kernel)
     out = []
     for call in kernel.get("inputs") or []:
-        values = [_sym_value(a, params, call) for a in args]
-        if any(v is None for v in values):
+        trips = loop_trips([_sym_value(a, params, call) for a in args])
+        if trips is None:
             return None
-        start, stop, step = (0, values[0], 1) if len(values) == 1 else (values[0], values[1], 1) \
-            if len(values) == 2 else values
-        if not step or step < 0:
-            return None
-        out.append(max(0, -(-(stop - start) // step)))
+        out.append(trips)
     return out or None
 
 

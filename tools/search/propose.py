@@ -834,9 +834,8 @@ def _unroll_trip(ctx: _Context, k: Knob) -> int | None:
     if ctx.runmap is not None:
         for f, line in sorted(fed):
             for c in ctx.runmap.calls_at(f, line, {"loop_unroll"}):
-                a = [x for x in (c.get("args") or []) if isinstance(x, int) and not isinstance(x, bool)]
-                if len(a) == len(c.get("args") or []) and len(a) in (2, 3) and (a[2] if len(a) == 3 else 1) > 0:
-                    return max(0, -(-(a[1] - a[0]) // (a[2] if len(a) == 3 else 1)))
+                if (trips := legality.loop_trips(c.get("args"))) is not None:
+                    return trips
             for c in ctx.runmap.calls_at(f, line, {"loop", "loop_unroll"}):
                 if c.get("origin") == "direct" and (trips := runcheck.trips_as_ran(ctx.runmap, c)):
                     return max(trips)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pypto_tune.tools.patching import runmap
+from pypto_tune.tools.patching.legality import loop_trips
 from pypto_tune.tools.patching.extract import Site
 from pypto_tune.tools.patching.models import DTYPE_BYTES, Knob
 from pypto_tune.tools.search.cache import value_key
@@ -48,20 +49,6 @@ def _ints(v: Any) -> list[int] | None:
     return None
 
 
-def _trips(args: list[Any]) -> int | None:
-    """Trip count of ``pypto.loop(stop)`` / ``loop(start, stop[, step])`` as recorded (ints only)."""
-    vals = [a for a in args if isinstance(a, int) and not isinstance(a, bool)]
-    if len(vals) != len(args):
-        return None
-    if len(vals) == 1:
-        return max(vals[0], 0)
-    if len(vals) in (2, 3):
-        start, stop = vals[0], vals[1]
-        step = vals[2] if len(vals) == 3 else 1
-        return max(0, -(-(stop - start) // step)) if step else None
-    return None
-
-
 def _unrolled_trips(calls: list[dict[str, Any]], call: dict[str, Any], whole: int | None) -> int | None:
     """How often a loop_unroll's body runs: the iterations of each variant's loop (pypto opens one per factor,
     ``<name>_LoopUnroll<p>``), summed; the loop's own trip count when no variant's bounds are concrete."""
@@ -70,7 +57,7 @@ def _unrolled_trips(calls: list[dict[str, Any]], call: dict[str, Any], whole: in
         name = str((c.get("kwargs") or {}).get("name", ""))
         if c.get("api") == "loop" and c.get("origin") != "direct" and "_LoopUnroll" in name and \
                 (c.get("file"), c.get("line"), c.get("kernel")) == (call.get("file"), call.get("line"), call.get("kernel")):
-            t = _trips(list(c.get("args") or []))
+            t = loop_trips(c.get("args"))
             if t is None:
                 return whole
             n, known = n + t, True
@@ -154,7 +141,7 @@ class RunPicture:
                     continue
                 api = c["api"]
                 if api in _LOOP_APIS and c.get("origin") == "direct":
-                    trips = _trips(list(c.get("args") or []))
+                    trips = loop_trips(c.get("args"))
                     if api == "loop_unroll":
                         trips = _unrolled_trips(rm.calls, c, trips)
                     kern.loops.append(_Loop(c["file"], c["line"], trips))
