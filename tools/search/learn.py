@@ -18,9 +18,8 @@ upper confidence bound of its posterior:
 * **kernel** — changes of one knob are correlated by how close their effective extents are, and signed by the
   direction of the moves (a step back the way a gain came is anti-correlated with it); two cube tiles of one matmul
   shape are half one knob; changes of one kind share a small part; other kinds share nothing (a measured vector tile
-  says
-  nothing about the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and the
-  cube tile held a 4.5× gain);
+  says nothing about the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and
+  the cube tile held a 4.5× gain);
 * **prior** — the prior score of the candidate, squashed to a plausible log2 speed-up (``PRIOR_SCALE``), weighs by
   the share of variance the measurements leave unexplained at that point: with nothing measured nearby the prior
   decides (the first ranking is the prior's own order), after two flat trials of a knob its other values are ranked
