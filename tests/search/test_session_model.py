@@ -391,3 +391,25 @@ def test_a_batch_spreads_over_knobs_the_model_cannot_tell_apart_and_its_first_pl
     first = picker.next()
     picker.drop(first)
     assert picker.next() == 1
+
+
+def test_a_waiting_cube_move_says_why_it_ranks_low():
+    """Over the search: once two L1-only moves of the cube tile measured nothing (and an L0 move gained), the L1-only
+    candidates come after the others, each saying why."""
+    kept, ctx = load_operator("matmul_act")
+    cube = "matmul_act.py:matmul_silu.set_cube_tile_shapes#1"
+    base = {"m": [32, 32], "k": [64, 64], "n": [64, 64]}
+    hist = [TriedChange(knob_id=cube, value=v, before_value=base, from_kept_hash="elsewhere", outcome=o,
+                        before_us=59.389, after_us=t, round=r, stage="FRONTEND")
+            for r, (v, o, t) in enumerate([({**base, "k": [64, 128]}, "no-gain", 59.389),
+                                           ({**base, "n": [64, 128]}, "no-gain", 59.389),
+                                           ({**base, "k": [32, 64]}, "regression", 61.0)], 1)]
+    prop = search(kept, stage="frontend", context=ctx, history=hist, limit=None, budget_s=0.0)
+    l1_only = [c for c in prop.candidates if c.knob == cube and c.value["m"] == base["m"]
+               and all(c.value[a][0] == base[a][0] for a in "kn") and c.value != base]
+    assert l1_only, [c.value for c in prop.candidates if c.knob == cube][:8]
+    assert all("ranked low because it moves the cube tile's L1 only, and 2 such moves" in c.why for c in l1_only)
+    waiting = [i for i, c in enumerate(prop.candidates) if c in l1_only]
+    first = [i for i, c in enumerate(prop.candidates)
+             if "ranked low" not in c.why and not c.why.startswith("runs the same")]
+    assert first and max(first) < min(waiting)  # every distinct candidate that does not wait comes before them
