@@ -218,3 +218,29 @@ def test_a_view_no_loop_moves_keeps_its_offset_and_extent():
         admit({"heads_op.py": NAMED_ORIGIN_OP},
               {"heads_op.py": NAMED_ORIGIN_OP.replace("ORIGIN = 0\n", "ORIGIN = 4\n")})
     assert refused.value.rule in ("one-change", "legality"), refused.value
+
+
+# A tile constant that also reaches an assemble's offset through arithmetic no loop's index takes part in: the knob
+# map keeps it a tile (it is computed), but a change of it would move where the result is written
+WRITE_OP = '''import pypto
+
+COLS = 64
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
+def write_kernel(x: pypto.Tensor((64, 64), pypto.DT_FP32), out: pypto.Tensor((64, 128), pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(8, COLS)
+    for idx in pypto.loop(8):
+        part = pypto.view(x, [8, 64], [idx * 8, 0])
+        pypto.assemble(part + 1.0, [idx * 8, COLS * 1], out)
+'''
+
+
+def test_an_assemble_offset_no_loop_moves_stays_where_it_writes():
+    knob = next(k for k in extract_knobs({"write_op.py": WRITE_OP}) if k.id == "write_op.py:COLS")
+    assert knob.tunable  # it sets the tile: a knob, computed into the offset
+    with pytest.raises(GateRefusal) as refused:
+        _admit(WRITE_OP, "write_op.py", "write_op.py:COLS", 32)
+    assert "writes axis 1 at a fixed offset (COLS * 1: 64 → 32)" in refused.value.message, refused.value.message
+    # the loop's own offset moves with its index: a block, not a fixed write
+    assert _admit(WRITE_OP.replace("COLS * 1]", "0]"), "write_op.py", "write_op.py:COLS", 32).kind == "knob"

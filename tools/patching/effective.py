@@ -183,6 +183,7 @@ def loop_values(sources: dict[str, str], program: roles.Program) -> dict[str, Si
         scopes = _scope_map(tree)
         _coverage(path, tree, scopes, program, out)
         _fixed_views(path, tree, scopes, program, out)
+        _fixed_writes(path, tree, scopes, program, out)
         for node in ast.walk(tree):
             if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.FloorDiv):
                 continue
@@ -349,6 +350,31 @@ def _fixed_views(path: str, tree: ast.Module, scopes: dict[int, str], program: r
                 out[f"{path}:{node.lineno}:{node.col_offset}:fixed-valid:{axis}"] = SiteValue(
                     f"{path}:{node.lineno}", "fixed-valid", node.lineno,
                     _same_extent(extent, valid_elts[axis], env), dict(ctx, valid=ast.unparse(valid_elts[axis])))
+
+
+def _fixed_writes(path: str, tree: ast.Module, scopes: dict[int, str], program: roles.Program,
+                  out: dict[str, SiteValue]) -> None:
+    """Every offset of a ``pypto.assemble`` that no loop's index moves, as the code evaluates it: where a result is
+    written, never a tile. The knob map keeps a literal written into such an offset, through copies, out of the
+    knobs (roles); this catches the arithmetic forms (``[lo, 1 * W]``, ``[lo, head * W]``) where the literal is also
+    an extent the agent may change, so that moving it cannot move the write (SIM checks no values)."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and dotted(node.func).rsplit(".", 1)[-1] == "assemble"):
+            continue
+        offsets = node.args[1] if len(node.args) >= 2 else next(
+            (k.value for k in node.keywords if k.arg == "offsets"), None)
+        if not isinstance(offsets, (ast.List, ast.Tuple)):
+            continue
+        env = program.env(path, scopes.get(id(node), roles.MODULE))
+        for axis, offset in enumerate(offsets.elts):
+            try:
+                fixed = evaluate(offset, env)
+            except _Unknown:
+                continue  # a loop's index (or a run-time value) moves it
+            if isinstance(fixed, int) and not isinstance(fixed, bool):
+                out[f"{path}:{node.lineno}:{node.col_offset}:write:{axis}"] = SiteValue(
+                    f"{path}:{node.lineno}", "fixed-write", node.lineno, fixed,
+                    {"file": path, "axis": axis, "code": ast.unparse(offset)})
 
 
 def _same_extent(a: ast.AST, b: ast.AST, env: dict[str, Any]) -> bool:
@@ -546,6 +572,14 @@ def _check_loops(before_loops: dict[str, SiteValue], after_loops: dict[str, Site
                             "computed",
                             "C/I-9", "a valid_shape equal to the view on every axis no loop moves (a smaller one "
                             "only for a loop's tail block)")
+            continue
+        if sv.kind == "fixed-write":
+            if old is not None:
+                raise _fail(f"pypto.assemble at {sv.context['file']}:{sv.line} writes axis {sv.context['axis']} at a "
+                            f"fixed offset ({sv.context['code']}: {old.value} → {sv.value}): where the result is "
+                            "written, not a tile", "C/F-3",
+                            "an assemble no loop moves keeps its offsets; a block's offset is moved by a loop's index "
+                            "(i × B)")
             continue
         if sv.kind == "fixed-view":
             if old is not None:
