@@ -105,7 +105,6 @@ class _Kernel:
     loops: list[_Loop] = field(default_factory=list)
     views: list[_View] = field(default_factory=list)
     tiles: list[_Tile] = field(default_factory=list)
-    matmuls: list[dict[str, Any]] = field(default_factory=list)  # recorded matmul calls, when the probe has them
     operands: dict[str, Any] | None = None  # the first matmul under a cube tile: its A and B shapes, transposes
 
 
@@ -154,8 +153,6 @@ class RunPicture:
                     kern.tiles.append(_Tile(c["file"], c["line"], "cube", runmap.effective_value(
                         _KindOnly("cube_tile"), c)))
                     kern.operands = kern.operands or c.get("operands")
-                elif api == "matmul":
-                    kern.matmuls.append(c)
             self.kernels.append(kern)
 
     @property
@@ -279,7 +276,7 @@ class _Trial:
         views = [self.views.get(id(v), v.shape) for v in k.views]
         # the data one iteration tiles: the views the kernel built inside its loops (the whole tensors without one)
         blocks = [list(v) for v in views] if k.loops else []
-        has_cube = any(t.kind == "cube" for t in k.tiles) or bool(k.matmuls)
+        has_cube = any(t.kind == "cube" for t in k.tiles)
         # the matmul's shape, read once for the vector blocks and the cube features alike
         lead = (self._recorded_product() or self._batched(views)) if has_cube else None
         mkn = self._mkn(views, lead) if has_cube else None
@@ -336,19 +333,11 @@ class _Trial:
 
     def _mkn(self, views: list[list[int]], lead: tuple[list[int], tuple[int, int, int]] | None
              ) -> tuple[int, int, int] | None:
-        """M, K, N of the kernel's (first) matmul: recorded when the probe has it; else a batched matmul's
-        (``lead``, :meth:`_batched`); else read from the views and inputs — the rows of the largest 2-D view inside
-        the loop (one iteration's A), K its last dim, N the other input's dim that is not K. A guess, said so in the
-        features ('mkn_source')."""
+        """M, K, N of the kernel's (first) matmul: ``lead``'s, read from the operands the probe recorded under the
+        cube tile (:meth:`_recorded_product`) or from a batched matmul's views (:meth:`_batched`); else read from the
+        views and inputs — the rows of the largest 2-D view inside the loop (one iteration's A), K its last dim, N the
+        other input's dim that is not K. A guess, said so in the features ('mkn_source')."""
         k = self.kern
-        for mm in k.matmuls:
-            args = [a for a in mm.get("args") or [] if isinstance(a, dict) and "$tensor" in a]
-            res = _ints(mm.get("result_shape"))
-            if len(args) >= 2 and res and len(res) >= 2:
-                a = _ints(args[0]["$tensor"]) or []
-                kw = mm.get("kwargs") or {}
-                kdim = (a[-2] if kw.get("a_trans") else a[-1]) if len(a) >= 2 else None
-                return (res[-2], kdim, res[-1]) if kdim else None
         if lead is not None:
             return lead[1]
         two_d = [v for v in views if len(v) == 2] if k.loops else []
