@@ -603,11 +603,13 @@ def _effective_key(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any], c
     return json.dumps({"values": counted, "tiles": tiles}, sort_keys=True, default=str)
 
 
-def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any],
+                      pairs: Iterable[TriedChange] = ()) -> dict[str, dict[str, Any]]:
     """Effective key → the measurement of that configuration in this session: the kept state itself, every state
     kept before it on the way here (the baseline too: setting a kept unroll list back to ``[1]`` is the baseline
     again — PyPTO's GLM expert selection measured it anew, to the last digit), and every trial that was measured
-    (failures are left to the failure rules: a clamped tile that failed may fail on its raw size)."""
+    (failures are left to the failure rules: a clamped tile that failed may fail on its raw size); with ``pairs``,
+    the linked-pair rounds too (both knobs set)."""
     states = learn.state_configs(ctx.history, now, ctx.kept_hash)
     out: dict[str, dict[str, Any]] = {}
     kept_us = _kept_us(ctx)
@@ -616,7 +618,7 @@ def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any]
                 and norm_value(t.value) == norm_value(now.get(t.knob_id))]
         out[_effective_key(ctx, by_id, now, now)] = {"round": made[-1].round if made else None,
                                                      "operator_time_us": round(kept_us, 4), "what": "the kept state"}
-    for t in sorted(ctx.history, key=lambda t: t.round or 0):
+    for t in sorted([*ctx.history, *pairs], key=lambda t: t.round or 0):
         if t.outcome == "kept" and t.before_us is not None and t.from_kept_hash in states:
             out.setdefault(_effective_key(ctx, by_id, now, states[t.from_kept_hash]),
                            {"round": t.round, "operator_time_us": round(t.before_us, 4),
@@ -624,6 +626,8 @@ def _measured_configs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any]
         if t.outcome == "failed" or t.after_us is None or t.from_kept_hash not in states:
             continue
         config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value)}
+        if t.pair_with is not None:
+            config[t.pair_with.knob] = norm_value(t.pair_with.value)
         out.setdefault(_effective_key(ctx, by_id, now, config),
                        {"round": t.round, "operator_time_us": round(t.after_us, 4),
                         "what": f"{t.knob_id.split(':', 1)[-1]} = {t.value!r}"})
@@ -695,11 +699,10 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
         raw.point = pt
         raw.learnt = model.predict(pt, raw.score)
         raw.score = raw.learnt.score
-        flat = model.flat_level(pt)
         if untried and pt.kind not in untried and model.unresponsive(pt.group, pt.kind):
             raw.waits = ("its knob (or every knob of its kind) measured only no effect so far, so it waits for the "
                          f"kinds not tried yet ({', '.join(sorted(untried))})")
-        elif flat:
+        elif flat := model.flat_level(pt):
             level = next(iter(learn.levels_moved(pt) or ()), "")
             raw.waits = (f"it moves the cube tile's {level} only, and {len(flat)} such moves in this session "
                          "measured no effect (rounds " + ", ".join(str(t.round) for t in flat) + "), so it waits "
@@ -1431,22 +1434,6 @@ def _pair_score(ctx: _Context) -> pairs.Scorer:
     return score
 
 
-def _measured_pairs(ctx: _Context, by_id: dict[str, Knob], now: dict[str, Any],
-                    history: list[TriedChange]) -> dict[str, dict[str, Any]]:
-    """Effective key → the linked-pair round of this session that measured it (``_measured_configs`` reads the
-    single changes)."""
-    states = learn.state_configs(ctx.history, now, ctx.kept_hash)
-    out: dict[str, dict[str, Any]] = {}
-    for t in history:
-        if t.pair_with is None or t.outcome == "failed" or t.after_us is None or t.from_kept_hash not in states:
-            continue
-        config = {**states[t.from_kept_hash], t.knob_id: norm_value(t.value),
-                  t.pair_with.knob: norm_value(t.pair_with.value)}
-        out.setdefault(_effective_key(ctx, by_id, now, config),
-                       {"round": t.round, "operator_time_us": round(t.after_us, 4)})
-    return out
-
-
 def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.PairPlan], history: list[TriedChange],
                 knob: str | None, only: Callable[[str, Any], bool] | None, limit: int | None,
                 cache: AdmissionCache, skey: str, budget_s: float | None, excluded: dict[str, int],
@@ -1461,7 +1448,7 @@ def _with_pairs(ctx: _Context, out: list[Candidate], plans: dict[str, linked.Pai
 
     by_id = {k.id: ctx.as_ran(k) for k in ctx.knobs}
     now = {i: k.value for i, k in by_id.items()}
-    measured = {**_measured_pairs(ctx, by_id, now, history), **_measured_configs(ctx, by_id, now)}
+    measured = _measured_configs(ctx, by_id, now, [t for t in history if t.pair_with is not None])
     found: list[Candidate] = []
     for p in pairs.points(plans, history, ctx.kept_hash, _pair_score(ctx), knob=knob, allowed=allowed):
         b, t = p.link.block, p.link.tile
