@@ -221,6 +221,31 @@ OFFSET_OP = (BLOCK_ARG_OP
              .replace("[lo, 0],\n                          valid_shape", "[lo, col],\n                          valid_shape"))
 assert OFFSET_OP.count("at = [lo, 0]") == 1 and OFFSET_OP.count("[lo, col]") == 1 and "edge = at" in OFFSET_OP
 
+# A tile constant that also reaches an assemble's offset through arithmetic no loop's index takes part in: the knob
+# map keeps it a tile (it is computed), but a change of it would move where the result is written
+WRITE_FILE = "write_op.py"
+WRITE_OP = '''import sys
+
+import pypto
+import torch
+
+COLS = 64
+RUN_MODE = sys.argv[sys.argv.index("--run-mode") + 1] if "--run-mode" in sys.argv else "npu"
+
+
+@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM if RUN_MODE == "sim" else pypto.RunMode.NPU})
+def write_kernel(x: pypto.Tensor((64, 64), pypto.DT_FP32), out: pypto.Tensor((64, 128), pypto.DT_FP32)):
+    pypto.set_vec_tile_shapes(8, COLS)
+    for idx in pypto.loop(8):
+        part = pypto.view(x, [8, 64], [idx * 8, 0])
+        pypto.assemble(part + 1.0, [idx * 8, COLS * 1], out)
+
+
+if __name__ == "__main__":
+    write_kernel(torch.randn(64, 64), torch.zeros(64, 128))
+    print("PRECISION: passed (SIM: compiled and simulated; numerics not checked)")
+'''
+
 # A row block reshaped into groups and reduced per group, as PyPTO's GLM expert selection does: the group tile is
 # rank 3 over a [1, 4, 40] reshape, smaller on its middle axis than any 2-D tensor of the kernel
 GROUPS_FILE = "groups_op.py"

@@ -23,7 +23,8 @@ over MCP stdio against the real server and the real simulator:
 2⁗ an offset written through a name — ``at = [lo, 0]`` passed to pypto.assemble, ``col = 0`` in a view's offsets,
    each through a copy (``edge = at``, ``col = home``) — says where results go or which columns are read: no knob (it
    was one as an int beside run-time values, and through a copy), and a change of it is refused as an edit and as a
-   diff
+   diff; a tile constant that also reaches an assemble's offset through arithmetic no loop index takes part in
+   (``COLS * 1``) stays a knob, and a change that would move the write is refused on both paths
 (4 at S3 — no adoption before tuning opens — and 6 — leaving the last configuration stage early ends the session —
 are in test_algorithm_stage_over_stdio.py, on the session that walks the configuration stages once for both branches;
 7 for a round that produced no usable data — never retried, in either form — is in test_attacks_over_stdio.py, on the
@@ -45,7 +46,7 @@ import pytest
 from tests.admission.test_attacks_over_stdio import _diff, _round, _to_frontend
 from tests.conftest import OPERATORS, sim_command
 from tests.knob_operators import (BLOCK_ARG_FILE, BLOCK_ARG_OP, CFG_BLOCK_FILE, CFG_BLOCK_OP, DYN_AXIS_FILE, DYN_AXIS_OP,
-                                  DYN_CEIL_OP, HEADS_FILE, HEADS_OP, OFFSET_FILE, OFFSET_OP)
+                                  DYN_CEIL_OP, HEADS_FILE, HEADS_OP, OFFSET_FILE, OFFSET_OP, WRITE_FILE, WRITE_OP)
 from tests.server.mcp_client import Session, connect
 from tests.sessions import Chapters
 
@@ -218,6 +219,20 @@ async def _named_offsets(s: Session, ws: Path) -> None:
     assert op.read_text() == src, "a refused change must not touch the file"
 
 
+async def _fixed_write(s: Session, ws: Path) -> None:
+    """A tile constant also reaches an assemble's offset through arithmetic no loop's index takes part in
+    (``[idx * 8, COLS * 1]``): it stays a knob (it sets the tile), but a change that moves where the result is written
+    is refused, as an edit and as a diff."""
+    op = ws / WRITE_FILE
+    sid = await _to_frontend(s, ws, [WRITE_FILE], [sys.executable, WRITE_FILE, "--run-mode", "sim"])
+    src = op.read_text()
+    knobs = {k["id"]: k for k in (await s.ok("list_knobs", session_id=sid))["knobs"]}
+    assert knobs[f"{WRITE_FILE}:COLS"]["tunable"]
+    await _refused_both_ways(s, sid, f"{WRITE_FILE}:COLS", 32, WRITE_FILE, src, "COLS = 64\n", "COLS = 32\n",
+                             catalog_id="F-3", says=("writes axis 1 at a fixed offset (COLS * 1: 64 → 32)",))
+    assert op.read_text() == src, "a refused change must not touch the file"
+
+
 async def _cube_tile_l1_l0(s: Session, ws: Path) -> None:
     op = ws / "matmul_act.py"
     sid = await _to_frontend(s, ws, ["matmul_act.py"], sim_command("matmul_act"))
@@ -248,6 +263,9 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     dynamic = tmp / "dynamic_axis"
     dynamic.mkdir()
     (dynamic / DYN_AXIS_FILE).write_text(DYN_AXIS_OP)
+    write = tmp / "fixed_write"
+    write.mkdir()
+    (write / WRITE_FILE).write_text(WRITE_OP)
     ceil = tmp / "dynamic_ceil"
     ceil.mkdir()
     (ceil / DYN_AXIS_FILE).write_text(DYN_CEIL_OP)
@@ -264,7 +282,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
     offsets.mkdir()
     (offsets / OFFSET_FILE).write_text(OFFSET_OP)
     played = {"upstream_softmax": Chapters(), "matmul_act": Chapters(), "dynamic_axis": Chapters(),
-              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters(), "offsets": Chapters(), "dynamic_ceil": Chapters()}
+              "heads": Chapters(), "block_arg": Chapters(), "cfg_block": Chapters(), "offsets": Chapters(), "dynamic_ceil": Chapters(), "fixed_write": Chapters()}
 
     async def scenario() -> None:
         async with connect(softmax) as s:
@@ -276,6 +294,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Chapters]:
             await played["block_arg"].play("session", lambda: _valid_part_of_a_run_time_block(s, block_arg))
             await played["cfg_block"].play("session", lambda: _block_past_a_constant_valid_part(s, cfg_block))
             await played["offsets"].play("session", lambda: _named_offsets(s, offsets))
+            await played["fixed_write"].play("session", lambda: _fixed_write(s, write))
 
     anyio.run(scenario)
     return played
@@ -317,6 +336,11 @@ def test_a_block_a_constant_valid_part_no_longer_covers_is_refused_on_both_paths
 
 def test_an_offset_written_through_a_name_is_no_knob_on_either_path(sessions: dict[str, Chapters]) -> None:
     sessions["offsets"].check("session")
+
+
+def test_a_tile_that_also_moves_a_fixed_assemble_offset_is_refused_on_both_paths(
+        sessions: dict[str, Chapters]) -> None:
+    sessions["fixed_write"].check("session")
 
 
 def _reason(msg: str, axis: str) -> str:

@@ -18,7 +18,7 @@ from pypto_tune.tools.errors import GateRefusal
 from pypto_tune.tools.patching import extract_knobs, plan_knob_edit
 from pypto_tune.tools.patching.effective import UB_TILE_MAX_BYTES
 from pypto_tune.tools.patching.runmap import knob_map
-from tests.knob_operators import ROWS_FILE, ROWS_OP, line_of, probe_run, write_rows_op
+from tests.knob_operators import ROWS_FILE, ROWS_OP, WRITE_OP, line_of, probe_run, write_rows_op
 
 CAST_OP = '''import pypto
 
@@ -218,22 +218,6 @@ def test_a_view_no_loop_moves_keeps_its_offset_and_extent():
         admit({"heads_op.py": NAMED_ORIGIN_OP},
               {"heads_op.py": NAMED_ORIGIN_OP.replace("ORIGIN = 0\n", "ORIGIN = 4\n")})
     assert refused.value.rule in ("one-change", "legality"), refused.value
-
-
-# A tile constant that also reaches an assemble's offset through arithmetic no loop's index takes part in: the knob
-# map keeps it a tile (it is computed), but a change of it would move where the result is written
-WRITE_OP = '''import pypto
-
-COLS = 64
-
-
-@pypto.frontend.jit(runtime_options={"run_mode": pypto.RunMode.SIM})
-def write_kernel(x: pypto.Tensor((64, 64), pypto.DT_FP32), out: pypto.Tensor((64, 128), pypto.DT_FP32)):
-    pypto.set_vec_tile_shapes(8, COLS)
-    for idx in pypto.loop(8):
-        part = pypto.view(x, [8, 64], [idx * 8, 0])
-        pypto.assemble(part + 1.0, [idx * 8, COLS * 1], out)
-'''
 
 
 def test_an_assemble_offset_no_loop_moves_stays_where_it_writes():
