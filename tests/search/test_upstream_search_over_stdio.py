@@ -188,12 +188,13 @@ def test_search_on_an_upstream_style_operator_over_stdio(tmp_path: Path) -> None
             res2 = await s.ok("run_candidates", session_id=sid, candidates=[pb2[v]["id"] for v in onward])
             assert res2["winner_round"] is None
             assert {t["result_type"] for t in res2["trials"]} == {"regression"}
-            # a direction that regressed goes down: every step up that is left scores lower than it did from the
-            # same kept state before, on the evidence of the batch's rounds; the tried values are not proposed again
+            # a direction that regressed goes down: every step up that is left is predicted slower than the kept
+            # state and ranks behind every other value of the knob; the tried values are not proposed again
             pb3 = (await propose(knob=BLOCK, limit=16))["candidates"]
             left_up = [c for c in pb3 if c["value"] > onward[-1]]
-            assert left_up and all(c["score"] < pb2[c["value"]]["score"] for c in left_up)
             regressed = {t["round"] for t in res2["trials"]}
+            assert left_up and all(c["evidence"]["session"]["mean"] < 0 for c in left_up), left_up
+            assert [c["value"] > onward[-1] for c in pb3] == sorted(c["value"] > onward[-1] for c in pb3), pb3
             assert all(regressed & {h["round"] for h in c["evidence"].get("history", [])} for c in left_up)
             assert not set(onward) & {c["value"] for c in pb3}
 

@@ -7,25 +7,35 @@ upper confidence bound of its posterior:
 
 * **observations** — every decided trial of the session: its change as a point (below) and the move's effect
   ``y = log2(before / after)`` (a gain is positive, "no effect" 0); a trial that failed (compile failure, invalid
-  run) counts as ``FAILED_Y``; a run whose configuration is one knob away from the kept state's is read as that
-  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``); any other move
-  measured from another kept state is a noisy reading of the same move from here (``NOISE_ELSEWHERE``): a gain the
-  session has banked lifts the way it came, not every value of its kind;
+  run) counts as ``FAILED_Y``; a run whose configuration is one knob away from the kept state's is also read as that
+  knob's move from here, its effect the ratio of the kept time to its time (``fit``'s ``here``);
 * **points** — a change seen the same way whatever its knob: the knob (tile calls sharing a site count as one), the
   kind of knob (vector tile, cube tile, block size, unroll list, buffer count, one kind per option), the log2 of the
-  *effective* extents after the change (a tile clamped to the view it tiles, a cube tile to the matmul's M, K, N),
-  the direction of the move from its kept state, and the stage group;
-* **kernel** — changes of one knob are correlated by how close their effective extents are, and signed by the
-  direction of the moves (a step back the way a gain came is anti-correlated with it); two cube tiles of one matmul
-  shape are half one knob; changes of one kind share a small part; other kinds share nothing (a measured vector tile
-  says nothing about the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and
-  the cube tile held a 4.5× gain);
+  *effective* extents before and after the change (a tile clamped to the view it tiles, a cube tile to the
+  matmul's M, K, N), and the stage group;
+* **kernel** — a move is the **difference of a function of the knob's settings**, ``g(after) − g(before)``
+  (``_difference``): ``g`` is half a joint RBF over the extents and half one RBF per component, so a move of one
+  component answers alike whatever the others are; the function is the knob's own (two cube tiles of one matmul
+  shape share half of it), a part of it belongs to the kept state the move is made from (what a state changes in
+  the knob's response), and a small part is the kind's. Two runs measured alike from one state then say that the
+  move between their settings has no effect wherever the search stands (PyPTO's tiling_config runtime test,
+  de-tuned: the move from a kept cube tile to another one measured alike was ranked first on that one's −84 % from
+  the state before), a move back the way a gain came is its opposite, and a run made from another kept state is
+  read where it was made with no extra noise. Other kinds share nothing (a measured vector tile says nothing about
+  the cube tile: PyPTO's FFN example, where eight vector tiles measured exactly the same time and the cube tile held
+  a 4.5× gain). A change whose settings are not known (an option) keeps the older reading: closeness of the
+  extents after the change, a signed part for the direction of the move, a noisier reading from another state;
 * **prior** — the prior score of the candidate, squashed to a plausible log2 speed-up (``PRIOR_SCALE``), weighs by
   the share of variance the measurements leave unexplained at that point: with nothing measured nearby the prior
-  decides (the first ranking is the prior's own order), after two flat trials of a knob its other values are ranked
-  by what was measured;
+  decides (the first ranking is the prior's order, each candidate lifted by its own uncertainty), after two flat
+  trials of a knob its other values are ranked by what was measured;
 * **acquisition** — posterior mean + ``BETA`` × posterior sd (UCB): a kind nobody has tried keeps its whole prior
-  variance, so it gets its turn before a knob already measured flat is tried a third time;
+  variance, so it gets its turn before a knob already measured flat is tried a third time, and a larger move, whose
+  effect can be larger either way, gets more of a bonus than a small one. The sd is sized to the effects the session
+  measured (``_scale``): a session that measures effects of a few per cent stops paying an untried value a 15 %
+  bonus over a sure small gain. Measured and not kept: the share of the prior sd left instead of the sd (every
+  candidate nothing was measured near then ranks in the prior's order) — offline, upstream_bmm_scale 6 → 9 trials
+  and upstream_linear_bias 3 → 4;
 * **batch** — the places after the first are chosen as if each earlier pick had measured no effect
   (:class:`BatchPicker`), so parallel trials spread over knobs the model cannot tell apart.
 
@@ -86,6 +96,7 @@ FAILED_Y = -0.5  # a failed trial, in log2 speed-up units: a regression for its 
 PRIOR_SCALE = 1.0  # the prior's largest claim, in log2 speed-up units (a hand-written score of +13.7 is not 2^13)
 PRIOR_SPAN = 4.0  # prior scores are squashed by tanh(score / PRIOR_SPAN): +0.4 → +0.1, +4.6 → +0.82, +8.5 → +0.97
 BETA = 0.3  # UCB: mean + BETA × sd
+SCALE_PRIOR_READINGS = 2.0  # the prior's amplitude (1) counts as this many readings in the session's own (``scale``)
 NOISE = 0.01  # observation variance (log2 units²): SIM is exact, the kernel is not
 # kernel weights (they sum to the prior variance, 1): same knob, same kind, same knob and kept state, same direction
 W_KNOB = 0.5
@@ -95,12 +106,14 @@ W_DIRECTION = 0.2
 SAME_PROBLEM = 0.5  # of a cube tile's knob part, what two tile calls of one matmul shape share (one call: all of it)
 NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
 # ... unless it changed nothing: a move that left the time as it was (a tile already clipped, a buffer count the
-# kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_read``); a tile the
+# kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_readings``); a tile the
 # kept change gave room differs in its effective extents, so it is another point. Measured on PyPTO's FFN (dynamic
 # GELU): the kernel's vector tile measured +0.0 % and was tried again, unchanged, from the next kept state, ahead of
 # the unroll list that held 1.76×. The rule "twice from this kept state" still counts where a trial was made.
+PART = "part:"  # Point.space of a knob that sets one part of a tile (a row count): its own axis
 SITES = "sites:"  # a group of knobs that set the same tile calls that ran (propose._site_group): "sites:f:line,…"
 LENGTH_LOG2 = 1.0  # one doubling of an effective extent is one length scale
+JOINT = 0.5  # of a knob's function of its settings, the part that reads the extents jointly (the rest: one per component)
 OTHER_STAGE = 0.8  # correlation kept across stage groups
 MOVED_BY_SHOWN = 3
 BATCH_LIE = 0.0  # what a batch's earlier pick is taken to measure while the later places are chosen: no effect
@@ -154,6 +167,11 @@ class Point:
     # a cube tile's matmul as it ran ("mkn:M×K×N"): two tile calls of one problem answer a move alike (PyPTO's
     # tiling_config runtime test: two kernels, one matmul each, of the same shape, each with its own cube tile)
     problem: str | None = None
+    start: tuple[float, ...] | None = None  # log2 of the effective extents before the change (its kept state's)
+    # what ``start`` and ``extents`` measure: the tile calls of ``group`` for a value that is a whole tile, the knob
+    # itself (``PART`` + its id) for a part of one (a config's row count and its column count feed one call, and are
+    # not one axis); None for a change read the old way (no start known)
+    space: str | None = None
 
 
 @dataclass
@@ -279,13 +297,57 @@ def _shared(p: Point, q: Point) -> float:
     return (1 - SAME_PROBLEM) * shared + SAME_PROBLEM * (p.problem == q.problem)
 
 
-def kernel(p: Point, q: Point) -> float:
-    """Prior covariance of two changes' log2 speed-ups (see the module docstring). Within one knob: closeness of the
-    effective extents (RBF), times a part for the same kept state and a signed part for the direction of the move
-    (cosine: a move back the way a gain came is anti-correlated with it). Every part is a product of positive
-    semi-definite kernels, so the sum is one."""
-    if p.kind != q.kind:
+def _level(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    """Covariance of the knob's time at two settings (log2 effective extents): half a joint RBF, half the mean of
+    one RBF per component — so a move of one component answers alike whatever the others are (PyPTO's basic_ops
+    matmul: a cube tile's k that gained beside an n gains on top of it too)."""
+    sq = [(x - y) ** 2 / (2 * LENGTH_LOG2 ** 2) for x, y in zip(a, b)]
+    return JOINT * math.exp(-sum(sq)) + (1 - JOINT) * sum(math.exp(-d) for d in sq) / len(sq)
+
+
+def _difference(p: Point, q: Point) -> float:
+    """Covariance of two moves' effects when each is the difference of one function's values at its two settings
+    (``_level``): ``g(end) − g(start)``; 0 where their extents are not of one length (another function). Halved, so
+    the largest move's variance is 1."""
+    ps, pe, qs, qe = p.start, p.extents, q.start, q.extents
+    if ps is None or pe is None or qs is None or qe is None or len({len(ps), len(pe), len(qs), len(qe)}) != 1 or not pe:
         return 0.0
+    return 0.5 * (_level(pe, qe) - _level(pe, qs) - _level(ps, qe) + _level(ps, qs))
+
+
+def _settled(p: Point) -> bool:
+    """The move is read as the difference of two settings (``Point.space``: where it was made is known)."""
+    return p.space is not None and p.start is not None and p.extents is not None
+
+
+def _axis(p: Point) -> str:
+    """What a kind's shared function reads a settled move on: the extents of a whole tile by their number, a part
+    of a tile (a config's row count) only against the same knob."""
+    return p.space if p.space.startswith(PART) else f"tile:{len(p.extents or ())}"
+
+
+def kernel(p: Point, q: Point) -> float:
+    """Prior covariance of two changes' log2 speed-ups (see the module docstring). Two kinds of point, each a PSD
+    kernel, and none between them (so the sum stays one):
+
+    * **settled moves** (start and end known): each move is the difference of a function of its settings
+      (``_difference``) — the knob's own (shared by knobs of one tile call, ``_shared``), a part of it only from
+      the same kept state (what a state changes in the knob's response), and the kind's (a tile shape good for one
+      cube tile tends to be for another). Two runs measured alike from one state then say that a move between their
+      settings has no effect wherever the search stands now (PyPTO's tiling_config runtime test: two cube tiles of
+      one kernel measured 43.369 µs each; the move from the kept one to the other, tried from a state another knob
+      had left, was ranked first on the other's −84 %); a move back the way a gain came is its opposite;
+    * **other changes** (an option, a knob of an earlier state): closeness of the effective extents after the
+      change (RBF), times a part for the same kept state and a signed part for the direction of the move (cosine),
+      and a constant the kind shares."""
+    if p.kind != q.kind or _settled(p) != _settled(q):
+        return 0.0
+    stage = 1.0 if p.stage == q.stage else OTHER_STAGE
+    if _settled(p):
+        k = W_KIND * _difference(p, q) if _axis(p) == _axis(q) else 0.0
+        if p.space == q.space and (shared := _shared(p, q)):
+            k += shared * _difference(p, q) * (W_KNOB + W_DIRECTION + (W_STATE if p.state == q.state else 0))
+        return k * stage
     k = W_KIND
     shared = _shared(p, q)
     if shared:
@@ -298,27 +360,27 @@ def kernel(p: Point, q: Point) -> float:
         if p == q and not any(p.direction or ()):
             cos = 1.0  # a move without a direction is still fully correlated with itself (identity kernel: PSD)
         k += shared * near * (W_KNOB + W_DIRECTION * cos + (W_STATE if p.state == q.state else 0))
-    return k * (1.0 if p.stage == q.stage else OTHER_STAGE)
+    return k * stage
 
 
-def _read(obs: Observation, state: str) -> Point:
-    """Where the model places an observation: a run one knob away from the kept state, as that knob's move from here
-    (``fit``'s ``here``); a move that changed nothing, measured from another kept state, as made from this one (see
-    ``NOISE_ELSEWHERE``); every other one where it was made."""
-    if obs.here is not None:
-        return obs.here
-    if obs.point.state != state and no_effect(obs.trial):
-        return dataclasses.replace(obs.point, state=state)
-    return obs.point
-
-
-def _target(obs: Observation) -> float:
-    return obs.y_here if obs.here is not None and obs.y_here is not None else obs.y
-
-
-def _noise(obs: Observation, state: str) -> float:
-    """An observation's variance: a move measured from another kept state is a noisy reading of it from here."""
-    return NOISE if _read(obs, state).state == state else NOISE_ELSEWHERE
+def _readings(obs: Observation, state: str) -> list[tuple[Point, float, float]]:
+    """Where the model places an observation, as (point, target, variance) readings. A run one knob away from the kept
+    state is that knob's move from here, its effect the two times' ratio (``fit``'s ``here``), known exactly. Where the
+    move is the difference of two settings (``Point.space``), the run is also its own move from where it was made: the
+    two are two differences of one run's time, and together they say what a move between two measured settings does
+    from here. Where it is not, the reading from here replaces it (read from where they were made, the first large
+    gains of a session lifted every value near them long after they were banked). A move that changed nothing,
+    measured from another kept state, reads as made from this one (see ``NOISE_ELSEWHERE``); any other unsettled move
+    from another state is a noisy reading of the same move from here."""
+    here = [(obs.here, obs.y_here, NOISE)] if obs.here is not None and obs.y_here is not None else []
+    if here and obs.point.space is None:
+        return here
+    point = obs.point
+    if point.state != state and no_effect(obs.trial):
+        point = dataclasses.replace(point, state=state)
+    # a settled move from another state needs no extra noise: what the state changes is the kernel's own part
+    exact = point.state == state or _settled(point)
+    return [(point, obs.y, NOISE if exact else NOISE_ELSEWHERE), *here]
 
 
 def _solve(points: list[Point], ys: list[float], noise: list[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -332,6 +394,16 @@ def _solve(points: list[Point], ys: list[float], noise: list[float]) -> tuple[np
         lift = max(0.0, -float(np.linalg.eigvalsh(cov).min())) + min(noise)
         chol = np.linalg.cholesky(cov + lift * np.eye(len(points)))
     return chol, np.linalg.solve(chol.T, np.linalg.solve(chol, np.array(ys)))
+
+
+def _scale(ys: list[float], alpha: np.ndarray) -> float:
+    """How large this operator's effects are, as the amplitude of the model's sd (at most the prior's, 1): the
+    maximum-likelihood amplitude of the readings, ``yᵀK⁻¹y / n``, with the prior's 1 counted as
+    ``SCALE_PRIOR_READINGS`` readings. The posterior mean does not depend on it; the exploration bonus does: where a
+    session has measured only effects of a few per cent (an operator shipped near its best: PyPTO's basic_ops
+    matmul, whose last 2 % was one k step on top of a kept n), an untried value is not worth a 15 % bonus."""
+    fit = float(np.dot(ys, alpha))
+    return math.sqrt(min(1.0, max(0.0, fit + SCALE_PRIOR_READINGS) / (len(ys) + SCALE_PRIOR_READINGS)))
 
 
 def _posterior(m0: np.ndarray, prior_var: np.ndarray, kx: np.ndarray, chol: np.ndarray,
@@ -350,29 +422,34 @@ class SessionModel:
     def __init__(self, observations: list[Observation], state: str = "") -> None:
         self.obs = observations
         self._state = state
-        self._alpha = np.zeros(len(observations))
+        # each observation's readings (``_readings``), flat; ``_of`` maps a reading back to its observation
+        read = [(i, r) for i, o in enumerate(observations) for r in _readings(o, state)]
+        self._of = [i for i, _ in read]
+        self.points, self.ys, self.noise = ([r[j] for _, r in read] for j in range(3))
+        self._alpha = np.zeros(len(read))
         self._chol: np.ndarray | None = None
-        if observations:
-            self._chol, self._alpha = _solve([_read(o, state) for o in observations],
-                                             [_target(o) for o in observations],
-                                             [_noise(o, state) for o in observations])
+        self.scale = 1.0
+        if read:
+            self._chol, self._alpha = _solve(self.points, self.ys, self.noise)
+            self.scale = _scale(self.ys, self._alpha)
 
     def predict(self, point: Point, prior_score: float) -> Prediction:
         m0 = squash(prior_score)
         prior_var = kernel(point, point)
         if not self.obs or prior_var <= 0:
-            return Prediction(m0, math.sqrt(max(prior_var, 0.0)), m0 + BETA * math.sqrt(max(prior_var, 0.0)), m0,
-                              1.0)
-        kx = np.array([kernel(point, _read(o, self._state)) for o in self.obs])
+            sd = self.scale * math.sqrt(max(prior_var, 0.0))
+            return Prediction(m0, sd, m0 + BETA * sd, m0, 1.0)
+        kx = np.array([kernel(point, q) for q in self.points])
         means, variances = _posterior(np.array([m0]), np.array([prior_var]), kx[None, :], self._chol, self._alpha)
         mean, var = float(means[0]), float(variances[0])
         weight = var / prior_var  # the share of the prior's variance the measurements leave at this point
-        sd = math.sqrt(var)
+        sd = self.scale * math.sqrt(var)
         # each measurement's part in moving the mean from the prior: its own term of the GP mean, plus its share
         # (by squared covariance) of the prior it displaced — a no-effect trial (y = 0) moves a candidate only that
         # way. The parts sum to mean − prior mean.
         share = kx ** 2 / float((kx ** 2).sum()) if float((kx ** 2).sum()) > 0 else np.zeros(len(kx))
-        parts = kx * self._alpha - m0 * (1.0 - weight) * share
+        parts = np.bincount(self._of, weights=kx * self._alpha - m0 * (1.0 - weight) * share,
+                            minlength=len(self.obs))
         order = sorted(range(len(self.obs)), key=lambda i: -abs(parts[i]))
         moved = [Moved(self.obs[i].trial.round, self.obs[i].trial.knob_id, self.obs[i].trial.delta_pct,
                        self.obs[i].trial.outcome, float(parts[i])) for i in order[:MOVED_BY_SHOWN]
@@ -443,9 +520,8 @@ class BatchPicker:
         self._cands = candidates
         self._depth = depth
         self.left = list(range(len(candidates)))
-        self._points = [_read(o, model._state) for o in model.obs]
-        self._ys = [_target(o) for o in model.obs]
-        self._noise = [_noise(o, model._state) for o in model.obs]
+        self._points, self._ys, self._noise = list(model.points), list(model.ys), list(model.noise)
+        self._scale = model.scale
         self._lie_groups: list[str] = []
         self.stood = 0
         # each candidate's prior and its covariance with every observation, once (a lie adds one column): the scores
@@ -462,7 +538,7 @@ class BatchPicker:
         if self._points and has.any():
             chol, alpha = _solve(self._points, self._ys, self._noise)
             mean[has], var[has] = _posterior(self._m0[has], self._prior_var[has], self._kx[has], chol, alpha)
-        self._scores = mean + BETA * np.sqrt(var)
+        self._scores = mean + BETA * self._scale * np.sqrt(var)
 
     def next(self) -> int | None:
         """The index of the next place (None: no candidate left)."""

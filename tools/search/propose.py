@@ -547,7 +547,9 @@ def _point(ctx: _Context, k: Knob | None, knob_id: str, value: Any, before: Any,
         mkn = ((kernel or {}).get("cube") or {}).get("mkn")
         problem = ("mkn:" + "x".join(map(str, mkn)) if mkn and all(isinstance(x, int) for x in mkn)
                    else "knob:" + site)
-    return learn.Point(site, kind, ext, learn.direction(ext0, ext), state, group, problem)
+    space = (None if ext is None or ext0 is None else site if isinstance(norm_value(value), (list, dict))
+             else learn.PART + k.id)
+    return learn.Point(site, kind, ext, learn.direction(ext0, ext), state, group, problem, ext0, space)
 
 
 def _pure_tile(ctx: _Context, k: Knob) -> bool:
