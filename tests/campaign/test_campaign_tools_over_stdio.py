@@ -136,7 +136,7 @@ def test_an_agent_starts_watches_and_stops_a_campaign(tmp_path: Path) -> None:
               and t["candidate"]["value"][1:] == WORST[1:]]
     assert len(forged) == 1, [t["candidate"]["value"] for t in trials]
     t = forged[0]
-    assert t["candidate"]["rank"] == 1 and "forged_op" in t["candidate"]["why"]
+    assert t["candidate"]["rank"] <= 2 and "forged_op" in t["candidate"]["why"]  # the bonus of a larger move may pass it
     assert t["candidate"]["evidence"]["knowledge"][0]["kind"].startswith("knowledge (other sessions'")
     baseline = latest_session(ws).baseline_us
     assert t["outcome"] == "regression" and t["operator_time_us"] > baseline, t  # measured, judged, not kept

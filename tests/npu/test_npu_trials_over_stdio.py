@@ -71,9 +71,9 @@ def test_a_batch_avoids_a_failed_chip_and_retries_a_hung_trial_on_a_healthy_one(
             before = len(box_runs(env))
 
             cands = (await s.ok("propose_candidates", session_id=sid, limit=8))["candidates"]
-            # the box's derived artifacts of a [4, 8, 256] run disagree on an AI-CPU lane's schedule (0.66 µs), and
-            # the server rightly refuses that measurement — not this test's subject
-            cands = [c for c in cands if c["value"] != [4, 8, 256]][:2]
+            # the box's derived artifacts of a [4, 8, 256] or a [1, 32, 256] run disagree on an AI-CPU lane's
+            # schedule, and the server rightly refuses that measurement — not this test's subject
+            cands = [c for c in cands if c["value"] not in ([4, 8, 256], [1, 32, 256])][:2]
             assert len(cands) == 2
             ran = await s.ok("run_candidates", session_id=sid, candidates=[c["id"] for c in cands], parallel=2)
             assert ran["parallel"] == 2 and ran["refused"] == [], ran

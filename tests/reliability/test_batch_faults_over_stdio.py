@@ -213,8 +213,10 @@ def test_signals_edits_and_a_full_disk_during_runs(tmpfs: Path) -> None:
             # a knob edited during the next batch (one candidate: a batch of one runs and decides as a batch does,
             # and the edit, not the number of trials, is what this step checks)
             cands = (await s.ok("propose_candidates", session_id=sid, limit=4))["candidates"][:1]
+            # a value the candidate does not set itself (an edit equal to the batch's own change is no conflict)
+            to = next(v for v in (2, 16, 32) if not (cands[0]["knob"] == TILE_B and cands[0]["value"] == v))
             await _batch_meets_an_edit(s, ws, sid, [c["id"] for c in cands],
-                                       lambda t: re.sub(r"^TILE_B = \d+", "TILE_B = 2", t, flags=re.M))
+                                       lambda t: re.sub(r"^TILE_B = \d+", f"TILE_B = {to}", t, flags=re.M))
 
             # the disk fills during a batch
             rounds = (await s.ok("get_status", session_id=sid))["rounds"]

@@ -362,7 +362,7 @@ def test_a_cube_tile_move_of_one_level_waits_once_two_such_moves_measured_no_eff
     assert learn.levels_moved(_pt("v", (1.0,))) is None
 
 
-# ------------------------------------------------------------------------------- a move as the difference of two settings
+# --------------------------------------------------------------------------- a move as the difference of two settings
 
 def _move(space: str, start: tuple[float, ...], end: tuple[float, ...], state: str, group: str = "tile",
           kind: str = "cube-tile") -> learn.Point:
@@ -408,7 +408,8 @@ def test_two_parts_of_one_tile_are_not_one_axis():
     says nothing of a larger column count (as one axis, 32 → 64 rows regressing made 128 → 256 columns look like
     the way back)."""
     rows = [_measured(_move(learn.PART + "rows", (5.0,), (6.0,), "s", kind="vector-tile"), -0.5, 1)]
-    cols = learn.SessionModel(rows, "s").predict(_move(learn.PART + "cols", (7.0,), (8.0,), "s", kind="vector-tile"), 1.0)
+    cols_up = _move(learn.PART + "cols", (7.0,), (8.0,), "s", kind="vector-tile")
+    cols = learn.SessionModel(rows, "s").predict(cols_up, 1.0)
     assert cols.mean <= learn.squash(1.0) + 1e-9
 
 
