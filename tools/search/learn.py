@@ -114,7 +114,7 @@ W_KIND = 0.1
 W_STATE = 0.2
 W_DIRECTION = 0.2
 SAME_PROBLEM = 0.5  # of a cube tile's knob part, what two tile calls of one matmul shape share (one call: all of it)
-NOISE_ELSEWHERE = 0.5  # a move measured from another kept state: a noisy reading of the same move from here
+NOISE_ELSEWHERE = 0.5  # an unsettled move measured from another kept state: a noisy reading of the same move here
 # ... unless it changed nothing: a move that left the time as it was (a tile already clipped, a buffer count the
 # kernel ignores) does so after a kept change elsewhere too, and is read as made from here (``_readings``); a tile the
 # kept change gave room differs in its effective extents, so it is another point. Measured on PyPTO's FFN (dynamic
