@@ -33,9 +33,7 @@ upper confidence bound of its posterior:
   variance, so it gets its turn before a knob already measured flat is tried a third time, and a larger move, whose
   effect can be larger either way, gets more of a bonus than a small one. The sd is sized to the effects the session
   measured (``_scale``): a session that measures effects of a few per cent stops paying an untried value a 15 %
-  bonus over a sure small gain. Measured and not kept: the share of the prior sd left instead of the sd (every
-  candidate nothing was measured near then ranks in the prior's order) — offline, upstream_bmm_scale 6 → 9 trials
-  and upstream_linear_bias 3 → 4;
+  bonus over a sure small gain;
 * **batch** — the places after the first are chosen as if each earlier pick had measured no effect
   (:class:`BatchPicker`), so parallel trials spread over knobs the model cannot tell apart.
 
@@ -360,9 +358,10 @@ def kernel(p: Point, q: Point) -> float:
         return 0.0
     stage = 1.0 if p.stage == q.stage else OTHER_STAGE
     if _settled(p):
-        k = W_KIND * _difference(p, q) if _axis(p) == _axis(q) else 0.0
+        diff = _difference(p, q)
+        k = W_KIND * diff if _axis(p) == _axis(q) else 0.0
         if p.space == q.space and (shared := _shared(p, q)):
-            k += shared * _difference(p, q) * (W_KNOB + W_DIRECTION + (W_STATE if p.state == q.state else 0))
+            k += shared * diff * (W_KNOB + W_DIRECTION + (W_STATE if p.state == q.state else 0))
         return k * stage
     k = W_KIND
     shared = _shared(p, q)
@@ -389,7 +388,7 @@ def _readings(obs: Observation, state: str) -> list[tuple[Point, float, float]]:
     measured from another kept state, reads as made from this one (see ``NOISE_ELSEWHERE``); any other unsettled move
     from another state is a noisy reading of the same move from here."""
     here = [(obs.here, obs.y_here, NOISE)] if obs.here is not None and obs.y_here is not None else []
-    if here and obs.point.space is None:
+    if here and not _settled(obs.point):
         return here
     point = obs.point
     if point.state != state and no_effect(obs.trial):
