@@ -21,7 +21,9 @@ value. A site whose value flows from a tiling source that is itself such a knob 
 reached twice: the source (the author's form) stands for both. Each knob's values are its current value plus the
 server's candidates, ordered by tile volume (then text). When the product exceeds ``--grid-max`` (64), the knob with
 the fewest values takes one more, in turn, while the product stays within the bound; a knob's extra values are evenly
-spaced over its volume-ordered candidates, both ends included. Each configuration is written by the server's own edit
+spaced over its volume-ordered candidates, both ends included. The values are chosen once per code measured (the example's sources and the
+grid limit) and kept in the cache: a knob's candidates are the server's first answer, which a change to the ranking
+reorders, and the bar the search is measured against should not move with the search (``--regrid`` chooses anew). Each configuration is written by the server's own edit
 (``plan_knob_edit``, knob after knob); one the edit refuses is not in the grid (counted as unwritable).
 
 **De-tuned variant (``detune_value``).** Every live tile knob (vector and cube tiles, the tiling sources that feed them,
@@ -748,11 +750,30 @@ def detune(op: Operator, knobs: list[dict[str, Any]], candidates: dict[str, list
     return sources, edits
 
 
-def build_grid(op: Operator, measured: dict[str, str], knob_map: dict[str, Any], max_configs: int) -> dict[str, Any]:
-    """The grid's knobs, values and the sources of each configuration (measured code: runtime debug on)."""
+def frozen_knobs(cache: Cache, key: str, built: list[GridKnob], regrid: bool = False) -> list[GridKnob]:
+    """The grid's values as they were first chosen for this code (``key``: the measured sources, the test command and
+    the grid limit), so that a change to the ranking — whose first answer supplies each knob's candidates — does not
+    move the bar the search is measured against. ``built`` (this run's choice) is kept the first time, after
+    ``--regrid``, and when the knob map no longer has the frozen grid's knobs."""
+    frozen = None if regrid else cache.get("grids", key)
+    by_id = {k.id: k for k in built}
+    if frozen and {k["id"] for k in frozen} == set(by_id) and all(
+            _key(k["values"][0]) == _key(by_id[k["id"]].current) for k in frozen):
+        return [GridKnob(k["id"], k["kind"], by_id[k["id"]].current, by_id[k["id"]].candidates, k["values"])
+                for k in frozen]
+    cache.put("grids", key, [{"id": k.id, "kind": k.kind, "values": k.values} for k in built])
+    return built
+
+
+def build_grid(op: Operator, measured: dict[str, str], knob_map: dict[str, Any], max_configs: int,
+               cache: Cache | None = None, regrid: bool = False) -> dict[str, Any]:
+    """The grid's knobs, values and the sources of each configuration (measured code: runtime debug on); with a
+    ``cache``, the values first chosen for this code (``frozen_knobs``)."""
     from pypto_tune.tools.errors import PyptoTuneError
 
     knobs = pick_values(grid_knobs(knob_map["knobs"], knob_map["candidates"]), max_configs)
+    if cache is not None:
+        knobs = frozen_knobs(cache, digest(op.key(measured), max_configs), knobs, regrid)
     configs = []
     unwritable = []
     for cfg in configurations(knobs):
@@ -890,7 +911,7 @@ def run_variant(cache: Cache, op: Operator, variant: str, args: argparse.Namespa
         return res, ses
     res["baseline_us"] = ses["baseline_us"]
     res["search_trials"] = len(ses["trials"]) if "search" in arms else None
-    grid = build_grid(op, ses["measured_sources"], ses, args.grid_max) if arms & {"grid", "random", "xgb"} else None
+    grid = build_grid(op, ses["measured_sources"], ses, args.grid_max, cache, args.regrid) if arms & {"grid", "random", "xgb"} else None
     if grid is not None:
         res["grid_knobs"] = [{k: v for k, v in g.items()} | {"xgb_writes_it_as": xgb_expressible(
             next(k for k in ses["knobs"] if k["id"] == g["id"]))} for g in grid["knobs"]]
@@ -999,6 +1020,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=16, help="search trials per operator variant (default 16)")
     ap.add_argument("--batch", type=int, default=2, help="candidates per run_candidates call (default 2)")
     ap.add_argument("--grid-max", type=int, default=GRID_MAX, help=f"configurations per grid (default {GRID_MAX})")
+    ap.add_argument("--regrid", action="store_true",
+                    help="choose each grid's values anew from this code's candidates (default: as first chosen)")
     ap.add_argument("--arms", default="grid,random,search,xgb",
                     help="comma-separated: grid,random,search,xgb; 'run' alone: only whether each operator runs")
     ap.add_argument("--variants", default="shipped,detuned", help="comma-separated: shipped,detuned")

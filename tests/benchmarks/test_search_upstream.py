@@ -87,6 +87,25 @@ def test_the_grid_bound_gives_a_value_in_turn_to_the_knob_with_fewest_and_spread
     assert [len(k.values) for k in unbounded] == [5, 5, 2]
 
 
+def test_a_grid_keeps_the_values_first_chosen_for_its_code_whatever_the_ranking_offers_later(tmp_path):
+    cache = su.Cache(tmp_path)
+    first = su.pick_values(su.grid_knobs(KNOB_MAP, CANDIDATES), max_configs=12)
+    kept = su.frozen_knobs(cache, "code-a", first)
+    assert [k.values for k in kept] == [k.values for k in first]
+    # a later ranking offers the candidates in another order (or others): the grid of this code stays as it was
+    reordered = {k: list(reversed(v)) + ([[128, 128]] if k == "op.py:test.Cfg(vec)" else []) for k, v in
+                 CANDIDATES.items()}
+    later = su.pick_values(su.grid_knobs(KNOB_MAP, reordered), max_configs=12)
+    assert [k.values for k in later] != [k.values for k in first]
+    assert [k.values for k in su.frozen_knobs(cache, "code-a", later)] == [k.values for k in first]
+    # another code (sources, command or grid limit) is chosen for itself; --regrid chooses anew
+    assert [k.values for k in su.frozen_knobs(cache, "code-b", later)] == [k.values for k in later]
+    assert [k.values for k in su.frozen_knobs(cache, "code-a", later, regrid=True)] == [k.values for k in later]
+    # a knob map that no longer has the frozen knobs, or whose current value moved, is chosen anew
+    fewer = later[:2]
+    assert [k.id for k in su.frozen_knobs(cache, "code-a", fewer)] == [k.id for k in fewer]
+
+
 def test_detune_sets_every_dimension_to_the_smallest_legal_power_of_two_from_8():
     def legal_from(n):
         return lambda v: min(su._flat_ints(v)) >= n if isinstance(v, (list, dict)) else v >= n
