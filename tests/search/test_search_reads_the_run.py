@@ -286,6 +286,32 @@ def test_a_pinned_value_tried_before_a_source_only_it_reads_changed_is_not_propo
     assert [64, 256] in values  # a value not tried yet is still proposed
 
 
+def test_a_call_written_as_an_expression_learns_from_its_pinned_values_as_a_literal_call_does(cache):
+    """The ledger records a pinned call's value before the change as written (``*tile_list``); the candidates start
+    from the value it ran with ([32, 32]). Read as a move from an expression, a 4× regression of one pinned value said
+    nothing of the next (the arctic LSTM: [4, 4096] ran 4.6× slower, then [2, 4096] was proposed, "nothing measured
+    near it"); read from the value that ran, it says what the same trial from a literal call says."""
+    kept, rec = _load(ACT, ACT_FILE)
+    pin = f"{ACT_FILE}:configure_tiling.set_vec_tile_shapes#1"
+    written = {"$expr": "pypto.set_vec_tile_shapes(*tile_list)"}
+    assert "pypto.set_vec_tile_shapes(*tile_list)" in kept[ACT_FILE]
+
+    def read(before):  # what the session model makes of the trial at each other value of the call
+        hist = [TriedChange(knob_id=pin, value=[128, 128], before_value=before, from_kept_hash="A",
+                            outcome="regression", before_us=30.0, after_us=120.0, round=1)]
+        prop = search(kept, stage="frontend", limit=None, cache=cache, run=rec, budget_s=0.0, history=hist,
+                      kept_hash="A")
+        # the uncertainty and the prior's remaining weight are the kernel's alone (the prior's own mean also reads
+        # the history, by its own rules)
+        return {json.dumps(c.value): (c.evidence["session"]["sd"], c.evidence["session"]["prior"]["weight"],
+                                      [m["round"] for m in c.evidence["session"]["moved_by"] if m["part"] < 0])
+                for c in prop.candidates if c.knob == pin}
+
+    as_written = read(written)
+    assert as_written and as_written == read([32, 32])
+    assert as_written[json.dumps([64, 128])][1:] == (0.56, [1])  # the regression lowers its neighbour
+
+
 def test_a_config_field_that_is_one_number_of_a_tile_is_moved_in_the_authors_form(cache):
     """upstream_linear_bias builds ``LinearTiling(m_block=16, cube_m=16, cube_k=32, cube_n=32, vec_rows=4)`` in the
     test; the kernel sets ``set_cube_tile_shapes([t.cube_m, t.cube_m], [t.cube_k, t.cube_k], [t.cube_n, t.cube_n])``

@@ -686,7 +686,8 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
     measured only without effect goes behind the kinds nobody has tried yet."""
     by_id = {k.id: k for k in ctx.knobs}
     model = learn.fit(ctx.history, lambda t: _point(ctx, by_id.get(t.knob_id), t.knob_id, t.value,
-                                                    t.before_value, t.from_kept_hash, t.stage), ctx.kept_hash,
+                                                    _before_as_ran(ctx, by_id.get(t.knob_id), t.before_value),
+                                                    t.from_kept_hash, t.stage), ctx.kept_hash,
                       here=_from_here(ctx, by_id))
     keep: list[tuple[_Raw, learn.Point]] = []
     for raw in raws:
@@ -711,6 +712,18 @@ def _session_model(ctx: _Context, raws: list[_Raw], excluded: dict[str, int]
                          "behind every other candidate")
         raw.tier = 1 if raw.waits else 0
     return [raw for raw, _ in keep], model
+
+
+def _before_as_ran(ctx: _Context, k: Knob | None, before: Any) -> Any:
+    """A trial's value before its change as the run had it. A tile call written as an expression
+    (``set_vec_tile_shapes(1, cfg.h_tile)``) is recorded as written, and a move from an expression has no start: the
+    model would read the trial apart from every candidate of the call, which starts from the value that ran (the
+    arctic LSTM's pinned tile measured 4.6× slower at [4, 4096], and [2, 4096] was proposed next, "nothing measured
+    near it"). Where the call still reads as it did, the value it ran with is that start."""
+    if k is None or learn.log2_extents(before) is not None or norm_value(before) != norm_value(k.value):
+        return before
+    ran = ctx.as_ran(k)
+    return ran.value if ran is not k else before
 
 
 def _from_here(ctx: _Context, by_id: dict[str, Knob]) -> Callable[[TriedChange], tuple[learn.Point, float] | None]:
