@@ -21,10 +21,11 @@ value. A site whose value flows from a tiling source that is itself such a knob 
 reached twice: the source (the author's form) stands for both. Each knob's values are its current value plus the
 server's candidates, ordered by tile volume (then text). When the product exceeds ``--grid-max`` (64), the knob with
 the fewest values takes one more, in turn, while the product stays within the bound; a knob's extra values are evenly
-spaced over its volume-ordered candidates, both ends included. The values are chosen once per code measured (the example's sources and the
-grid limit) and kept in the cache: a knob's candidates are the server's first answer, which a change to the ranking
-reorders, and the bar the search is measured against should not move with the search (``--regrid`` chooses anew). Each configuration is written by the server's own edit
-(``plan_knob_edit``, knob after knob); one the edit refuses is not in the grid (counted as unwritable).
+spaced over its volume-ordered candidates, both ends included. The values are chosen once per code measured (the
+example's sources, its test command and the grid limit) and kept in the cache: a knob's candidates are the server's
+first answer, which a change to the ranking reorders, and the bar the search is measured against should not move with
+the search (``--regrid`` chooses anew). Each configuration is written by the server's own edit (``plan_knob_edit``,
+knob after knob); one the edit refuses is not in the grid (counted as unwritable).
 
 **De-tuned variant (``detune_value``).** Every live tile knob (vector and cube tiles, the tiling sources that feed them,
 list constants that feed a vector tile) is set, one knob after the other, to the smallest power of two ≥ 8 that the
@@ -911,7 +912,8 @@ def run_variant(cache: Cache, op: Operator, variant: str, args: argparse.Namespa
         return res, ses
     res["baseline_us"] = ses["baseline_us"]
     res["search_trials"] = len(ses["trials"]) if "search" in arms else None
-    grid = build_grid(op, ses["measured_sources"], ses, args.grid_max, cache, args.regrid) if arms & {"grid", "random", "xgb"} else None
+    grid = (build_grid(op, ses["measured_sources"], ses, args.grid_max, cache, args.regrid)
+            if arms & {"grid", "random", "xgb"} else None)
     if grid is not None:
         res["grid_knobs"] = [{k: v for k, v in g.items()} | {"xgb_writes_it_as": xgb_expressible(
             next(k for k in ses["knobs"] if k["id"] == g["id"]))} for g in grid["knobs"]]
